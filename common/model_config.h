@@ -1,0 +1,52 @@
+/* model_config.h — the model's shape, read and validated from config.json.
+ *
+ * Accepts Qwen3ForCausalLM and Qwen2ForCausalLM in the hub's form
+ * (rope_theta, torch_dtype, head_dim absent for Qwen2) and in the newer form
+ * (rope_parameters.rope_theta, dtype).  Every field the engine uses is
+ * checked; an error names the file, the field and the value.
+ */
+#ifndef NL_COMMON_MODEL_CONFIG_H
+#define NL_COMMON_MODEL_CONFIG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/dtype.h"
+#include "common/status.h"
+
+typedef enum nl_arch {
+    NL_ARCH_QWEN3 = 0, /* QK-norm, no q/k/v bias      */
+    NL_ARCH_QWEN2,     /* q/k/v bias, no QK-norm      */
+} nl_arch;
+
+#define NL_MAX_EOS_IDS 8
+
+typedef struct nl_model_config {
+    nl_arch arch;
+    int32_t vocab_size;
+    int32_t hidden_size;
+    int32_t intermediate_size;
+    int32_t num_hidden_layers;
+    int32_t num_attention_heads;
+    int32_t num_key_value_heads;
+    int32_t head_dim;              /* hidden_size / heads when absent        */
+    int32_t max_position_embeddings;
+    float rms_norm_eps;
+    float rope_theta;
+    bool tie_word_embeddings;
+    bool attention_bias;           /* Qwen2: true                            */
+    nl_dtype dtype;                /* torch_dtype / dtype                    */
+    int32_t bos_token_id;          /* -1 when absent                         */
+    int32_t n_eos;                 /* eos_token_id: an int or a list         */
+    int32_t eos_token_ids[NL_MAX_EOS_IDS];
+} nl_model_config;
+
+/* Parses config.json text; source names it in messages. */
+nl_status model_config_parse(const char *json_text, const char *source,
+                             nl_model_config *out);
+/* Reads DIR/config.json. */
+nl_status model_config_load(const char *model_dir, nl_model_config *out);
+/* Writes a hub-style config.json for cfg into DIR. */
+nl_status model_config_save(const nl_model_config *cfg, const char *model_dir);
+
+#endif

@@ -1,0 +1,4 @@
+# ipc/: shared-memory segment, command and reply rings, wire format.
+noinst_LTLIBRARIES += libnlipc.la
+libnlipc_la_SOURCES = \
+	ipc/wire.h ipc/wire.c

@@ -1,0 +1,69 @@
+/* wire.h — the commands the leader sends its workers, and rank 0's replies.
+ *
+ * These are the decoded, in-memory forms.  wire.c serialises them into a
+ * versioned, length-prefixed byte format for the rings and decodes that
+ * format defensively: every count and length is checked against the bytes
+ * present, so arbitrary input never crashes the decoder.
+ */
+#ifndef NL_IPC_WIRE_H
+#define NL_IPC_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/status.h"
+
+#define WIRE_VERSION 1
+#define WIRE_MAX_LOGPROBS 20
+
+typedef enum wire_kind {
+    WIRE_RUN = 1,
+    WIRE_SHUTDOWN = 2,
+} wire_kind;
+
+/* One sequence's share of a step. */
+typedef struct wire_seq {
+    uint64_t seq_id;
+    int32_t num_computed;  /* tokens of this seq already in the KV cache     */
+    int32_t num_new;       /* tokens to compute now: tokens[num_new]         */
+    int32_t n_blocks;      /* block_table[n_blocks], covering all positions  */
+    int32_t sample;        /* 1: sample a token after this chunk             */
+    /* sampling (used when sample == 1) */
+    float temperature;
+    float top_p;
+    float min_p;
+    int32_t top_k;
+    int32_t n_logprobs;
+    uint64_t seed;
+    uint64_t sample_offset; /* tokens generated so far                       */
+    const int32_t *tokens;
+    const int32_t *block_table;
+} wire_seq;
+
+typedef struct wire_run {
+    wire_kind kind;
+    uint64_t step_id;
+    int32_t n_seqs;
+    wire_seq *seqs;
+} wire_run;
+
+typedef struct wire_sampled {
+    uint64_t seq_id;
+    int32_t token_id;
+    float logprob;
+    int32_t n_top;
+    int32_t top_ids[WIRE_MAX_LOGPROBS];
+    float top_logprobs[WIRE_MAX_LOGPROBS];
+} wire_sampled;
+
+/* Rank 0's answer to a RUN: one entry per seq with sample == 1, in the
+ * order of the command.  status != NL_OK carries a message in error. */
+typedef struct wire_reply {
+    uint64_t step_id;
+    int32_t status;
+    char error[512];
+    int32_t n_sampled;
+    wire_sampled *sampled;
+} wire_reply;
+
+#endif

@@ -1,0 +1,43 @@
+/* comm.h — collective communication between the workers of one engine.
+ *
+ * Two implementations: NCCL for the CUDA backend (kernels/cuda/comm_nccl.cu)
+ * and a shared-memory all-reduce for the CPU backend (kernels/comm_shm.c)
+ * with a fixed reduction order, so results never depend on timing.  With
+ * tp == 1 every operation is a no-op (nl_comm_single).  Buffers are backend
+ * memory of the backend the comm was made for.
+ */
+#ifndef NL_KERNELS_COMM_H
+#define NL_KERNELS_COMM_H
+
+#include <stddef.h>
+
+#include "common/dtype.h"
+#include "common/status.h"
+
+typedef struct nl_comm nl_comm;
+
+typedef struct nl_comm_ops {
+    /* buf[count] = sum over ranks of buf[count], on every rank. */
+    nl_status (*all_reduce_sum)(nl_comm *c, void *buf, size_t count, nl_dtype dtype);
+    /* Rank 0 receives recv[rank * count + i] = send_of_rank[i]; recv is
+     * ignored on other ranks. */
+    nl_status (*gather)(nl_comm *c, const void *send, void *recv, size_t count,
+                        nl_dtype dtype);
+    void (*destroy)(nl_comm *c);
+} nl_comm_ops;
+
+struct nl_comm {
+    const nl_comm_ops *ops;
+    int rank;
+    int size;
+};
+
+/* The tp == 1 communicator. */
+nl_comm *nl_comm_single(void);
+
+static inline void nl_comm_destroy(nl_comm *c)
+{
+    if (c) c->ops->destroy(c);
+}
+
+#endif

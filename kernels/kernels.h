@@ -1,0 +1,191 @@
+/* kernels.h — the op interface a model is written against.
+ *
+ * A backend (kernels/cpu, kernels/cuda) fills an nl_backend_ops table; the
+ * model code in worker/ calls the nl_op_* wrappers below and never knows which
+ * backend runs.  All pointers passed to ops are *backend memory* (from
+ * nl_backend_alloc); the host reaches it only through upload/download.
+ *
+ * Activations and the KV cache use the backend's act_dtype (CPU: F32, CUDA:
+ * BF16); accumulation is always fp32.  Weights are opaque nl_weight handles
+ * filled from host data of any dtype, so a worker can load just its shard.
+ *
+ * Shapes are written [rows, cols] row-major.  Notation: n = tokens in the
+ * step, hq / hk = query / key-value heads *of this shard*, hd = head_dim.
+ *
+ * KV cache, one pair of buffers per layer: [num_blocks, block_size, hk, hd].
+ * A token's slot is block_id * block_size + offset_in_block.
+ */
+#ifndef NL_KERNELS_H
+#define NL_KERNELS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/dtype.h"
+#include "common/status.h"
+
+typedef struct nl_backend nl_backend;
+typedef struct nl_weight nl_weight; /* backend-owned [rows, cols] matrix */
+typedef struct nl_graph nl_graph;   /* a captured op sequence (CUDA graph) */
+
+/* Everything attention needs about a varlen batch; arrays are backend
+ * memory.  Sequence s has q_len = cu_seqlens_q[s+1] - cu_seqlens_q[s] new
+ * tokens whose K/V are already stored in the cache, and context_lens[s]
+ * tokens in the cache in all (cached prefix + earlier chunks + these).  Its
+ * i-th new token sits at position context_lens[s] - q_len + i and attends,
+ * causally, to cache positions [0, that position]. */
+typedef struct nl_attn_batch {
+    int32_t n_seqs;
+    int32_t n_tokens;            /* cu_seqlens_q[n_seqs]                     */
+    int32_t max_q_len;           /* host copies of maxima, for launch shapes */
+    int32_t max_context_len;
+    int32_t max_blocks_per_seq;  /* row stride of block_tables               */
+    int32_t block_size;
+    bool all_decode;             /* every q_len == 1                         */
+    const int32_t *cu_seqlens_q; /* [n_seqs + 1]                             */
+    const int32_t *context_lens; /* [n_seqs]                                 */
+    const int32_t *block_tables; /* [n_seqs, max_blocks_per_seq]             */
+} nl_attn_batch;
+
+/* Sampling controls for one logits row (backend memory, an array of these).
+ *
+ * The sampler is defined exactly so that backends agree and a seeded request
+ * gives the same tokens whatever it is batched with:
+ *   logprobs reported = log_softmax(raw logits) (before temperature);
+ *   temperature == 0  -> argmax (lowest id on ties);
+ *   otherwise p = softmax(logits / temperature); keep the top_k most likely
+ *   (top_k <= 0: all); keep the smallest prefix of the descending order whose
+ *   mass reaches top_p (always at least one); drop tokens with
+ *   p < min_p * p_max; then with u = nl_rng_uniform(seed, offset) walk the
+ *   kept tokens in descending p (ties: lower id first) and take the first
+ *   whose cumulative renormalised mass exceeds u. */
+typedef struct nl_sample_row {
+    float temperature;
+    float top_p;
+    float min_p;
+    int32_t top_k;
+    uint64_t seed;
+    uint64_t offset;      /* tokens this request has generated so far        */
+    int32_t n_logprobs;   /* top-N to report, 0..NL_MAX_LOGPROBS             */
+    int32_t pad_;
+} nl_sample_row;
+
+#define NL_MAX_LOGPROBS 20
+
+typedef struct nl_backend_ops {
+    const char *name;
+    nl_dtype act_dtype;
+    void (*destroy)(nl_backend *be);
+
+    /* memory */
+    nl_status (*alloc)(nl_backend *be, size_t bytes, void **out);
+    void (*free)(nl_backend *be, void *ptr);
+    nl_status (*upload)(nl_backend *be, void *dst, const void *src, size_t bytes);
+    nl_status (*download)(nl_backend *be, void *dst, const void *src, size_t bytes);
+    nl_status (*memset_zero)(nl_backend *be, void *dst, size_t bytes);
+    nl_status (*synchronize)(nl_backend *be);
+    nl_status (*memory_info)(nl_backend *be, size_t *free_bytes, size_t *total_bytes);
+
+    /* weights: create [rows, cols], then fill row ranges from host data.
+     * fill_rows writes rows [row0, row0 + n_rows) from
+     * src[r * src_stride + src_col0 + c] for c in [0, cols) -- so a shard's
+     * rows or columns, or one part of a fused matrix, load without copies. */
+    nl_status (*weight_create)(nl_backend *be, int64_t rows, int64_t cols, nl_weight **out);
+    nl_status (*weight_fill_rows)(nl_backend *be, nl_weight *w, int64_t row0, int64_t n_rows,
+                                  const void *src, nl_dtype src_dtype, int64_t src_stride,
+                                  int64_t src_col0);
+    void (*weight_destroy)(nl_backend *be, nl_weight *w);
+
+    /* ops */
+    /* out[n, cols] = table[ids[i] - vocab_start] for ids inside this shard's
+     * rows, zero rows otherwise (vocab-parallel embedding). */
+    nl_status (*embedding)(nl_backend *be, void *out, const nl_weight *table,
+                           const int32_t *ids, int32_t n, int32_t vocab_start);
+    /* With residual == NULL: out = rmsnorm(x) * w.
+     * Otherwise: residual += x; out = rmsnorm(residual) * w.  out may be x. */
+    nl_status (*rmsnorm)(nl_backend *be, void *out, const void *x, void *residual,
+                         const nl_weight *w, int32_t n, int32_t dim, float eps);
+    /* out[n, w.rows] = x[n, w.cols] @ w^T (+ bias[w.rows]). */
+    nl_status (*linear)(nl_backend *be, void *out, const void *x, const nl_weight *w,
+                        const nl_weight *bias, int32_t n);
+    /* As linear, but out is fp32 (logits). */
+    nl_status (*linear_f32)(nl_backend *be, float *out, const void *x, const nl_weight *w,
+                            int32_t n);
+    /* In place on qkv[n, (hq + 2 hk) * hd]: optional per-head RMSNorm of q and
+     * k (Qwen3; weights [1, hd]), then NeoX rotary embedding (rotate half) of
+     * q and k at positions[n] with base rope_theta. */
+    nl_status (*qk_norm_rope)(nl_backend *be, void *qkv, const int32_t *positions,
+                              const nl_weight *q_norm, const nl_weight *k_norm,
+                              int32_t n, int32_t hq, int32_t hk, int32_t hd,
+                              float eps, float rope_theta);
+    /* Copies the k and v parts of qkv into the paged cache at slots[n];
+     * a negative slot is skipped (padding). */
+    nl_status (*store_kv)(nl_backend *be, void *k_cache, void *v_cache, const void *qkv,
+                          const int32_t *slots, int32_t n, int32_t hq, int32_t hk,
+                          int32_t hd, int32_t block_size);
+    /* out[n, hq * hd] = causal softmax(q k^T * scale) v over the paged cache,
+     * GQA: query head h reads kv head h / (hq / hk). */
+    nl_status (*attention)(nl_backend *be, void *out, const void *qkv,
+                           const void *k_cache, const void *v_cache,
+                           const nl_attn_batch *batch, int32_t hq, int32_t hk,
+                           int32_t hd, float scale);
+    /* out[n, inter] = silu(gate_up[:, :inter]) * gate_up[:, inter:]. */
+    nl_status (*silu_mul)(nl_backend *be, void *out, const void *gate_up, int32_t n,
+                          int32_t inter);
+    /* out[m, dim] = x[rows[i], :], to take each sequence's last token. */
+    nl_status (*gather_rows)(nl_backend *be, void *out, const void *x, const int32_t *rows,
+                             int32_t m, int32_t dim);
+    /* Samples each row of logits[m, vocab] as nl_sample_row describes.
+     * Outputs (backend memory): ids[m], logprobs[m] of the chosen ids, and
+     * top_ids / top_logprobs [m, NL_MAX_LOGPROBS] (first n_logprobs valid). */
+    nl_status (*sample)(nl_backend *be, const float *logits, int32_t m, int32_t vocab,
+                        const nl_sample_row *rows, int32_t *ids, float *logprobs,
+                        int32_t *top_ids, float *top_logprobs);
+
+    /* CUDA graphs; NULL where the backend has none. */
+    nl_status (*capture_begin)(nl_backend *be);
+    nl_status (*capture_end)(nl_backend *be, nl_graph **out);
+    nl_status (*graph_launch)(nl_backend *be, nl_graph *g);
+    void (*graph_destroy)(nl_backend *be, nl_graph *g);
+} nl_backend_ops;
+
+struct nl_backend {
+    const nl_backend_ops *ops;
+};
+
+/* Backend constructors.  device_index selects the GPU (CUDA_VISIBLE_DEVICES
+ * applies); n_threads 0 = all cores (CPU). */
+nl_status nl_backend_cpu_create(int n_threads, nl_backend **out);
+#ifdef NL_HAVE_CUDA
+nl_status nl_backend_cuda_create(int device_index, nl_backend **out);
+#endif
+/* Number of CUDA devices visible, 0 without CUDA support or devices. */
+int nl_cuda_device_count(void);
+
+static inline void nl_backend_destroy(nl_backend *be)
+{
+    if (be) be->ops->destroy(be);
+}
+
+/* Counter-based generator shared by all backends: a uniform in [0, 1) from
+ * (seed, offset), so a token's randomness depends on its request alone. */
+#ifdef __CUDACC__
+#define NL_HOST_DEVICE __host__ __device__
+#else
+#define NL_HOST_DEVICE
+#endif
+static inline NL_HOST_DEVICE uint64_t nl_rng_mix(uint64_t z)
+{
+    z += 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+static inline NL_HOST_DEVICE float nl_rng_uniform(uint64_t seed, uint64_t offset)
+{
+    uint64_t r = nl_rng_mix(nl_rng_mix(seed) ^ offset);
+    return (float)(r >> 40) * (1.0f / 16777216.0f); /* 24 bits: exact in fp32 */
+}
+
+#endif

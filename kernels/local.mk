@@ -1,0 +1,16 @@
+# kernels/: the op interface and its backends (cpu/, cuda/), comm interface.
+noinst_LTLIBRARIES += libnlkernels.la
+libnlkernels_la_SOURCES = \
+	kernels/kernels.h kernels/comm.h kernels/comm_single.c
+libnlkernels_la_LIBADD = $(OPENBLAS_LIBS)
+libnlkernels_la_CPPFLAGS = $(AM_CPPFLAGS) $(OPENBLAS_CFLAGS)
+
+if HAVE_CUDA
+# CUDA sources are compiled by nvcc into a plain static archive that only the
+# worker links; the leader library never sees CUDA.
+noinst_LIBRARIES += libnlcuda.a
+libnlcuda_a_SOURCES =
+NVCCFLAGS = -O3 -std=c++17 $(CUDA_ARCH_FLAGS) -Xcompiler -fPIC -I$(top_srcdir) -I$(top_srcdir)/include -DNL_HAVE_CUDA=1 -I$(top_builddir) $(CUDA_CPPFLAGS)
+.cu.o:
+	$(AM_V_CC)$(NVCC) $(NVCCFLAGS) -c $< -o $@
+endif

@@ -1,0 +1,13 @@
+# leader/: tokenizer, chat template, seq, block manager, scheduler, engine, CLI.
+lib_LTLIBRARIES += libnanollm.la
+libnanollm_la_SOURCES = \
+	leader/version.c
+libnanollm_la_LIBADD = libnlcommon.la libnlipc.la $(JANSSON_LIBS) $(PCRE2_LIBS) $(UTF8PROC_LIBS) $(XXHASH_LIBS)
+libnanollm_la_LDFLAGS = -version-info 0:0:0
+
+bin_PROGRAMS += nanollm-launch
+nanollm_launch_SOURCES = leader/launch_main.c
+# Linked statically against the in-tree library so the build tree's program
+# is a real binary that finds nanollm-worker beside itself.
+nanollm_launch_LDADD = libnanollm.la
+nanollm_launch_LDFLAGS = -static

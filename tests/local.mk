@@ -1,0 +1,16 @@
+# tests/: one Check suite per module, integration tests, fixtures.
+TEST_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+TEST_LIBS = $(CHECK_LIBS)
+AM_TESTS_ENVIRONMENT = \
+	NANOLLM_WORKER='$(abs_top_builddir)/nanollm-worker'; export NANOLLM_WORKER; \
+	NANOLLM_LAUNCH='$(abs_top_builddir)/nanollm-launch'; export NANOLLM_LAUNCH; \
+	NL_FIXTURES='$(abs_top_srcdir)/tests/fixtures'; export NL_FIXTURES; \
+	CK_DEFAULT_TIMEOUT=300; export CK_DEFAULT_TIMEOUT;
+
+if HAVE_CHECK
+check_PROGRAMS += tests/test_status
+TESTS += tests/test_status
+tests_test_status_SOURCES = tests/test_status.c
+tests_test_status_CFLAGS = $(TEST_CFLAGS)
+tests_test_status_LDADD = libnlcommon.la $(TEST_LIBS)
+endif
