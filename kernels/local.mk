@@ -1,8 +1,11 @@
 # kernels/: the op interface and its backends (cpu/, cuda/), comm interface.
 noinst_LTLIBRARIES += libnlkernels.la
 libnlkernels_la_SOURCES = \
-	kernels/kernels.h kernels/comm.h kernels/comm_single.c
-libnlkernels_la_LIBADD = $(OPENBLAS_LIBS)
+	kernels/kernels.h kernels/comm.h kernels/comm_single.c \
+	kernels/backend.c \
+	kernels/cpu/cpu_backend.h kernels/cpu/cpu_backend.c \
+	kernels/cpu/cpu_ops.c kernels/cpu/cpu_sample.c
+libnlkernels_la_LIBADD = $(OPENBLAS_LIBS) -lm -lpthread
 libnlkernels_la_CPPFLAGS = $(AM_CPPFLAGS) $(OPENBLAS_CFLAGS)
 
 if HAVE_CUDA

@@ -1,0 +1,184 @@
+/* cpu_sample.c — the CPU sampler: exactly the procedure of kernels.h.
+ *
+ * Per row: log_softmax of the raw logits for the reported logprobs (sums in
+ * double); argmax at temperature 0; otherwise the row is put in descending
+ * order (ties: lower id first) by a stable radix sort of the logits, and
+ * top-k, top-p, min-p and the seeded walk run over that order in double.
+ * Ordering by logit equals ordering by p = softmax(logits / T) for T > 0.
+ *
+ * top_p is measured on the distribution renormalised over the top_k kept
+ * tokens (as vLLM does); min_p compares with the most likely token, which
+ * no renormalisation changes.  Rows are independent and run in parallel.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/cpu_backend.h"
+
+/* Maps a float to an unsigned key whose ascending order is the float's
+ * descending order (-0 and +0 compare equal as floats, adjacent here). */
+static inline uint32_t descending_key(float f)
+{
+    uint32_t b;
+    memcpy(&b, &f, sizeof b);
+    b = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+    return ~b;
+}
+
+/* Fills order[vocab] with token ids by descending logit, ties by id:
+ * LSD radix sort, stable, starting from ids in ascending order. */
+static void sort_descending(const float *logits, int32_t vocab, int32_t *order, uint32_t *keys,
+                            int32_t *tmp_ids, uint32_t *tmp_keys)
+{
+    for (int32_t i = 0; i < vocab; i++) {
+        order[i] = i;
+        keys[i] = descending_key(logits[i]);
+    }
+    for (int shift = 0; shift < 32; shift += 8) {
+        size_t count[257] = {0};
+        for (int32_t i = 0; i < vocab; i++) count[((keys[i] >> shift) & 0xff) + 1]++;
+        if (count[((keys[0] >> shift) & 0xff) + 1] == (size_t)vocab) continue; /* one bucket */
+        for (int b = 0; b < 256; b++) count[b + 1] += count[b];
+        for (int32_t i = 0; i < vocab; i++) {
+            size_t dst = count[(keys[i] >> shift) & 0xff]++;
+            tmp_keys[dst] = keys[i];
+            tmp_ids[dst] = order[i];
+        }
+        memcpy(keys, tmp_keys, sizeof(uint32_t) * (size_t)vocab);
+        memcpy(order, tmp_ids, sizeof(int32_t) * (size_t)vocab);
+    }
+}
+
+/* True when logit a (id ia) ranks before logit b (id ib). */
+static inline bool ranks_before(float a, int32_t ia, float b, int32_t ib)
+{
+    return a > b || (a == b && ia < ib);
+}
+
+struct sample_ctx {
+    const float *logits;
+    int32_t vocab;
+    const nl_sample_row *rows;
+    int32_t *ids, *top_ids;
+    float *logprobs, *top_logprobs;
+    bool failed;
+};
+
+static int32_t sample_walk(const float *l, int32_t vocab, const nl_sample_row *sr,
+                           const int32_t *order)
+{
+    double inv_t = 1.0 / sr->temperature, lmax = l[order[0]];
+    int32_t kept = sr->top_k > 0 && sr->top_k < vocab ? sr->top_k : vocab;
+    /* p relative to the most likely token: ratios are all that matter. */
+    double mass = 0.0;
+    for (int32_t i = 0; i < kept; i++) mass += exp((l[order[i]] - lmax) * inv_t);
+    if (sr->top_p < 1.0f) {
+        double cum = 0.0, target = (double)sr->top_p * mass;
+        int32_t i = 0;
+        while (i < kept) {
+            cum += exp((l[order[i]] - lmax) * inv_t);
+            i++;
+            if (cum >= target) break;
+        }
+        kept = i;
+    }
+    if (sr->min_p > 0.0f) {
+        int32_t i = 1; /* the top token has p == p_max */
+        while (i < kept && exp((l[order[i]] - lmax) * inv_t) >= (double)sr->min_p) i++;
+        kept = i;
+    }
+    double total = 0.0;
+    for (int32_t i = 0; i < kept; i++) total += exp((l[order[i]] - lmax) * inv_t);
+    double u = nl_rng_uniform(sr->seed, sr->offset), cum = 0.0;
+    for (int32_t i = 0; i < kept; i++) {
+        cum += exp((l[order[i]] - lmax) * inv_t);
+        if (cum / total > u) return order[i];
+    }
+    return order[kept - 1]; /* rounding left the sum a hair under u */
+}
+
+static void sample_task(void *ctx_, int64_t begin, int64_t end)
+{
+    struct sample_ctx *c = ctx_;
+    int32_t vocab = c->vocab;
+    int32_t *order = NULL, *tmp_ids = NULL;
+    uint32_t *keys = NULL, *tmp_keys = NULL;
+    for (int64_t r = begin; r < end; r++) {
+        const float *l = c->logits + r * vocab;
+        const nl_sample_row *sr = &c->rows[r];
+        float lmax = -INFINITY;
+        int32_t best = 0;
+        for (int32_t i = 0; i < vocab; i++)
+            if (l[i] > lmax) {
+                lmax = l[i];
+                best = i;
+            }
+        double sum = 0.0;
+        for (int32_t i = 0; i < vocab; i++) sum += exp((double)l[i] - lmax);
+        double lse = lmax + log(sum);
+
+        /* top-N by insertion: N <= 20, and most logits fail the first test */
+        int32_t n_top = sr->n_logprobs < 0 ? 0 : sr->n_logprobs > NL_MAX_LOGPROBS ? NL_MAX_LOGPROBS : sr->n_logprobs;
+        if (n_top > vocab) n_top = vocab;
+        int32_t *tid = c->top_ids + r * NL_MAX_LOGPROBS, have = 0;
+        float *tlp = c->top_logprobs + r * NL_MAX_LOGPROBS;
+        for (int32_t i = 0; i < vocab && n_top > 0; i++) {
+            if (have == n_top && !ranks_before(l[i], i, l[tid[have - 1]], tid[have - 1])) continue;
+            int32_t j = have < n_top ? have++ : have - 1;
+            while (j > 0 && ranks_before(l[i], i, l[tid[j - 1]], tid[j - 1])) {
+                tid[j] = tid[j - 1];
+                j--;
+            }
+            tid[j] = i;
+        }
+        for (int32_t j = 0; j < NL_MAX_LOGPROBS; j++) {
+            if (j < n_top) {
+                tlp[j] = (float)(l[tid[j]] - lse);
+            } else {
+                tid[j] = -1;
+                tlp[j] = 0.0f;
+            }
+        }
+
+        int32_t chosen = best;
+        if (sr->temperature > 0.0f) {
+            if (!order) {
+                order = malloc(sizeof(int32_t) * (size_t)vocab);
+                tmp_ids = malloc(sizeof(int32_t) * (size_t)vocab);
+                keys = malloc(sizeof(uint32_t) * (size_t)vocab);
+                tmp_keys = malloc(sizeof(uint32_t) * (size_t)vocab);
+                if (!order || !tmp_ids || !keys || !tmp_keys) {
+                    c->failed = true;
+                    break;
+                }
+            }
+            sort_descending(l, vocab, order, keys, tmp_ids, tmp_keys);
+            chosen = sample_walk(l, vocab, sr, order);
+        }
+        c->ids[r] = chosen;
+        c->logprobs[r] = (float)(l[chosen] - lse);
+    }
+    free(order);
+    free(tmp_ids);
+    free(keys);
+    free(tmp_keys);
+}
+
+nl_status cpu_sample(nl_backend *be, const float *logits, int32_t m, int32_t vocab,
+                     const nl_sample_row *rows, int32_t *ids, float *logprobs, int32_t *top_ids,
+                     float *top_logprobs)
+{
+    if (vocab <= 0) return nl_error(NL_ERR_INVALID_ARG, "sample: vocab %d must be positive", vocab);
+    for (int32_t r = 0; r < m; r++)
+        if (!(rows[r].temperature >= 0.0f) || !(rows[r].top_p > 0.0f) || rows[r].top_p > 1.0f ||
+            !(rows[r].min_p >= 0.0f) || rows[r].min_p > 1.0f)
+            return nl_error(NL_ERR_INVALID_ARG,
+                            "sample: row %d has temperature %g, top_p %g, min_p %g (need T >= 0, "
+                            "top_p in (0, 1], min_p in [0, 1])", r, rows[r].temperature,
+                            rows[r].top_p, rows[r].min_p);
+    struct sample_ctx c = {logits, vocab, rows, ids, top_ids, logprobs, top_logprobs, false};
+    cpu_parallel_for((cpu_backend *)be, m, 2, sample_task, &c);
+    if (c.failed) return nl_error(NL_ERR_NOMEM, "sample: no memory to sort %d logits", vocab);
+    return NL_OK;
+}

@@ -1,0 +1,506 @@
+/* test_cpu_ops.c — every op of the CPU backend against a double-precision
+ * reference written out here, plus the sampler's defining properties.
+ *
+ * The references are deliberately naive loops over plain arrays (no paged
+ * cache, no fused layouts) so that a layout mistake in the backend cannot
+ * hide in the reference too.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/dtype.h"
+#include "kernels/kernels.h"
+
+static nl_backend *be;
+
+static void setup(void)
+{
+    ck_assert_int_eq(nl_backend_cpu_create(2, &be), NL_OK);
+}
+
+static void teardown(void)
+{
+    nl_backend_destroy(be);
+    be = NULL;
+}
+
+/* Deterministic uniform in [-1, 1). */
+static uint64_t rng_state = 1;
+static float frand(void)
+{
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((rng_state >> 40) / 8388608.0 - 1.0);
+}
+
+static float *rand_array(size_t n)
+{
+    float *a = malloc(n * sizeof *a);
+    for (size_t i = 0; i < n; i++) a[i] = frand();
+    return a;
+}
+
+static void *dev_copy(const void *src, size_t bytes)
+{
+    void *d;
+    ck_assert_int_eq(be->ops->alloc(be, bytes, &d), NL_OK);
+    ck_assert_int_eq(be->ops->upload(be, d, src, bytes), NL_OK);
+    return d;
+}
+
+static nl_weight *weight_from(const float *src, int64_t rows, int64_t cols)
+{
+    nl_weight *w;
+    ck_assert_int_eq(be->ops->weight_create(be, rows, cols, &w), NL_OK);
+    ck_assert_int_eq(be->ops->weight_fill_rows(be, w, 0, rows, src, NL_DTYPE_F32, cols, 0), NL_OK);
+    return w;
+}
+
+#define ASSERT_CLOSE(got, want, tol)                                                       \
+    ck_assert_msg(fabs((double)(got) - (double)(want)) <= (tol) * (1.0 + fabs((double)(want))), \
+                  "%s = %.9g, want %.9g", #got, (double)(got), (double)(want))
+
+START_TEST(test_embedding_shard)
+{
+    enum { V = 10, D = 6, N = 5 };
+    float *table = rand_array(V * D);
+    /* this shard holds ids [4, 8) */
+    nl_weight *w = weight_from(table + 4 * D, 4, D);
+    int32_t ids[N] = {4, 9, 7, 0, 5};
+    float out[N * D];
+    int32_t *d_ids = dev_copy(ids, sizeof ids);
+    ck_assert_int_eq(be->ops->embedding(be, out, w, d_ids, N, 4), NL_OK);
+    for (int i = 0; i < N; i++)
+        for (int j = 0; j < D; j++) {
+            float want = ids[i] >= 4 && ids[i] < 8 ? table[ids[i] * D + j] : 0.0f;
+            ck_assert_float_eq(out[i * D + j], want);
+        }
+    be->ops->weight_destroy(be, w);
+    be->ops->free(be, d_ids);
+    free(table);
+}
+END_TEST
+
+START_TEST(test_weight_fill_dtypes_and_slices)
+{
+    /* A [3, 4] weight filled from columns 2..5 of a [3, 8] bf16 source, and
+     * from f16: the row-parallel column slice the loader relies on. */
+    uint16_t bf[3 * 8], hf[3 * 8];
+    for (int i = 0; i < 24; i++) {
+        bf[i] = nl_f32_to_bf16((float)i * 0.25f - 2.0f);
+        hf[i] = nl_f32_to_f16((float)i * 0.5f - 3.0f);
+    }
+    nl_weight *w;
+    ck_assert_int_eq(be->ops->weight_create(be, 3, 4, &w), NL_OK);
+    ck_assert_int_eq(be->ops->weight_fill_rows(be, w, 0, 2, bf, NL_DTYPE_BF16, 8, 2), NL_OK);
+    ck_assert_int_eq(be->ops->weight_fill_rows(be, w, 2, 1, hf + 8, NL_DTYPE_F16, 8, 4), NL_OK);
+    ck_assert_int_ne(be->ops->weight_fill_rows(be, w, 2, 2, hf, NL_DTYPE_F16, 8, 0), NL_OK);
+    /* read back through linear with identity inputs */
+    float eye[4 * 4] = {1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1}, out[4 * 3];
+    ck_assert_int_eq(be->ops->linear(be, out, eye, w, NULL, 4), NL_OK);
+    for (int c = 0; c < 4; c++) {
+        for (int r = 0; r < 2; r++) ck_assert_float_eq(out[c * 3 + r], (r * 8 + 2 + c) * 0.25f - 2.0f);
+        ck_assert_float_eq(out[c * 3 + 2], (8 + 4 + c) * 0.5f - 3.0f);
+    }
+    be->ops->weight_destroy(be, w);
+}
+END_TEST
+
+static void ref_rmsnorm(double *out, const double *v, const float *w, int dim, double eps)
+{
+    double ss = 0;
+    for (int j = 0; j < dim; j++) ss += v[j] * v[j];
+    double inv = 1.0 / sqrt(ss / dim + eps);
+    for (int j = 0; j < dim; j++) out[j] = v[j] * inv * w[j];
+}
+
+START_TEST(test_rmsnorm)
+{
+    enum { N = 37, D = 48 };
+    float *x = rand_array(N * D), *res = rand_array(N * D), *wv = rand_array(D);
+    float out[N * D], res2[N * D], x2[N * D];
+    nl_weight *w = weight_from(wv, 1, D);
+    memcpy(res2, res, sizeof res2);
+    memcpy(x2, x, sizeof x2);
+    ck_assert_int_eq(be->ops->rmsnorm(be, out, x, NULL, w, N, D, 1e-6f), NL_OK);
+    /* fused residual, in place (out == x) */
+    ck_assert_int_eq(be->ops->rmsnorm(be, x2, x2, res2, w, N, D, 1e-6f), NL_OK);
+    for (int i = 0; i < N; i++) {
+        double v[D], r[D], want[D], want_r[D];
+        for (int j = 0; j < D; j++) {
+            v[j] = x[i * D + j];
+            r[j] = (double)res[i * D + j] + x[i * D + j];
+        }
+        ref_rmsnorm(want, v, wv, D, 1e-6);
+        ref_rmsnorm(want_r, r, wv, D, 1e-6);
+        for (int j = 0; j < D; j++) {
+            ASSERT_CLOSE(out[i * D + j], want[j], 1e-5);
+            ASSERT_CLOSE(x2[i * D + j], want_r[j], 1e-5);
+            ASSERT_CLOSE(res2[i * D + j], r[j], 1e-6);
+        }
+    }
+    be->ops->weight_destroy(be, w);
+    free(x), free(res), free(wv);
+}
+END_TEST
+
+START_TEST(test_linear)
+{
+    enum { R = 19, C = 33 };
+    float *wv = rand_array(R * C), *bv = rand_array(R);
+    nl_weight *w = weight_from(wv, R, C), *b;
+    ck_assert_int_eq(be->ops->weight_create(be, R, 1, &b), NL_OK);
+    ck_assert_int_eq(be->ops->weight_fill_rows(be, b, 0, R, bv, NL_DTYPE_F32, 1, 0), NL_OK);
+    for (int n = 1; n <= 7; n += 6) { /* n == 1 takes the gemv path */
+        float *x = rand_array((size_t)n * C), out[7 * R], out32[7 * R];
+        ck_assert_int_eq(be->ops->linear(be, out, x, w, b, n), NL_OK);
+        ck_assert_int_eq(be->ops->linear_f32(be, out32, x, w, n), NL_OK);
+        for (int i = 0; i < n; i++)
+            for (int r = 0; r < R; r++) {
+                double acc = 0;
+                for (int c = 0; c < C; c++) acc += (double)x[i * C + c] * wv[r * C + c];
+                ASSERT_CLOSE(out32[i * R + r], acc, 1e-5);
+                ASSERT_CLOSE(out[i * R + r], acc + bv[r], 1e-5);
+            }
+        free(x);
+    }
+    be->ops->weight_destroy(be, w);
+    be->ops->weight_destroy(be, b);
+    free(wv), free(bv);
+}
+END_TEST
+
+static void check_qk_norm_rope(int hq, int hk, int hd, bool with_norm)
+{
+    enum { N = 6 };
+    int width = (hq + 2 * hk) * hd;
+    float *qkv = rand_array((size_t)N * width), *orig = malloc(sizeof(float) * N * width);
+    float *qn = rand_array(hd), *kn = rand_array(hd);
+    int32_t pos[N] = {0, 1, 2, 17, 300, 4095};
+    memcpy(orig, qkv, sizeof(float) * N * width);
+    nl_weight *wq = with_norm ? weight_from(qn, 1, hd) : NULL, *wk = with_norm ? weight_from(kn, 1, hd) : NULL;
+    ck_assert_int_eq(be->ops->qk_norm_rope(be, qkv, pos, wq, wk, N, hq, hk, hd, 1e-6f, 1e6f), NL_OK);
+    double *v = malloc(sizeof(double) * hd), *nv = malloc(sizeof(double) * hd);
+    for (int t = 0; t < N; t++)
+        for (int h = 0; h < hq + 2 * hk; h++) {
+            const float *src = orig + t * width + h * hd;
+            const float *got = qkv + t * width + h * hd;
+            for (int d = 0; d < hd; d++) v[d] = src[d];
+            if (h >= hq + hk) { /* v is untouched */
+                for (int d = 0; d < hd; d++) ck_assert_float_eq(got[d], src[d]);
+                continue;
+            }
+            if (with_norm) {
+                ref_rmsnorm(nv, v, h < hq ? qn : kn, hd, 1e-6);
+                memcpy(v, nv, sizeof(double) * hd);
+            }
+            for (int i = 0; i < hd / 2; i++) {
+                double a = pos[t] * pow(1e6, -2.0 * i / hd);
+                double want1 = v[i] * cos(a) - v[i + hd / 2] * sin(a);
+                double want2 = v[i + hd / 2] * cos(a) + v[i] * sin(a);
+                ASSERT_CLOSE(got[i], want1, 2e-5);
+                ASSERT_CLOSE(got[i + hd / 2], want2, 2e-5);
+            }
+        }
+    if (wq) be->ops->weight_destroy(be, wq), be->ops->weight_destroy(be, wk);
+    free(qkv), free(orig), free(qn), free(kn), free(v), free(nv);
+}
+
+START_TEST(test_qk_norm_rope)
+{
+    check_qk_norm_rope(4, 2, 16, true);
+    check_qk_norm_rope(2, 1, 8, false);
+    check_qk_norm_rope(3, 3, 6, true);
+}
+END_TEST
+
+/* A ragged batch over a shuffled paged cache: a fresh prefill, a chunk
+ * after a cached prefix that crosses block boundaries, and decodes. */
+static void check_attention(int hq, int hk, int hd)
+{
+    enum { S = 4, BS = 16, NB = 12, MAXB = 4 };
+    int32_t q_len[S] = {5, 3, 1, 1}, ctx[S] = {5, 37, 20, 48};
+    int32_t tables[S][MAXB] = {{7, 0, 0, 0}, {3, 10, 1, 0}, {11, 2, 0, 0}, {4, 9, 5, 0}};
+    int width = (hq + 2 * hk) * hd, kvw = hk * hd;
+    int32_t cu[S + 1] = {0}, n = 0;
+    for (int s = 0; s < S; s++) cu[s + 1] = cu[s] + q_len[s];
+    n = cu[S];
+    float *qkv = rand_array((size_t)(n + 1) * width); /* + a padding row */
+    float *kc = calloc((size_t)NB * BS * kvw, sizeof(float)), *vc = calloc((size_t)NB * BS * kvw, sizeof(float));
+    float *keys[S], *vals[S]; /* [ctx, hk, hd] per seq, the reference's view */
+    int32_t slots[16];
+    for (int s = 0; s < S; s++) {
+        keys[s] = rand_array((size_t)ctx[s] * kvw);
+        vals[s] = rand_array((size_t)ctx[s] * kvw);
+        for (int p = 0; p < ctx[s]; p++) {
+            int slot = tables[s][p / BS] * BS + p % BS, i = p - (ctx[s] - q_len[s]);
+            if (i < 0) { /* cached prefix: already in the cache */
+                memcpy(kc + (size_t)slot * kvw, keys[s] + p * kvw, sizeof(float) * kvw);
+                memcpy(vc + (size_t)slot * kvw, vals[s] + p * kvw, sizeof(float) * kvw);
+            } else { /* new token: its k, v travel in qkv */
+                memcpy(qkv + (cu[s] + i) * width + hq * hd, keys[s] + p * kvw, sizeof(float) * kvw);
+                memcpy(qkv + (cu[s] + i) * width + (hq + hk) * hd, vals[s] + p * kvw, sizeof(float) * kvw);
+                slots[cu[s] + i] = slot;
+            }
+        }
+    }
+    slots[n] = -1; /* a padding row must be skipped */
+    ck_assert_int_eq(be->ops->store_kv(be, kc, vc, qkv, slots, n + 1, hq, hk, hd, BS), NL_OK);
+    nl_attn_batch b = {.n_seqs = S, .n_tokens = n, .max_q_len = 5, .max_context_len = 48,
+                       .max_blocks_per_seq = MAXB, .block_size = BS, .all_decode = false,
+                       .cu_seqlens_q = cu, .context_lens = ctx, .block_tables = &tables[0][0]};
+    float *out = malloc(sizeof(float) * n * hq * hd);
+    float scale = 1.0f / sqrtf((float)hd);
+    ck_assert_int_eq(be->ops->attention(be, out, qkv, kc, vc, &b, hq, hk, hd, scale), NL_OK);
+    double *sc = malloc(sizeof(double) * 64);
+    for (int s = 0; s < S; s++)
+        for (int i = 0; i < q_len[s]; i++) {
+            int t = cu[s] + i, pos = ctx[s] - q_len[s] + i;
+            for (int h = 0; h < hq; h++) {
+                int kvh = h / (hq / hk);
+                const float *q = qkv + t * width + h * hd;
+                double mx = -1e300, sum = 0;
+                for (int j = 0; j <= pos; j++) {
+                    double d = 0;
+                    for (int e = 0; e < hd; e++) d += (double)q[e] * keys[s][j * kvw + kvh * hd + e];
+                    sc[j] = d * scale;
+                    if (sc[j] > mx) mx = sc[j];
+                }
+                for (int j = 0; j <= pos; j++) sum += (sc[j] = exp(sc[j] - mx));
+                for (int e = 0; e < hd; e++) {
+                    double want = 0;
+                    for (int j = 0; j <= pos; j++) want += sc[j] / sum * vals[s][j * kvw + kvh * hd + e];
+                    ASSERT_CLOSE(out[t * hq * hd + h * hd + e], want, 1e-5);
+                }
+            }
+        }
+    for (int s = 0; s < S; s++) free(keys[s]), free(vals[s]);
+    free(qkv), free(kc), free(vc), free(out), free(sc);
+}
+
+START_TEST(test_attention_gqa)
+{
+    check_attention(4, 2, 16); /* GQA */
+}
+END_TEST
+
+START_TEST(test_attention_mqa_mha)
+{
+    check_attention(3, 1, 8);  /* MQA */
+    check_attention(2, 2, 32); /* MHA */
+}
+END_TEST
+
+START_TEST(test_attention_rejects_bad_lengths)
+{
+    int32_t cu[2] = {0, 2}, ctx[1] = {40}, table[2] = {0, 1};
+    float buf[4096] = {0};
+    nl_attn_batch b = {.n_seqs = 1, .n_tokens = 2, .max_q_len = 2, .max_context_len = 40,
+                       .max_blocks_per_seq = 2, .block_size = 16, .cu_seqlens_q = cu,
+                       .context_lens = ctx, .block_tables = table};
+    ck_assert_int_eq(be->ops->attention(be, buf, buf, buf, buf, &b, 1, 1, 8, 1.0f), NL_ERR_INVALID_ARG);
+}
+END_TEST
+
+START_TEST(test_silu_mul_gather)
+{
+    enum { N = 9, I = 13, D = 5 };
+    float *gu = rand_array(N * 2 * I), out[N * I];
+    ck_assert_int_eq(be->ops->silu_mul(be, out, gu, N, I), NL_OK);
+    for (int i = 0; i < N; i++)
+        for (int j = 0; j < I; j++) {
+            double g = gu[i * 2 * I + j], u = gu[i * 2 * I + I + j];
+            ASSERT_CLOSE(out[i * I + j], g / (1 + exp(-g)) * u, 1e-6);
+        }
+    float *x = rand_array(N * D), g[3 * D];
+    int32_t rows[3] = {8, 0, 4};
+    ck_assert_int_eq(be->ops->gather_rows(be, g, x, rows, 3, D), NL_OK);
+    for (int i = 0; i < 3; i++) ck_assert_int_eq(memcmp(g + i * D, x + rows[i] * D, sizeof(float) * D), 0);
+    free(gu), free(x);
+}
+END_TEST
+
+/* ---- sampler ------------------------------------------------------------ */
+
+typedef struct sample_out {
+    int32_t ids[8];
+    float lp[8];
+    int32_t top_ids[8 * NL_MAX_LOGPROBS];
+    float top_lp[8 * NL_MAX_LOGPROBS];
+} sample_out;
+
+static void run_sample(const float *logits, int m, int vocab, const nl_sample_row *rows, sample_out *o)
+{
+    ck_assert_int_eq(be->ops->sample(be, logits, m, vocab, rows, o->ids, o->lp, o->top_ids, o->top_lp), NL_OK);
+}
+
+static nl_sample_row greedy_row(void)
+{
+    return (nl_sample_row){.temperature = 0.0f, .top_p = 1.0f, .min_p = 0.0f, .top_k = 0};
+}
+
+START_TEST(test_sample_greedy_and_logprobs)
+{
+    enum { V = 1000 };
+    float *l = rand_array(V);
+    for (int i = 0; i < V; i++) l[i] *= 5;
+    l[417] = 9.0f, l[123] = 9.0f; /* a tie: lowest id wins */
+    nl_sample_row r = greedy_row();
+    r.n_logprobs = 5;
+    sample_out o;
+    run_sample(l, 1, V, &r, &o);
+    ck_assert_int_eq(o.ids[0], 123);
+    double sum = 0;
+    for (int i = 0; i < V; i++) sum += exp((double)l[i] - 9.0);
+    double lse = 9.0 + log(sum);
+    ASSERT_CLOSE(o.lp[0], 9.0 - lse, 1e-6);
+    ck_assert_int_eq(o.top_ids[0], 123);
+    ck_assert_int_eq(o.top_ids[1], 417);
+    for (int j = 0; j < 5; j++) {
+        ASSERT_CLOSE(o.top_lp[j], l[o.top_ids[j]] - lse, 1e-6);
+        for (int i = 0; i < V; i++) /* nothing outside the list beats its members */
+            if (i != o.top_ids[0] && i != o.top_ids[1] && i != o.top_ids[2] && i != o.top_ids[3] && i != o.top_ids[4])
+                ck_assert(l[i] <= l[o.top_ids[4]]);
+    }
+    ck_assert_int_eq(o.top_ids[5], -1);
+    /* logprobs of the whole vocabulary sum to 1 */
+    float small[NL_MAX_LOGPROBS];
+    for (int i = 0; i < NL_MAX_LOGPROBS; i++) small[i] = l[i];
+    r.n_logprobs = NL_MAX_LOGPROBS;
+    run_sample(small, 1, NL_MAX_LOGPROBS, &r, &o);
+    double total = 0;
+    for (int j = 0; j < NL_MAX_LOGPROBS; j++) total += exp(o.top_lp[j]);
+    ASSERT_CLOSE(total, 1.0, 1e-6);
+    free(l);
+}
+END_TEST
+
+START_TEST(test_sample_topk1_seed_and_batch_independence)
+{
+    enum { V = 500 };
+    float *l = rand_array(4 * V);
+    for (int i = 0; i < 4 * V; i++) l[i] *= 3;
+    nl_sample_row rows[4];
+    for (int r = 0; r < 4; r++)
+        rows[r] = (nl_sample_row){.temperature = 0.8f, .top_p = 0.9f, .min_p = 0.01f, .top_k = 50,
+                                  .seed = 1234 + r, .offset = 7 * r};
+    rows[1].top_k = 1; /* top_k 1 == greedy */
+    sample_out all, alone, again;
+    run_sample(l, 4, V, rows, &all);
+    int32_t argmax = 0;
+    for (int i = 1; i < V; i++)
+        if (l[V + i] > l[V + argmax]) argmax = i;
+    ck_assert_int_eq(all.ids[1], argmax);
+    for (int r = 0; r < 4; r++) {
+        run_sample(l + r * V, 1, V, &rows[r], &alone);
+        run_sample(l + r * V, 1, V, &rows[r], &again);
+        ck_assert_int_eq(all.ids[r], alone.ids[0]);
+        ck_assert_int_eq(alone.ids[0], again.ids[0]);
+    }
+    /* other seeds give other tokens, at least sometimes */
+    int differ = 0;
+    for (uint64_t s = 0; s < 20; s++) {
+        nl_sample_row x = rows[0];
+        x.seed = s;
+        run_sample(l, 1, V, &x, &alone);
+        differ += alone.ids[0] != all.ids[0];
+    }
+    ck_assert_int_gt(differ, 0);
+    free(l);
+}
+END_TEST
+
+/* Frequencies over many offsets against the distribution each filter
+ * should leave (probabilities 0.5, 0.3, 0.15, 0.05 by construction). */
+static void check_distribution(nl_sample_row r, const double *want)
+{
+    enum { N = 20000 };
+    float l[4] = {logf(0.05f), logf(0.5f), logf(0.15f), logf(0.3f)};
+    int32_t perm[4] = {1, 3, 2, 0}; /* want[] is in descending p */
+    int count[4] = {0};
+    sample_out o;
+    for (int i = 0; i < N; i++) {
+        r.offset = (uint64_t)i;
+        run_sample(l, 1, 4, &r, &o);
+        count[o.ids[0]]++;
+    }
+    for (int k = 0; k < 4; k++)
+        ck_assert_msg(fabs(count[perm[k]] / (double)N - want[k]) < 0.012,
+                      "rank %d: %d/%d, want %.3f", k, count[perm[k]], N, want[k]);
+}
+
+START_TEST(test_sample_distribution)
+{
+    nl_sample_row r = {.temperature = 1.0f, .top_p = 1.0f, .seed = 99};
+    check_distribution(r, (double[]){0.5, 0.3, 0.15, 0.05});
+    r.top_k = 2;
+    check_distribution(r, (double[]){0.625, 0.375, 0, 0});
+    r.top_k = 0, r.top_p = 0.7f; /* 0.5 < 0.7 <= 0.8 */
+    check_distribution(r, (double[]){0.625, 0.375, 0, 0});
+    r.top_p = 1.0f, r.min_p = 0.2f; /* keeps p >= 0.1 */
+    check_distribution(r, (double[]){0.5 / 0.95, 0.3 / 0.95, 0.15 / 0.95, 0});
+    r.min_p = 0.0f, r.temperature = 0.5f; /* p^2, renormalised */
+    double z = 0.25 + 0.09 + 0.0225 + 0.0025;
+    check_distribution(r, (double[]){0.25 / z, 0.09 / z, 0.0225 / z, 0.0025 / z});
+}
+END_TEST
+
+START_TEST(test_sample_rejects_bad_params)
+{
+    float l[4] = {0};
+    nl_sample_row r = {.temperature = 1.0f, .top_p = 0.0f};
+    sample_out o;
+    ck_assert_int_eq(be->ops->sample(be, l, 1, 4, &r, o.ids, o.lp, o.top_ids, o.top_lp), NL_ERR_INVALID_ARG);
+}
+END_TEST
+
+START_TEST(test_rng_uniform)
+{
+    /* in [0, 1), deterministic, mean about 1/2 */
+    double sum = 0;
+    for (uint64_t i = 0; i < 10000; i++) {
+        float u = nl_rng_uniform(42, i);
+        ck_assert(u >= 0.0f && u < 1.0f);
+        ck_assert_float_eq(u, nl_rng_uniform(42, i));
+        sum += u;
+    }
+    ck_assert(fabs(sum / 10000 - 0.5) < 0.01);
+    ck_assert_int_eq(nl_cuda_device_count() >= 0, 1);
+}
+END_TEST
+
+static Suite *cpu_ops_suite(void)
+{
+    Suite *s = suite_create("cpu_ops");
+    TCase *tc = tcase_create("ops");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_embedding_shard);
+    tcase_add_test(tc, test_weight_fill_dtypes_and_slices);
+    tcase_add_test(tc, test_rmsnorm);
+    tcase_add_test(tc, test_linear);
+    tcase_add_test(tc, test_qk_norm_rope);
+    tcase_add_test(tc, test_attention_gqa);
+    tcase_add_test(tc, test_attention_mqa_mha);
+    tcase_add_test(tc, test_attention_rejects_bad_lengths);
+    tcase_add_test(tc, test_silu_mul_gather);
+    suite_add_tcase(s, tc);
+    TCase *ts = tcase_create("sampler");
+    tcase_add_checked_fixture(ts, setup, teardown);
+    tcase_add_test(ts, test_sample_greedy_and_logprobs);
+    tcase_add_test(ts, test_sample_topk1_seed_and_batch_independence);
+    tcase_add_test(ts, test_sample_distribution);
+    tcase_add_test(ts, test_sample_rejects_bad_params);
+    tcase_add_test(ts, test_rng_uniform);
+    suite_add_tcase(s, ts);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(cpu_ops_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
