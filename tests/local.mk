@@ -14,3 +14,6 @@ tests_test_status_SOURCES = tests/test_status.c
 tests_test_status_CFLAGS = $(TEST_CFLAGS)
 tests_test_status_LDADD = libnlcommon.la $(TEST_LIBS)
 endif
+include tests/cpumodel.mk
+include tests/ipc.mk
+include tests/leader.mk
