@@ -15,4 +15,10 @@ int cli_tokenize(const char *model_dir, int argc, char **argv);
 /* stdin JSON array of ids -> text on stdout.  Flag: --skip-special-tokens. */
 int cli_detokenize(const char *model_dir, int argc, char **argv);
 
+/* Writes a random-weight model directory (see mkmodel.h).  Takes no model
+ * directory: argv holds the arguments after "mkmodel"
+ * (--out DIR [--preset NAME] [--seed N] [--tokenizer DIR] [--shard-size MB]
+ * and shape overrides; --help lists them). */
+int cli_mkmodel(int argc, char **argv);
+
 #endif /* NL_LEADER_CLI_H */

@@ -11,3 +11,17 @@ nanollm_launch_SOURCES = leader/launch_main.c
 # is a real binary that finds nanollm-worker beside itself.
 nanollm_launch_LDADD = libnanollm.la
 nanollm_launch_LDFLAGS = -static
+
+# Model files: random-weight checkpoints and the built-in demo model.
+libnanollm_la_SOURCES += \
+	leader/mkmodel.c leader/mkmodel.h \
+	leader/cli_mkmodel.c \
+	leader/demo_model.c leader/demo_model.h
+
+# Requests, KV blocks, scheduling and the engine's step loop.
+libnanollm_la_SOURCES += \
+	leader/u64map.c leader/u64map.h \
+	leader/seq.c leader/seq.h \
+	leader/block_manager.c leader/block_manager.h \
+	leader/scheduler.c leader/scheduler.h \
+	leader/engine.c leader/engine_internal.h
