@@ -1,0 +1,484 @@
+/* backend.cu — the CUDA backend object: device memory, bf16 weights, the op
+ * table, cuBLASLt GEMMs and CUDA graphs.
+ *
+ * Everything runs on one stream the backend owns.  Ops only enqueue work: the
+ * cuBLASLt workspace, the decode split-K scratch and the pinned staging
+ * buffer are allocated once at creation, so a forward pass can be captured
+ * into a CUDA graph.  Kernels live in the other files of this folder.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cuda/cuda_common.cuh"
+
+#define WORKSPACE_BYTES (32u << 20)   /* what cuBLASLt asks for on Hopper    */
+#define STAGING_BYTES (16u << 20)
+#define ATTN_SCRATCH_BYTES (64u << 20) /* bounds the decode split count        */
+
+extern "C" int nl_cuda_device_count(void)
+{
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError(); /* no driver or no device: not an error here */
+        return 0;
+    }
+    return n;
+}
+
+extern "C" void *nl_backend_cuda_stream(nl_backend *be)
+{
+    return (void *)cuda_be(be)->stream;
+}
+
+extern "C" int nl_backend_cuda_device(nl_backend *be)
+{
+    return cuda_be(be)->device;
+}
+
+/* ---- memory ---------------------------------------------------------------- */
+
+static nl_status cuda_alloc(nl_backend *b, size_t bytes, void **out)
+{
+    *out = NULL;
+    cudaError_t e = cudaMalloc(out, bytes ? bytes : 1);
+    if (e == cudaErrorMemoryAllocation) {
+        cudaGetLastError();
+        return nl_error(NL_ERR_NOMEM, "cuda: cannot allocate %zu bytes of device memory", bytes);
+    }
+    NL_CUDA_CHECK(e);
+    return NL_OK;
+}
+
+static void cuda_free(nl_backend *b, void *ptr)
+{
+    if (ptr) cudaFree(ptr);
+}
+
+static nl_status cuda_upload(nl_backend *b, void *dst, const void *src, size_t bytes)
+{
+    /* Pageable host memory: the call returns once src is staged, so the
+     * caller may reuse it, and the copy stays ordered with the ops. */
+    NL_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cuda_be(b)->stream));
+    return NL_OK;
+}
+
+static nl_status cuda_download(nl_backend *b, void *dst, const void *src, size_t bytes)
+{
+    cuda_backend *be = cuda_be(b);
+    NL_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, be->stream));
+    NL_CUDA_CHECK(cudaStreamSynchronize(be->stream));
+    return NL_OK;
+}
+
+static nl_status cuda_memset_zero(nl_backend *b, void *dst, size_t bytes)
+{
+    NL_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, cuda_be(b)->stream));
+    return NL_OK;
+}
+
+static nl_status cuda_synchronize(nl_backend *b)
+{
+    NL_CUDA_CHECK(cudaStreamSynchronize(cuda_be(b)->stream));
+    return NL_OK;
+}
+
+static nl_status cuda_memory_info(nl_backend *b, size_t *free_bytes, size_t *total_bytes)
+{
+    NL_CUDA_CHECK(cudaMemGetInfo(free_bytes, total_bytes));
+    return NL_OK;
+}
+
+/* ---- weights --------------------------------------------------------------- */
+
+static nl_status cuda_weight_create(nl_backend *b, int64_t rows, int64_t cols, nl_weight **out)
+{
+    *out = NULL;
+    if (rows <= 0 || cols <= 0)
+        return nl_error(NL_ERR_INVALID_ARG, "cuda: weight shape [%lld, %lld] must be positive",
+                        (long long)rows, (long long)cols);
+    nl_weight *w = (nl_weight *)calloc(1, sizeof *w);
+    if (!w) return nl_error(NL_ERR_NOMEM, "cuda: weight header");
+    w->rows = rows;
+    w->cols = cols;
+    nl_status s = cuda_alloc(b, (size_t)rows * cols * sizeof(bf16), (void **)&w->data);
+    if (s != NL_OK) {
+        free(w);
+        return nl_error_prefix(s, "weight [%lld, %lld]: ", (long long)rows, (long long)cols);
+    }
+    *out = w;
+    return NL_OK;
+}
+
+static void convert_row_to_bf16(uint16_t *dst, const void *src, nl_dtype t, int64_t n)
+{
+    if (t == NL_DTYPE_BF16) {
+        memcpy(dst, src, (size_t)n * 2);
+    } else if (t == NL_DTYPE_F16) {
+        const uint16_t *s = (const uint16_t *)src;
+        for (int64_t i = 0; i < n; i++) dst[i] = nl_f32_to_bf16(nl_f16_to_f32(s[i]));
+    } else {
+        const float *s = (const float *)src;
+        for (int64_t i = 0; i < n; i++) dst[i] = nl_f32_to_bf16(s[i]);
+    }
+}
+
+/* Converts on the host, a chunk of whole rows at a time, into the pinned
+ * staging buffer and copies each chunk up; loading is not on the hot path,
+ * so one buffer and a synchronisation per chunk keep it simple. */
+static nl_status cuda_weight_fill_rows(nl_backend *b, nl_weight *w, int64_t row0, int64_t n_rows,
+                                       const void *src, nl_dtype src_dtype, int64_t src_stride,
+                                       int64_t src_col0)
+{
+    cuda_backend *be = cuda_be(b);
+    if (row0 < 0 || n_rows < 0 || row0 + n_rows > w->rows)
+        return nl_error(NL_ERR_INVALID_ARG, "cuda: weight rows [%lld, %lld) outside [0, %lld)",
+                        (long long)row0, (long long)(row0 + n_rows), (long long)w->rows);
+    if (src_dtype != NL_DTYPE_F32 && src_dtype != NL_DTYPE_F16 && src_dtype != NL_DTYPE_BF16)
+        return nl_error(NL_ERR_UNSUPPORTED, "cuda: weight source dtype %s",
+                        nl_dtype_name(src_dtype));
+    if (src_col0 < 0 || src_col0 + w->cols > src_stride)
+        return nl_error(NL_ERR_INVALID_ARG,
+                        "cuda: weight columns [%lld, %lld) outside source stride %lld",
+                        (long long)src_col0, (long long)(src_col0 + w->cols),
+                        (long long)src_stride);
+    size_t row_bytes = (size_t)w->cols * 2;
+    size_t elem = nl_dtype_size(src_dtype);
+    int64_t rows_per_chunk = (int64_t)(be->staging_bytes / row_bytes);
+    if (rows_per_chunk < 1) {
+        /* A row longer than the staging buffer: convert it in pieces. */
+        for (int64_t r = 0; r < n_rows; r++) {
+            const char *srow = (const char *)src + ((size_t)r * src_stride + src_col0) * elem;
+            bf16 *drow = w->data + (size_t)(row0 + r) * w->cols;
+            int64_t per = (int64_t)(be->staging_bytes / 2);
+            for (int64_t c = 0; c < w->cols; c += per) {
+                int64_t len = w->cols - c < per ? w->cols - c : per;
+                convert_row_to_bf16((uint16_t *)be->staging, srow + c * elem, src_dtype, len);
+                NL_CUDA_CHECK(cudaMemcpyAsync(drow + c, be->staging, (size_t)len * 2,
+                                              cudaMemcpyHostToDevice, be->stream));
+                NL_CUDA_CHECK(cudaStreamSynchronize(be->stream));
+            }
+        }
+        return NL_OK;
+    }
+    for (int64_t r = 0; r < n_rows; r += rows_per_chunk) {
+        int64_t cnt = n_rows - r < rows_per_chunk ? n_rows - r : rows_per_chunk;
+        for (int64_t i = 0; i < cnt; i++) {
+            const char *srow =
+                (const char *)src + ((size_t)(r + i) * src_stride + src_col0) * elem;
+            convert_row_to_bf16((uint16_t *)be->staging + (size_t)i * w->cols, srow, src_dtype,
+                                w->cols);
+        }
+        NL_CUDA_CHECK(cudaMemcpyAsync(w->data + (size_t)(row0 + r) * w->cols, be->staging,
+                                      (size_t)cnt * row_bytes, cudaMemcpyHostToDevice,
+                                      be->stream));
+        NL_CUDA_CHECK(cudaStreamSynchronize(be->stream));
+    }
+    return NL_OK;
+}
+
+static void cuda_weight_destroy(nl_backend *b, nl_weight *w)
+{
+    if (!w) return;
+    cudaFree(w->data);
+    free(w);
+}
+
+/* ---- GEMM through cuBLASLt --------------------------------------------------- */
+
+static void plan_release(cuda_gemm_plan *p)
+{
+    if (!p->valid) return;
+    cublasLtMatrixLayoutDestroy(p->a);
+    cublasLtMatrixLayoutDestroy(p->b);
+    cublasLtMatrixLayoutDestroy(p->c);
+    cublasLtMatmulDescDestroy(p->desc);
+    p->valid = false;
+}
+
+/* Row-major out[n, m] = x[n, k] @ W[m, k]^T is, read column-major,
+ * out^T[m, n] = op_T(W^T[k, m]) * x^T[k, n]: A = W with transa, B = x. */
+static nl_status plan_build(cuda_backend *be, cuda_gemm_plan *p, int64_t m, int64_t n, int64_t k,
+                            cudaDataType_t out_type, bool bias)
+{
+    memset(p, 0, sizeof *p);
+    p->m = m;
+    p->n = n;
+    p->k = k;
+    p->out_type = out_type;
+    p->bias = bias;
+    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    NL_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    NL_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta,
+                                                   sizeof ta));
+    NL_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb,
+                                                   sizeof tb));
+    if (bias) {
+        cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
+        cudaDataType_t bt = CUDA_R_16BF;
+        NL_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
+                                                       &ep, sizeof ep));
+        NL_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+            p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
+    }
+    NL_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16BF, k, m, k));
+    NL_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16BF, k, n, k));
+    NL_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->c, out_type, m, n, m));
+    p->valid = true;
+
+    cublasLtMatmulPreference_t pref;
+    NL_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    size_t ws = be->workspace_bytes;
+    cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    cublasLtMatmulHeuristicResult_t res;
+    int found = 0;
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmulAlgoGetHeuristic(be->lt, p->desc, p->a, p->b, p->c, p->c, pref, 1,
+                                            &res, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
+        plan_release(p);
+        if (st != CUBLAS_STATUS_SUCCESS)
+            return NL_CUDA_FAIL("cublasLtMatmulAlgoGetHeuristic", cublasLtGetStatusString(st));
+        return nl_error(NL_ERR_UNSUPPORTED, "cuda: no cuBLASLt algorithm for m=%lld n=%lld k=%lld",
+                        (long long)m, (long long)n, (long long)k);
+    }
+    p->algo = res.algo;
+    return NL_OK;
+}
+
+static nl_status plan_get(cuda_backend *be, int64_t m, int64_t n, int64_t k,
+                          cudaDataType_t out_type, bool bias, cuda_gemm_plan **out)
+{
+    for (int i = 0; i < NL_GEMM_PLAN_CACHE; i++) {
+        cuda_gemm_plan *p = &be->plans[i];
+        if (p->valid && p->m == m && p->n == n && p->k == k && p->out_type == out_type &&
+            p->bias == bias) {
+            *out = p;
+            return NL_OK;
+        }
+    }
+    cuda_gemm_plan *p = &be->plans[be->next_plan];
+    be->next_plan = (be->next_plan + 1) % NL_GEMM_PLAN_CACHE;
+    plan_release(p);
+    NL_TRY(plan_build(be, p, m, n, k, out_type, bias));
+    *out = p;
+    return NL_OK;
+}
+
+nl_status cuda_gemm(cuda_backend *be, void *out, cudaDataType_t out_type, const void *x,
+                    const nl_weight *w, const nl_weight *bias, int32_t n)
+{
+    if (n <= 0) return NL_OK;
+    if (bias && bias->rows * bias->cols != w->rows)
+        return nl_error(NL_ERR_INVALID_ARG, "cuda: linear bias has %lld values for %lld rows",
+                        (long long)(bias->rows * bias->cols), (long long)w->rows);
+    cuda_gemm_plan *p;
+    NL_TRY(plan_get(be, w->rows, n, w->cols, out_type, bias != NULL, &p));
+    if (bias) {
+        const void *bp = bias->data;
+        NL_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                       &bp, sizeof bp));
+    }
+    const float alpha = 1.0f, beta = 0.0f;
+    NL_CUBLAS_CHECK(cublasLtMatmul(be->lt, p->desc, &alpha, w->data, p->a, x, p->b, &beta, out,
+                                   p->c, out, p->c, &p->algo, be->workspace, be->workspace_bytes,
+                                   be->stream));
+    return NL_OK;
+}
+
+static nl_status op_linear(nl_backend *b, void *out, const void *x, const nl_weight *w,
+                           const nl_weight *bias, int32_t n)
+{
+    return cuda_gemm(cuda_be(b), out, CUDA_R_16BF, x, w, bias, n);
+}
+
+static nl_status op_linear_f32(nl_backend *b, float *out, const void *x, const nl_weight *w,
+                               int32_t n)
+{
+    return cuda_gemm(cuda_be(b), out, CUDA_R_32F, x, w, NULL, n);
+}
+
+/* ---- ops implemented in the kernel files ------------------------------------ */
+
+static nl_status op_embedding(nl_backend *b, void *out, const nl_weight *table,
+                              const int32_t *ids, int32_t n, int32_t vocab_start)
+{
+    return cuda_embedding(cuda_be(b), out, table, ids, n, vocab_start);
+}
+
+static nl_status op_rmsnorm(nl_backend *b, void *out, const void *x, void *residual,
+                            const nl_weight *w, int32_t n, int32_t dim, float eps)
+{
+    return cuda_rmsnorm(cuda_be(b), out, x, residual, w, n, dim, eps);
+}
+
+static nl_status op_qk_norm_rope(nl_backend *b, void *qkv, const int32_t *positions,
+                                 const nl_weight *q_norm, const nl_weight *k_norm, int32_t n,
+                                 int32_t hq, int32_t hk, int32_t hd, float eps, float rope_theta)
+{
+    return cuda_qk_norm_rope(cuda_be(b), qkv, positions, q_norm, k_norm, n, hq, hk, hd, eps,
+                             rope_theta);
+}
+
+static nl_status op_store_kv(nl_backend *b, void *k_cache, void *v_cache, const void *qkv,
+                             const int32_t *slots, int32_t n, int32_t hq, int32_t hk, int32_t hd,
+                             int32_t block_size)
+{
+    return cuda_store_kv(cuda_be(b), k_cache, v_cache, qkv, slots, n, hq, hk, hd);
+}
+
+static nl_status op_attention(nl_backend *b, void *out, const void *qkv, const void *k_cache,
+                              const void *v_cache, const nl_attn_batch *batch, int32_t hq,
+                              int32_t hk, int32_t hd, float scale)
+{
+    return cuda_attention(cuda_be(b), out, qkv, k_cache, v_cache, batch, hq, hk, hd, scale);
+}
+
+static nl_status op_silu_mul(nl_backend *b, void *out, const void *gate_up, int32_t n,
+                             int32_t inter)
+{
+    return cuda_silu_mul(cuda_be(b), out, gate_up, n, inter);
+}
+
+static nl_status op_gather_rows(nl_backend *b, void *out, const void *x, const int32_t *rows,
+                                int32_t m, int32_t dim)
+{
+    return cuda_gather_rows(cuda_be(b), out, x, rows, m, dim);
+}
+
+static nl_status op_sample(nl_backend *b, const float *logits, int32_t m, int32_t vocab,
+                           const nl_sample_row *rows, int32_t *ids, float *logprobs,
+                           int32_t *top_ids, float *top_logprobs)
+{
+    return cuda_sample(cuda_be(b), logits, m, vocab, rows, ids, logprobs, top_ids, top_logprobs);
+}
+
+/* ---- CUDA graphs --------------------------------------------------------------- */
+
+struct nl_graph {
+    cudaGraphExec_t exec;
+};
+
+static nl_status cuda_capture_begin(nl_backend *b)
+{
+    /* Thread-local mode: other threads of the process may keep using CUDA. */
+    NL_CUDA_CHECK(cudaStreamBeginCapture(cuda_be(b)->stream, cudaStreamCaptureModeThreadLocal));
+    return NL_OK;
+}
+
+static nl_status cuda_capture_end(nl_backend *b, nl_graph **out)
+{
+    *out = NULL;
+    cudaGraph_t graph;
+    NL_CUDA_CHECK(cudaStreamEndCapture(cuda_be(b)->stream, &graph));
+    nl_graph *g = (nl_graph *)calloc(1, sizeof *g);
+    if (!g) {
+        cudaGraphDestroy(graph);
+        return nl_error(NL_ERR_NOMEM, "cuda: graph handle");
+    }
+    cudaError_t e = cudaGraphInstantiate(&g->exec, graph, 0);
+    cudaGraphDestroy(graph);
+    if (e != cudaSuccess) {
+        free(g);
+        return NL_CUDA_FAIL("cudaGraphInstantiate", cudaGetErrorString(e));
+    }
+    *out = g;
+    return NL_OK;
+}
+
+static nl_status cuda_graph_launch(nl_backend *b, nl_graph *g)
+{
+    NL_CUDA_CHECK(cudaGraphLaunch(g->exec, cuda_be(b)->stream));
+    return NL_OK;
+}
+
+static void cuda_graph_destroy(nl_backend *b, nl_graph *g)
+{
+    if (!g) return;
+    cudaGraphExecDestroy(g->exec);
+    free(g);
+}
+
+/* ---- lifetime --------------------------------------------------------------- */
+
+static void cuda_destroy(nl_backend *b)
+{
+    cuda_backend *be = cuda_be(b);
+    if (!be) return;
+    cudaSetDevice(be->device);
+    if (be->stream) cudaStreamSynchronize(be->stream);
+    for (int i = 0; i < NL_GEMM_PLAN_CACHE; i++) plan_release(&be->plans[i]);
+    if (be->lt) cublasLtDestroy(be->lt);
+    cudaFree(be->workspace);
+    cudaFree(be->attn_scratch);
+    if (be->staging) cudaFreeHost(be->staging);
+    if (be->stream) cudaStreamDestroy(be->stream);
+    free(be);
+}
+
+static const nl_backend_ops cuda_ops = {
+    .name = "cuda",
+    .act_dtype = NL_DTYPE_BF16,
+    .destroy = cuda_destroy,
+    .alloc = cuda_alloc,
+    .free = cuda_free,
+    .upload = cuda_upload,
+    .download = cuda_download,
+    .memset_zero = cuda_memset_zero,
+    .synchronize = cuda_synchronize,
+    .memory_info = cuda_memory_info,
+    .weight_create = cuda_weight_create,
+    .weight_fill_rows = cuda_weight_fill_rows,
+    .weight_destroy = cuda_weight_destroy,
+    .embedding = op_embedding,
+    .rmsnorm = op_rmsnorm,
+    .linear = op_linear,
+    .linear_f32 = op_linear_f32,
+    .qk_norm_rope = op_qk_norm_rope,
+    .store_kv = op_store_kv,
+    .attention = op_attention,
+    .silu_mul = op_silu_mul,
+    .gather_rows = op_gather_rows,
+    .sample = op_sample,
+    .capture_begin = cuda_capture_begin,
+    .capture_end = cuda_capture_end,
+    .graph_launch = cuda_graph_launch,
+    .graph_destroy = cuda_graph_destroy,
+};
+
+static nl_status backend_init(cuda_backend *be)
+{
+    NL_CUDA_CHECK(cudaSetDevice(be->device));
+    NL_CUDA_CHECK(cudaDeviceGetAttribute(&be->num_sms, cudaDevAttrMultiProcessorCount,
+                                         be->device));
+    NL_CUDA_CHECK(cudaStreamCreateWithFlags(&be->stream, cudaStreamNonBlocking));
+    NL_CUBLAS_CHECK(cublasLtCreate(&be->lt));
+    be->workspace_bytes = WORKSPACE_BYTES;
+    NL_CUDA_CHECK(cudaMalloc(&be->workspace, be->workspace_bytes));
+    be->attn_scratch_floats = ATTN_SCRATCH_BYTES / sizeof(float);
+    NL_CUDA_CHECK(cudaMalloc((void **)&be->attn_scratch, ATTN_SCRATCH_BYTES));
+    be->staging_bytes = STAGING_BYTES;
+    NL_CUDA_CHECK(cudaMallocHost(&be->staging, be->staging_bytes));
+    return NL_OK;
+}
+
+extern "C" nl_status nl_backend_cuda_create(int device_index, nl_backend **out)
+{
+    *out = NULL;
+    int count = nl_cuda_device_count();
+    if (device_index < 0 || device_index >= count)
+        return nl_error(NL_ERR_INVALID_ARG, "cuda: device %d requested, %d visible",
+                        device_index, count);
+    cuda_backend *be = (cuda_backend *)calloc(1, sizeof *be);
+    if (!be) return nl_error(NL_ERR_NOMEM, "cuda: backend object");
+    be->base.ops = &cuda_ops;
+    be->device = device_index;
+    nl_status s = backend_init(be);
+    if (s != NL_OK) {
+        cuda_destroy(&be->base);
+        return nl_error_prefix(s, "cuda device %d: ", device_index);
+    }
+    *out = &be->base;
+    return NL_OK;
+}

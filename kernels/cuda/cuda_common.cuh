@@ -1,0 +1,111 @@
+/* cuda_common.cuh — what every CUDA source of the backend shares: the check
+ * macros that turn CUDA/cuBLAS/NCCL failures into nl_error messages naming the
+ * file, line and error string; the backend object; bf16 helpers; and the
+ * launch entry points each kernel file exports to backend.cu.
+ *
+ * The op table and the object's lifetime live in backend.cu; kernels live in
+ * one .cu file per operator family.
+ */
+#ifndef NL_KERNELS_CUDA_COMMON_CUH
+#define NL_KERNELS_CUDA_COMMON_CUH
+
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+extern "C" {
+#include "common/status.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/kernels.h"
+}
+
+/* One failure path for every library call: the message names where it
+ * happened and what the library said. */
+#define NL_CUDA_FAIL(what, msg)                                                   \
+    nl_error(NL_ERR_RUNTIME, "%s:%d: %s failed: %s", __FILE__, __LINE__, what, msg)
+
+#define NL_CUDA_CHECK(call)                                                       \
+    do {                                                                          \
+        cudaError_t nl_e_ = (call);                                               \
+        if (nl_e_ != cudaSuccess) return NL_CUDA_FAIL(#call, cudaGetErrorString(nl_e_)); \
+    } while (0)
+
+#define NL_CUBLAS_CHECK(call)                                                     \
+    do {                                                                          \
+        cublasStatus_t nl_e_ = (call);                                            \
+        if (nl_e_ != CUBLAS_STATUS_SUCCESS)                                       \
+            return NL_CUDA_FAIL(#call, cublasLtGetStatusString(nl_e_));           \
+    } while (0)
+
+/* After a kernel launch: catches bad launch configurations at once (errors
+ * inside the kernel surface at the next synchronisation). */
+#define NL_CUDA_CHECK_LAUNCH() NL_CUDA_CHECK(cudaGetLastError())
+
+typedef __nv_bfloat16 bf16;
+
+#define NL_GEMM_PLAN_CACHE 256
+
+/* A cuBLASLt matmul prepared for one shape: descriptors plus the algorithm
+ * the heuristic chose, kept so that repeated shapes (every decode step) skip
+ * the heuristic query. */
+typedef struct cuda_gemm_plan {
+    int64_t m, n, k;
+    cudaDataType_t out_type;
+    bool bias;
+    bool valid;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t a, b, c;
+    cublasLtMatmulAlgo_t algo;
+} cuda_gemm_plan;
+
+typedef struct cuda_backend {
+    nl_backend base;
+    int device;
+    int num_sms;
+    cudaStream_t stream;       /* every op is enqueued here, nothing else */
+    cublasLtHandle_t lt;
+    void *workspace;           /* cuBLASLt workspace, fixed at creation    */
+    size_t workspace_bytes;
+    void *staging;             /* pinned host buffer for weight uploads    */
+    size_t staging_bytes;
+    float *attn_scratch;       /* split-K partial results of decode        */
+    size_t attn_scratch_floats;
+    cuda_gemm_plan plans[NL_GEMM_PLAN_CACHE];
+    int next_plan;             /* round-robin replacement when full        */
+} cuda_backend;
+
+struct nl_weight {
+    int64_t rows, cols;
+    bf16 *data; /* [rows, cols] */
+};
+
+static inline cuda_backend *cuda_be(nl_backend *be)
+{
+    return (cuda_backend *)be;
+}
+
+/* Launch entry points, one group per kernel file. */
+nl_status cuda_embedding(cuda_backend *be, void *out, const nl_weight *table, const int32_t *ids,
+                         int32_t n, int32_t vocab_start);
+nl_status cuda_rmsnorm(cuda_backend *be, void *out, const void *x, void *residual,
+                       const nl_weight *w, int32_t n, int32_t dim, float eps);
+nl_status cuda_qk_norm_rope(cuda_backend *be, void *qkv, const int32_t *positions,
+                            const nl_weight *q_norm, const nl_weight *k_norm, int32_t n,
+                            int32_t hq, int32_t hk, int32_t hd, float eps, float rope_theta);
+nl_status cuda_store_kv(cuda_backend *be, void *k_cache, void *v_cache, const void *qkv,
+                        const int32_t *slots, int32_t n, int32_t hq, int32_t hk, int32_t hd);
+nl_status cuda_silu_mul(cuda_backend *be, void *out, const void *gate_up, int32_t n,
+                        int32_t inter);
+nl_status cuda_gather_rows(cuda_backend *be, void *out, const void *x, const int32_t *rows,
+                           int32_t m, int32_t dim);
+nl_status cuda_attention(cuda_backend *be, void *out, const void *qkv, const void *k_cache,
+                         const void *v_cache, const nl_attn_batch *batch, int32_t hq,
+                         int32_t hk, int32_t hd, float scale);
+nl_status cuda_sample(cuda_backend *be, const float *logits, int32_t m, int32_t vocab,
+                      const nl_sample_row *rows, int32_t *ids, float *logprobs,
+                      int32_t *top_ids, float *top_logprobs);
+nl_status cuda_gemm(cuda_backend *be, void *out, cudaDataType_t out_type, const void *x,
+                    const nl_weight *w, const nl_weight *bias, int32_t n);
+
+#endif

@@ -1,0 +1,343 @@
+/* elementwise.cu — the row-wise kernels around the GEMMs: embedding lookup,
+ * fused residual-add + RMSNorm, Qwen3 QK-norm + NeoX RoPE, KV-cache stores,
+ * SiLU-and-multiply and row gathers.
+ *
+ * All are memory bound, so rows move in 16-byte vectors (8 bf16) wherever the
+ * width allows, and every intermediate is fp32.  Rounding follows the
+ * reference model in bf16: a normalised value is rounded before its weight
+ * multiplies it, and silu(gate) is rounded before it meets up.
+ */
+#include "kernels/cuda/cuda_common.cuh"
+
+#define VEC 8 /* bf16 per 16-byte vector */
+
+struct alignas(16) bf16x8 {
+    __nv_bfloat162 h[4];
+};
+
+static __device__ __forceinline__ void unpack8(const bf16x8 &v, float *f)
+{
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        float2 t = __bfloat1622float2(v.h[i]);
+        f[2 * i] = t.x;
+        f[2 * i + 1] = t.y;
+    }
+}
+
+static __device__ __forceinline__ bf16x8 pack8(const float *f)
+{
+    bf16x8 v;
+#pragma unroll
+    for (int i = 0; i < 4; i++) v.h[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
+    return v;
+}
+
+static __device__ __forceinline__ float round_bf16(float x)
+{
+    return __bfloat162float(__float2bfloat16(x));
+}
+
+static inline bool aligned16(const void *p)
+{
+    return ((uintptr_t)p & 15) == 0;
+}
+
+static __device__ float block_sum(float v, float *shared32)
+{
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (lane == 0) shared32[warp] = v;
+    __syncthreads();
+    int nw = (blockDim.x + 31) >> 5;
+    v = lane < nw ? shared32[lane] : 0.0f;
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    __syncthreads(); /* shared32 may be reused by the caller */
+    return v;
+}
+
+/* ---- embedding: one block per token ------------------------------------------- */
+
+__global__ void kernel_embedding(bf16 *out /* [n, cols] */, const bf16 *table /* [rows, cols] */,
+                                 const int32_t *ids, int64_t rows, int64_t cols,
+                                 int32_t vocab_start, bool vec)
+{
+    int t = blockIdx.x;
+    int64_t r = (int64_t)ids[t] - vocab_start;
+    bool inside = r >= 0 && r < rows;
+    bf16 *dst = out + (size_t)t * cols;
+    const bf16 *src = table + (size_t)(inside ? r : 0) * cols;
+    if (vec) {
+        bf16x8 zero = {};
+        for (int64_t c = threadIdx.x; c < cols / VEC; c += blockDim.x)
+            ((bf16x8 *)dst)[c] = inside ? ((const bf16x8 *)src)[c] : zero;
+    } else {
+        for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
+            dst[c] = inside ? src[c] : __float2bfloat16(0.0f);
+    }
+}
+
+nl_status cuda_embedding(cuda_backend *be, void *out, const nl_weight *table, const int32_t *ids,
+                         int32_t n, int32_t vocab_start)
+{
+    if (n <= 0) return NL_OK;
+    bool vec = table->cols % VEC == 0 && aligned16(out);
+    kernel_embedding<<<n, 256, 0, be->stream>>>((bf16 *)out, table->data, ids, table->rows,
+                                                table->cols, vocab_start, vec);
+    NL_CUDA_CHECK_LAUNCH();
+    return NL_OK;
+}
+
+/* ---- residual add + RMSNorm: one block per row ---------------------------------- */
+
+/* Each thread touches the same elements in both passes, so out may alias x
+ * and the residual written in pass one is read back by its own writer. */
+__global__ void kernel_rmsnorm_vec(bf16 *out, const bf16 *x, bf16 *residual, const bf16 *w,
+                                   int dim, float eps)
+{
+    __shared__ float red[32];
+    size_t base = (size_t)blockIdx.x * dim;
+    const bf16x8 *xv = (const bf16x8 *)(x + base);
+    bf16x8 *rv = residual ? (bf16x8 *)(residual + base) : NULL;
+    int nv = dim / VEC;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < nv; i += blockDim.x) {
+        float f[VEC];
+        unpack8(xv[i], f);
+        if (rv) {
+            float r[VEC];
+            unpack8(rv[i], r);
+#pragma unroll
+            for (int j = 0; j < VEC; j++) f[j] = round_bf16(f[j] + r[j]);
+            rv[i] = pack8(f);
+        }
+#pragma unroll
+        for (int j = 0; j < VEC; j++) ss += f[j] * f[j];
+    }
+    float inv = rsqrtf(block_sum(ss, red) / dim + eps);
+    const bf16x8 *src = rv ? rv : xv;
+    bf16x8 *ov = (bf16x8 *)(out + base);
+    const bf16x8 *wv = (const bf16x8 *)w;
+    for (int i = threadIdx.x; i < nv; i += blockDim.x) {
+        float f[VEC], g[VEC];
+        unpack8(src[i], f);
+        unpack8(wv[i], g);
+#pragma unroll
+        for (int j = 0; j < VEC; j++) f[j] = g[j] * round_bf16(f[j] * inv);
+        ov[i] = pack8(f);
+    }
+}
+
+__global__ void kernel_rmsnorm(bf16 *out, const bf16 *x, bf16 *residual, const bf16 *w, int dim,
+                               float eps)
+{
+    __shared__ float red[32];
+    size_t base = (size_t)blockIdx.x * dim;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+        float f = __bfloat162float(x[base + i]);
+        if (residual) {
+            f = round_bf16(f + __bfloat162float(residual[base + i]));
+            residual[base + i] = __float2bfloat16(f);
+        }
+        ss += f * f;
+    }
+    float inv = rsqrtf(block_sum(ss, red) / dim + eps);
+    const bf16 *src = residual ? residual : x;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+        float f = __bfloat162float(src[base + i]);
+        out[base + i] = __float2bfloat16(__bfloat162float(w[i]) * round_bf16(f * inv));
+    }
+}
+
+nl_status cuda_rmsnorm(cuda_backend *be, void *out, const void *x, void *residual,
+                       const nl_weight *w, int32_t n, int32_t dim, float eps)
+{
+    if (n <= 0) return NL_OK;
+    if (w->rows * w->cols != dim)
+        return nl_error(NL_ERR_INVALID_ARG, "cuda: rmsnorm weight has %lld values, dim is %d",
+                        (long long)(w->rows * w->cols), dim);
+    bool vec = dim % VEC == 0 && aligned16(out) && aligned16(x) &&
+               (!residual || aligned16(residual));
+    int threads = dim / (vec ? VEC : 1);
+    threads = threads >= 1024 ? 1024 : ((threads + 31) / 32) * 32;
+    if (vec)
+        kernel_rmsnorm_vec<<<n, threads, 0, be->stream>>>((bf16 *)out, (const bf16 *)x,
+                                                          (bf16 *)residual, w->data, dim, eps);
+    else
+        kernel_rmsnorm<<<n, threads, 0, be->stream>>>((bf16 *)out, (const bf16 *)x,
+                                                      (bf16 *)residual, w->data, dim, eps);
+    NL_CUDA_CHECK_LAUNCH();
+    return NL_OK;
+}
+
+/* ---- QK-norm + RoPE: one warp per (token, head) of q and k ---------------------- */
+
+/* Lane l owns the rotary pairs (i, i + hd/2) for i = l, l + 32, ...; the
+ * frequencies are fp32 as in the reference, and sincosf (not the fast
+ * intrinsic) keeps large positions accurate. */
+__global__ void kernel_qk_norm_rope(bf16 *qkv, const int32_t *positions, const bf16 *q_norm,
+                                    const bf16 *k_norm, int n, int hq, int hk, int hd, float eps,
+                                    float theta)
+{
+    int warps = blockDim.x >> 5;
+    int head = blockIdx.y * warps + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    int t = blockIdx.x;
+    if (head >= hq + hk) return;
+    bf16 *x = qkv + (size_t)t * (hq + 2 * hk) * hd + (size_t)head * hd;
+    const bf16 *w = head < hq ? q_norm : k_norm;
+    int half = hd / 2;
+    float inv = 1.0f;
+    if (w) {
+        float ss = 0.0f;
+        for (int i = lane; i < hd; i += 32) {
+            float v = __bfloat162float(x[i]);
+            ss += v * v;
+        }
+        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        inv = rsqrtf(ss / hd + eps);
+    }
+    float pos = (float)positions[t];
+    for (int i = lane; i < half; i += 32) {
+        float a = __bfloat162float(x[i]), b = __bfloat162float(x[i + half]);
+        if (w) {
+            a = round_bf16(__bfloat162float(w[i]) * round_bf16(a * inv));
+            b = round_bf16(__bfloat162float(w[i + half]) * round_bf16(b * inv));
+        }
+        float inv_freq = 1.0f / powf(theta, (float)(2 * i) / (float)hd);
+        float s, c;
+        sincosf(pos * inv_freq, &s, &c);
+        x[i] = __float2bfloat16(a * c - b * s);
+        x[i + half] = __float2bfloat16(b * c + a * s);
+    }
+}
+
+nl_status cuda_qk_norm_rope(cuda_backend *be, void *qkv, const int32_t *positions,
+                            const nl_weight *q_norm, const nl_weight *k_norm, int32_t n,
+                            int32_t hq, int32_t hk, int32_t hd, float eps, float rope_theta)
+{
+    if (n <= 0) return NL_OK;
+    if (hd % 2 != 0)
+        return nl_error(NL_ERR_INVALID_ARG, "cuda: rope head_dim %d is odd", hd);
+    if ((q_norm && q_norm->rows * q_norm->cols != hd) ||
+        (k_norm && k_norm->rows * k_norm->cols != hd))
+        return nl_error(NL_ERR_INVALID_ARG, "cuda: q/k norm weights must have head_dim %d values",
+                        hd);
+    const int warps = 8;
+    dim3 grid(n, (hq + hk + warps - 1) / warps);
+    kernel_qk_norm_rope<<<grid, warps * 32, 0, be->stream>>>(
+        (bf16 *)qkv, positions, q_norm ? q_norm->data : NULL, k_norm ? k_norm->data : NULL, n,
+        hq, hk, hd, eps, rope_theta);
+    NL_CUDA_CHECK_LAUNCH();
+    return NL_OK;
+}
+
+/* ---- KV-cache store: one thread per 16-byte piece --------------------------------- */
+
+__global__ void kernel_store_kv(bf16 *k_cache, bf16 *v_cache, const bf16 *qkv,
+                                const int32_t *slots, int n, int hq, int hk, int hd)
+{
+    int per_token = hk * hd / VEC; /* vectors of k (and of v) per token */
+    int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (int64_t)n * per_token) return;
+    int t = (int)(idx / per_token), j = (int)(idx % per_token);
+    int32_t slot = slots[t];
+    if (slot < 0) return;
+    const bf16 *row = qkv + (size_t)t * (hq + 2 * hk) * hd;
+    const bf16x8 *k = (const bf16x8 *)(row + (size_t)hq * hd);
+    const bf16x8 *v = (const bf16x8 *)(row + (size_t)(hq + hk) * hd);
+    ((bf16x8 *)(k_cache + (size_t)slot * hk * hd))[j] = k[j];
+    ((bf16x8 *)(v_cache + (size_t)slot * hk * hd))[j] = v[j];
+}
+
+nl_status cuda_store_kv(cuda_backend *be, void *k_cache, void *v_cache, const void *qkv,
+                        const int32_t *slots, int32_t n, int32_t hq, int32_t hk, int32_t hd)
+{
+    if (n <= 0) return NL_OK;
+    if (hd % VEC != 0 || !aligned16(qkv) || !aligned16(k_cache) || !aligned16(v_cache))
+        return nl_error(NL_ERR_UNSUPPORTED,
+                        "cuda: store_kv needs head_dim %% 8 == 0 (got %d) and aligned buffers", hd);
+    int64_t total = (int64_t)n * hk * hd / VEC;
+    int threads = 256;
+    kernel_store_kv<<<(unsigned)((total + threads - 1) / threads), threads, 0, be->stream>>>(
+        (bf16 *)k_cache, (bf16 *)v_cache, (const bf16 *)qkv, slots, n, hq, hk, hd);
+    NL_CUDA_CHECK_LAUNCH();
+    return NL_OK;
+}
+
+/* ---- SiLU * up --------------------------------------------------------------------- */
+
+static __device__ __forceinline__ float silu_mul1(float g, float u)
+{
+    return round_bf16(g / (1.0f + __expf(-g))) * u;
+}
+
+__global__ void kernel_silu_mul_vec(bf16 *out, const bf16 *gate_up, int n, int inter)
+{
+    int per_row = inter / VEC;
+    int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (int64_t)n * per_row) return;
+    int t = (int)(idx / per_row), j = (int)(idx % per_row);
+    const bf16x8 *g = (const bf16x8 *)(gate_up + (size_t)t * 2 * inter);
+    const bf16x8 *u = (const bf16x8 *)(gate_up + (size_t)t * 2 * inter + inter);
+    float fg[VEC], fu[VEC];
+    unpack8(g[j], fg);
+    unpack8(u[j], fu);
+#pragma unroll
+    for (int i = 0; i < VEC; i++) fg[i] = silu_mul1(fg[i], fu[i]);
+    ((bf16x8 *)(out + (size_t)t * inter))[j] = pack8(fg);
+}
+
+__global__ void kernel_silu_mul(bf16 *out, const bf16 *gate_up, int n, int inter)
+{
+    int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (int64_t)n * inter) return;
+    int t = (int)(idx / inter), j = (int)(idx % inter);
+    const bf16 *row = gate_up + (size_t)t * 2 * inter;
+    out[(size_t)t * inter + j] =
+        __float2bfloat16(silu_mul1(__bfloat162float(row[j]), __bfloat162float(row[inter + j])));
+}
+
+nl_status cuda_silu_mul(cuda_backend *be, void *out, const void *gate_up, int32_t n,
+                        int32_t inter)
+{
+    if (n <= 0) return NL_OK;
+    int threads = 256;
+    if (inter % VEC == 0 && aligned16(out) && aligned16(gate_up)) {
+        int64_t total = (int64_t)n * inter / VEC;
+        kernel_silu_mul_vec<<<(unsigned)((total + threads - 1) / threads), threads, 0,
+                              be->stream>>>((bf16 *)out, (const bf16 *)gate_up, n, inter);
+    } else {
+        int64_t total = (int64_t)n * inter;
+        kernel_silu_mul<<<(unsigned)((total + threads - 1) / threads), threads, 0, be->stream>>>(
+            (bf16 *)out, (const bf16 *)gate_up, n, inter);
+    }
+    NL_CUDA_CHECK_LAUNCH();
+    return NL_OK;
+}
+
+/* ---- gather rows: one block per output row -------------------------------------- */
+
+__global__ void kernel_gather_rows(bf16 *out, const bf16 *x, const int32_t *rows, int dim,
+                                   bool vec)
+{
+    const bf16 *src = x + (size_t)rows[blockIdx.x] * dim;
+    bf16 *dst = out + (size_t)blockIdx.x * dim;
+    if (vec) {
+        for (int i = threadIdx.x; i < dim / VEC; i += blockDim.x)
+            ((bf16x8 *)dst)[i] = ((const bf16x8 *)src)[i];
+    } else {
+        for (int i = threadIdx.x; i < dim; i += blockDim.x) dst[i] = src[i];
+    }
+}
+
+nl_status cuda_gather_rows(cuda_backend *be, void *out, const void *x, const int32_t *rows,
+                           int32_t m, int32_t dim)
+{
+    if (m <= 0) return NL_OK;
+    bool vec = dim % VEC == 0 && aligned16(out) && aligned16(x);
+    kernel_gather_rows<<<m, 256, 0, be->stream>>>((bf16 *)out, (const bf16 *)x, rows, dim, vec);
+    NL_CUDA_CHECK_LAUNCH();
+    return NL_OK;
+}
