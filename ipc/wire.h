@@ -66,4 +66,46 @@ typedef struct wire_reply {
     wire_sampled *sampled;
 } wire_reply;
 
+/* ---- serialisation ------------------------------------------------------
+ *
+ * Byte format, all fields little-endian and fixed width:
+ *   header  u32 magic ("NCMD" command, "NRPL" reply), u32 version,
+ *           u32 kind, u32 reserved (0), u64 total length incl. header
+ *   command u64 step_id, u32 n_seqs, then per seq:
+ *           u64 seq_id, i32 num_computed, num_new, n_blocks, sample,
+ *           f32 temperature, top_p, min_p, i32 top_k, n_logprobs,
+ *           u64 seed, sample_offset, i32 tokens[num_new],
+ *           i32 block_table[n_blocks]
+ *   reply   u64 step_id, i32 status, u32 error_len, error bytes,
+ *           u32 n_sampled, then per entry: u64 seq_id, i32 token_id,
+ *           f32 logprob, u32 n_top, i32 top_ids[n_top],
+ *           f32 top_logprobs[n_top]
+ * Decoding copies into an arena the caller owns, so decoded pointers stay
+ * valid until the arena is reused or freed.
+ */
+
+/* A growable byte buffer: encode output, or decode arena. */
+typedef struct wire_buf {
+    uint8_t *data;
+    size_t len;
+    size_t cap;
+} wire_buf;
+
+void wire_buf_free(wire_buf *buf);
+
+/* Encoded size of cmd, or 0 when a count in it is invalid. */
+size_t wire_run_size(const wire_run *cmd);
+
+/* Serialises cmd (RUN or SHUTDOWN) into out (out->len = its size). */
+nl_status wire_encode_run(const wire_run *cmd, wire_buf *out);
+
+/* Parses msg[len]; out->seqs and their arrays point into arena. */
+nl_status wire_decode_run(const void *msg, size_t len, wire_buf *arena, wire_run *out);
+
+/* Serialises reply (its error string only when status != NL_OK). */
+nl_status wire_encode_reply(const wire_reply *reply, wire_buf *out);
+
+/* Parses msg[len]; out->sampled points into arena. */
+nl_status wire_decode_reply(const void *msg, size_t len, wire_buf *arena, wire_reply *out);
+
 #endif

@@ -1,0 +1,189 @@
+/* ring.c — the shared-memory byte ring (see ring.h for the design).
+ *
+ * Waking is a Dekker handshake on sequentially consistent atomics: a waiter
+ * announces itself (waiters + 1) and re-checks its condition before it
+ * sleeps; the other side publishes its position, bumps the sequence word and
+ * only then looks for waiters.  Either the waiter sees the new position or
+ * the publisher sees the waiter, and the futex compare on the sequence word
+ * catches a publish that lands between the waiter's check and its sleep.
+ */
+#include "ipc/ring.h"
+
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ipc/futex.h"
+
+#define RING_MAGIC 0x474e4952u /* "RING" */
+#define RING_SPINS 256
+
+static uint64_t pad8(uint64_t n)
+{
+    return (n + 7) & ~(uint64_t)7;
+}
+
+size_t ring_bytes(size_t capacity)
+{
+    return sizeof(ring_shared) + pad8(capacity);
+}
+
+nl_status ring_format(void *mem, size_t bytes, size_t capacity, int n_readers, ring *out)
+{
+    if (n_readers < 1 || n_readers > RING_MAX_READERS)
+        return nl_error(NL_ERR_INVALID_ARG, "ring: %d readers, expected 1..%d", n_readers,
+                        RING_MAX_READERS);
+    if (capacity < 64 || capacity % 8 != 0)
+        return nl_error(NL_ERR_INVALID_ARG, "ring: capacity %zu is not a multiple of 8 >= 64",
+                        capacity);
+    if (bytes < ring_bytes(capacity))
+        return nl_error(NL_ERR_INVALID_ARG, "ring: %zu bytes given, %zu needed", bytes,
+                        ring_bytes(capacity));
+    ring_shared *sh = mem;
+    memset(sh, 0, sizeof *sh);
+    sh->n_readers = (uint32_t)n_readers;
+    sh->capacity = capacity;
+    atomic_store(&sh->write_pos, 0);
+    sh->magic = RING_MAGIC;
+    return ring_attach(mem, bytes, out);
+}
+
+nl_status ring_attach(void *mem, size_t bytes, ring *out)
+{
+    ring_shared *sh = mem;
+    if (bytes < sizeof *sh || sh->magic != RING_MAGIC)
+        return nl_error(NL_ERR_FORMAT, "ring: no ring at this place of the segment");
+    if (sh->n_readers < 1 || sh->n_readers > RING_MAX_READERS || sh->capacity < 64 ||
+        sh->capacity % 8 != 0 || sh->capacity > bytes - sizeof *sh)
+        return nl_error(NL_ERR_FORMAT, "ring: header claims %u readers and %llu bytes in a %zu-byte area",
+                        sh->n_readers, (unsigned long long)sh->capacity, bytes);
+    out->sh = sh;
+    out->data = (uint8_t *)mem + sizeof *sh;
+    out->capacity = sh->capacity;
+    return NL_OK;
+}
+
+size_t ring_max_message(const ring *r)
+{
+    return (size_t)(r->capacity - 8);
+}
+
+/* Waits until ready(r, arg) holds: a short spin for the busy case, then
+ * futex sleeps of one slice each with the liveness check in between. */
+static nl_status ring_wait(ring *r, bool (*ready)(const ring *, const void *), const void *arg,
+                           _Atomic uint32_t *seq, _Atomic uint32_t *waiters, ring_check_fn check,
+                           void *ctx)
+{
+    for (int i = 0; i < RING_SPINS; i++) {
+        if (ready(r, arg)) return NL_OK;
+        cpu_relax();
+    }
+    for (;;) {
+        uint32_t s = atomic_load(seq);
+        atomic_fetch_add(waiters, 1);
+        if (ready(r, arg)) {
+            atomic_fetch_sub(waiters, 1);
+            return NL_OK;
+        }
+        futex_wait_shared(seq, s, RING_WAIT_SLICE_MS);
+        atomic_fetch_sub(waiters, 1);
+        if (ready(r, arg)) return NL_OK;
+        if (check) NL_TRY(check(ctx));
+    }
+}
+
+static uint64_t slowest_reader(const ring *r)
+{
+    uint64_t min = UINT64_MAX;
+    for (uint32_t i = 0; i < r->sh->n_readers; i++) {
+        uint64_t p = atomic_load(&r->sh->readers[i].pos);
+        if (p < min) min = p;
+    }
+    return min;
+}
+
+static bool has_room(const ring *r, const void *arg)
+{
+    uint64_t need = *(const uint64_t *)arg;
+    uint64_t used = atomic_load_explicit(&r->sh->write_pos, memory_order_relaxed) - slowest_reader(r);
+    return r->capacity - used >= need;
+}
+
+static void copy_in(ring *r, uint64_t pos, const void *src, size_t len)
+{
+    uint64_t off = pos % r->capacity;
+    size_t first = len < r->capacity - off ? len : (size_t)(r->capacity - off);
+    memcpy(r->data + off, src, first);
+    memcpy(r->data, (const uint8_t *)src + first, len - first);
+}
+
+static void copy_out(const ring *r, uint64_t pos, void *dst, size_t len)
+{
+    uint64_t off = pos % r->capacity;
+    size_t first = len < r->capacity - off ? len : (size_t)(r->capacity - off);
+    memcpy(dst, r->data + off, first);
+    memcpy((uint8_t *)dst + first, r->data, len - first);
+}
+
+nl_status ring_write(ring *r, const void *msg, size_t len, ring_check_fn check, void *ctx)
+{
+    if (len > ring_max_message(r))
+        return nl_error(NL_ERR_INVALID_ARG,
+                        "ring: message of %zu bytes exceeds the ring's limit of %zu bytes", len,
+                        ring_max_message(r));
+    uint64_t need = 8 + pad8(len);
+    NL_TRY(ring_wait(r, has_room, &need, &r->sh->space_seq, &r->sh->space_waiters, check, ctx));
+
+    uint64_t wp = atomic_load_explicit(&r->sh->write_pos, memory_order_relaxed);
+    uint64_t header = len;
+    copy_in(r, wp, &header, sizeof header);
+    copy_in(r, wp + 8, msg, len);
+    atomic_store(&r->sh->write_pos, wp + need);
+    atomic_fetch_add(&r->sh->data_seq, 1);
+    if (atomic_load(&r->sh->data_waiters) > 0) futex_wake_shared(&r->sh->data_seq);
+    return NL_OK;
+}
+
+typedef struct read_arg {
+    uint64_t pos;
+} read_arg;
+
+static bool has_message(const ring *r, const void *arg)
+{
+    return atomic_load(&r->sh->write_pos) > ((const read_arg *)arg)->pos;
+}
+
+nl_status ring_read(ring *r, int reader, ring_buf *buf, ring_check_fn check, void *ctx)
+{
+    if (reader < 0 || (uint32_t)reader >= r->sh->n_readers)
+        return nl_error(NL_ERR_INVALID_ARG, "ring: reader %d of %u", reader, r->sh->n_readers);
+    _Atomic uint64_t *mine = &r->sh->readers[reader].pos;
+    read_arg arg = {.pos = atomic_load_explicit(mine, memory_order_relaxed)};
+    NL_TRY(ring_wait(r, has_message, &arg, &r->sh->data_seq, &r->sh->data_waiters, check, ctx));
+
+    uint64_t len;
+    copy_out(r, arg.pos, &len, sizeof len);
+    if (len > ring_max_message(r))
+        return nl_error(NL_ERR_RUNTIME, "ring: corrupt message length %llu at position %llu",
+                        (unsigned long long)len, (unsigned long long)arg.pos);
+    if (buf->cap < len || !buf->data) {
+        size_t cap = len > 4096 ? (size_t)len : 4096;
+        uint8_t *p = realloc(buf->data, cap);
+        if (!p) return nl_error(NL_ERR_NOMEM, "ring: no memory for a %zu-byte message", cap);
+        buf->data = p;
+        buf->cap = cap;
+    }
+    copy_out(r, arg.pos + 8, buf->data, (size_t)len);
+    buf->len = (size_t)len;
+    atomic_store(mine, arg.pos + 8 + pad8(len));
+    atomic_fetch_add(&r->sh->space_seq, 1);
+    if (atomic_load(&r->sh->space_waiters) > 0) futex_wake_shared(&r->sh->space_seq);
+    return NL_OK;
+}
+
+void ring_buf_free(ring_buf *buf)
+{
+    free(buf->data);
+    buf->data = NULL;
+    buf->len = buf->cap = 0;
+}

@@ -1,0 +1,118 @@
+/* shm.h — the engine's shared-memory segment: layout and lifecycle.
+ *
+ * One POSIX shared-memory object per engine holds, in order:
+ *   shm_header  the worker configuration, each rank's start-up state and
+ *               error message, the NCCL unique id, and where the rest lies;
+ *   command ring (leader -> every rank), reply ring (rank 0 -> leader);
+ *   comm area   scratch for the CPU shared-memory all-reduce (tp > 1 on
+ *               the CPU only; zero bytes otherwise).
+ * The leader creates it under an unpredictable name with O_EXCL and mode
+ * 0600, and removes the name as soon as every worker has attached (and on
+ * every failure), so nothing survives a crash for long.  Workers find it by
+ * the name on their command line.
+ */
+#ifndef NL_IPC_SHM_H
+#define NL_IPC_SHM_H
+
+#include <stdalign.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/status.h"
+#include "ipc/ring.h"
+
+#define SHM_MAX_RANKS 64
+#define SHM_NAME_MAX 64
+#define SHM_PATH_MAX 4096
+#define SHM_ERROR_MAX 512
+#define SHM_NCCL_ID_BYTES 128
+
+/* What every worker needs to build its shard; written by the leader before
+ * the workers start and read-only afterwards. */
+typedef struct worker_config {
+    char model_dir[SHM_PATH_MAX];
+    int32_t tp;
+    int32_t device;               /* nl_device: CPU or CUDA */
+    int32_t block_size;
+    int32_t num_kv_blocks;        /* 0: size from memory */
+    float gpu_memory_utilization;
+    int32_t max_num_seqs;
+    int64_t cpu_kv_bytes;
+    int32_t max_num_batched_tokens;
+    int32_t max_model_len;
+    int32_t enforce_eager;
+    int32_t reserved;
+} worker_config;
+
+/* A rank's start-up progress, only ever moving forward. */
+typedef enum shm_rank_state {
+    SHM_RANK_STARTING = 0,
+    SHM_RANK_ATTACHED,  /* mapped the segment: the name may go */
+    SHM_RANK_READY,     /* model loaded, num_kv_blocks set */
+    SHM_RANK_FAILED,    /* error holds the reason */
+} shm_rank_state;
+
+typedef struct shm_rank {
+    alignas(64) _Atomic uint32_t state;
+    int32_t pid;
+    int32_t num_kv_blocks;
+    char error[SHM_ERROR_MAX];
+} shm_rank;
+
+typedef struct shm_header {
+    uint32_t magic;
+    uint32_t version;
+    uint64_t total_bytes;
+    int32_t leader_pid;
+    int32_t n_ranks;
+    uint64_t cmd_offset, cmd_bytes;
+    uint64_t reply_offset, reply_bytes;
+    uint64_t comm_offset, comm_bytes;
+    worker_config config;
+    alignas(64) _Atomic uint32_t state_seq; /* futex: bumped on any rank change */
+    _Atomic uint32_t nccl_id_ready;         /* futex: 1 once rank 0 wrote it */
+    uint8_t nccl_id[SHM_NCCL_ID_BYTES];
+    shm_rank ranks[SHM_MAX_RANKS];
+} shm_header;
+
+/* Sizes the leader asks for. */
+typedef struct shm_layout {
+    int32_t n_ranks;
+    size_t cmd_capacity;   /* bytes of command ring data */
+    size_t reply_capacity; /* bytes of reply ring data */
+    size_t comm_bytes;     /* comm area, 0 for none */
+} shm_layout;
+
+/* One process's view of the segment. */
+typedef struct shm_segment {
+    char name[SHM_NAME_MAX]; /* "/nanollm-<pid>-<hex>" */
+    bool named;              /* the name still exists (leader side) */
+    void *base;
+    size_t bytes;
+    shm_header *hdr;
+    ring cmd;
+    ring reply;
+    void *comm; /* [comm_bytes], NULL without a comm area */
+    size_t comm_bytes;
+} shm_segment;
+
+/* Leader: creates, sizes, maps and formats a new segment; config is copied
+ * into the header.  On failure nothing is left (name removed). */
+nl_status shm_segment_create(const shm_layout *layout, const worker_config *config,
+                             shm_segment *out);
+
+/* Worker: opens and maps an existing segment by name and checks its layout. */
+nl_status shm_segment_attach(const char *name, shm_segment *out);
+
+/* Removes the name (idempotent); the mapping stays usable. */
+void shm_segment_unlink(shm_segment *seg);
+
+/* Unmaps (the leader also removes the name if still present). */
+void shm_segment_close(shm_segment *seg);
+
+/* Publishes a rank's state change and wakes whoever waits on state_seq. */
+void shm_rank_set_state(shm_segment *seg, int rank, shm_rank_state state);
+
+#endif
