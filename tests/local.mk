@@ -17,3 +17,4 @@ endif
 include tests/cpumodel.mk
 include tests/ipc.mk
 include tests/leader.mk
+include tests/models.mk

@@ -1,0 +1,344 @@
+/* test_model_config.c — config.json parsing, validation and writing.
+ *
+ * The good cases are the configs published with Qwen3-0.6B and
+ * Qwen2.5-0.5B-Instruct (their numbers are the reference); each bad case
+ * changes one field of the Qwen3 config and checks the error names it.
+ */
+#define _GNU_SOURCE
+#include <check.h>
+#include <ftw.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/model_config.h"
+
+/* config.json of Qwen/Qwen3-0.6B on the hub. */
+static const char *qwen3_06b =
+    "{\"architectures\": [\"Qwen3ForCausalLM\"], \"attention_bias\": false,"
+    " \"attention_dropout\": 0.0, \"bos_token_id\": 151643, \"eos_token_id\": 151645,"
+    " \"head_dim\": 128, \"hidden_act\": \"silu\", \"hidden_size\": 1024,"
+    " \"initializer_range\": 0.02, \"intermediate_size\": 3072,"
+    " \"max_position_embeddings\": 40960, \"max_window_layers\": 28, \"model_type\": \"qwen3\","
+    " \"num_attention_heads\": 16, \"num_hidden_layers\": 28, \"num_key_value_heads\": 8,"
+    " \"rms_norm_eps\": 1e-06, \"rope_scaling\": null, \"rope_theta\": 1000000,"
+    " \"sliding_window\": null, \"tie_word_embeddings\": true, \"torch_dtype\": \"bfloat16\","
+    " \"transformers_version\": \"4.51.0\", \"use_cache\": true, \"use_sliding_window\": false,"
+    " \"vocab_size\": 151936}";
+
+/* config.json of Qwen/Qwen2.5-0.5B-Instruct: no head_dim, biases implied. */
+static const char *qwen25_05b =
+    "{\"architectures\": [\"Qwen2ForCausalLM\"], \"attention_dropout\": 0.0,"
+    " \"bos_token_id\": 151643, \"eos_token_id\": 151645, \"hidden_act\": \"silu\","
+    " \"hidden_size\": 896, \"initializer_range\": 0.02, \"intermediate_size\": 4864,"
+    " \"max_position_embeddings\": 32768, \"max_window_layers\": 21, \"model_type\": \"qwen2\","
+    " \"num_attention_heads\": 14, \"num_hidden_layers\": 24, \"num_key_value_heads\": 2,"
+    " \"rms_norm_eps\": 1e-06, \"rope_theta\": 1000000.0, \"sliding_window\": 32768,"
+    " \"tie_word_embeddings\": true, \"torch_dtype\": \"bfloat16\","
+    " \"transformers_version\": \"4.43.1\", \"use_cache\": true, \"use_sliding_window\": false,"
+    " \"vocab_size\": 151936}";
+
+/* Parses the Qwen3 config after one edit: set field to value (JSON text),
+ * or delete it when value is NULL. */
+static nl_status parse_edited(const char *field, const char *value, nl_model_config *cfg)
+{
+    json_t *root = json_loads(qwen3_06b, 0, NULL);
+    ck_assert_ptr_nonnull(root);
+    if (value) {
+        json_t *v = json_loads(value, JSON_DECODE_ANY, NULL);
+        ck_assert_msg(v != NULL, "bad test value %s", value);
+        json_object_set_new(root, field, v);
+    } else {
+        json_object_del(root, field);
+    }
+    char *text = json_dumps(root, 0);
+    json_decref(root);
+    nl_status st = model_config_parse(text, "test/config.json", cfg);
+    free(text);
+    return st;
+}
+
+/* Asserts the edit fails with status and a message containing each of the
+ * given fragments. */
+static void expect_error(const char *field, const char *value, nl_status status,
+                         const char *frag1, const char *frag2)
+{
+    nl_model_config cfg;
+    nl_status st = parse_edited(field, value, &cfg);
+    ck_assert_msg(st == status, "%s=%s: status %d, want %d (%s)", field, value ? value : "(del)",
+                  st, status, nl_last_error());
+    const char *msg = nl_last_error();
+    ck_assert_msg(strstr(msg, "test/config.json"), "message lacks file: %s", msg);
+    ck_assert_msg(strstr(msg, frag1), "message lacks \"%s\": %s", frag1, msg);
+    if (frag2) ck_assert_msg(strstr(msg, frag2), "message lacks \"%s\": %s", frag2, msg);
+}
+
+START_TEST(test_qwen3_hub)
+{
+    nl_model_config c;
+    ck_assert_int_eq(model_config_parse(qwen3_06b, "q3", &c), NL_OK);
+    ck_assert_int_eq(c.arch, NL_ARCH_QWEN3);
+    ck_assert_int_eq(c.vocab_size, 151936);
+    ck_assert_int_eq(c.hidden_size, 1024);
+    ck_assert_int_eq(c.intermediate_size, 3072);
+    ck_assert_int_eq(c.num_hidden_layers, 28);
+    ck_assert_int_eq(c.num_attention_heads, 16);
+    ck_assert_int_eq(c.num_key_value_heads, 8);
+    ck_assert_int_eq(c.head_dim, 128); /* 16 x 128 = 2048 != hidden 1024 */
+    ck_assert_int_eq(c.max_position_embeddings, 40960);
+    ck_assert_float_eq(c.rms_norm_eps, 1e-6f);
+    ck_assert_float_eq(c.rope_theta, 1e6f);
+    ck_assert(c.tie_word_embeddings);
+    ck_assert(!c.attention_bias);
+    ck_assert_int_eq(c.dtype, NL_DTYPE_BF16);
+    ck_assert_int_eq(c.bos_token_id, 151643);
+    ck_assert_int_eq(c.n_eos, 1);
+    ck_assert_int_eq(c.eos_token_ids[0], 151645);
+}
+END_TEST
+
+START_TEST(test_qwen2_hub)
+{
+    nl_model_config c;
+    ck_assert_int_eq(model_config_parse(qwen25_05b, "q2", &c), NL_OK);
+    ck_assert_int_eq(c.arch, NL_ARCH_QWEN2);
+    ck_assert_int_eq(c.hidden_size, 896);
+    ck_assert_int_eq(c.head_dim, 64); /* 896 / 14 */
+    ck_assert_int_eq(c.num_key_value_heads, 2);
+    ck_assert_int_eq(c.num_hidden_layers, 24);
+    ck_assert(c.attention_bias);
+    ck_assert(c.tie_word_embeddings);
+    ck_assert_float_eq(c.rope_theta, 1e6f);
+    ck_assert_int_eq(c.max_position_embeddings, 32768);
+}
+END_TEST
+
+START_TEST(test_newer_form)
+{
+    /* transformers 5 moves the theta under rope_parameters and renames
+     * torch_dtype to dtype. */
+    json_t *root = json_loads(qwen3_06b, 0, NULL);
+    json_object_del(root, "rope_theta");
+    json_object_del(root, "rope_scaling");
+    json_object_del(root, "torch_dtype");
+    json_object_set_new(root, "rope_parameters",
+                        json_pack("{s:f, s:s}", "rope_theta", 5e5, "rope_type", "default"));
+    json_object_set_new(root, "dtype", json_string("float16"));
+    char *text = json_dumps(root, 0);
+    json_decref(root);
+    nl_model_config c;
+    ck_assert_int_eq(model_config_parse(text, "new", &c), NL_OK);
+    free(text);
+    ck_assert_float_eq(c.rope_theta, 5e5f);
+    ck_assert_int_eq(c.dtype, NL_DTYPE_F16);
+}
+END_TEST
+
+START_TEST(test_model_type_only_and_eos_list)
+{
+    nl_model_config c;
+    json_t *root = json_loads(qwen3_06b, 0, NULL);
+    json_object_del(root, "architectures");
+    json_object_set_new(root, "model_type", json_string("qwen2"));
+    json_object_set_new(root, "eos_token_id", json_pack("[i, i]", 151645, 151643));
+    json_object_set_new(root, "torch_dtype", json_string("float32"));
+    char *text = json_dumps(root, 0);
+    json_decref(root);
+    ck_assert_int_eq(model_config_parse(text, "mt", &c), NL_OK);
+    free(text);
+    ck_assert_int_eq(c.arch, NL_ARCH_QWEN2);
+    ck_assert(c.attention_bias);
+    ck_assert_int_eq(c.n_eos, 2);
+    ck_assert_int_eq(c.eos_token_ids[0], 151645);
+    ck_assert_int_eq(c.eos_token_ids[1], 151643);
+    ck_assert_int_eq(c.dtype, NL_DTYPE_F32);
+}
+END_TEST
+
+START_TEST(test_qwen3_attention_bias)
+{
+    nl_model_config c;
+    ck_assert_int_eq(parse_edited("attention_bias", "true", &c), NL_OK);
+    ck_assert_int_eq(c.arch, NL_ARCH_QWEN3);
+    ck_assert(c.attention_bias);
+}
+END_TEST
+
+START_TEST(test_defaults)
+{
+    nl_model_config c;
+    /* kv heads default to heads, eps to 1e-6, no eos / bos. */
+    json_t *root = json_loads(qwen3_06b, 0, NULL);
+    json_object_del(root, "num_key_value_heads");
+    json_object_del(root, "rms_norm_eps");
+    json_object_del(root, "eos_token_id");
+    json_object_del(root, "bos_token_id");
+    char *text = json_dumps(root, 0);
+    json_decref(root);
+    ck_assert_int_eq(model_config_parse(text, "d", &c), NL_OK);
+    free(text);
+    ck_assert_int_eq(c.num_key_value_heads, 16);
+    ck_assert_float_eq(c.rms_norm_eps, 1e-6f);
+    ck_assert_int_eq(c.n_eos, 0);
+    ck_assert_int_eq(c.bos_token_id, -1);
+}
+END_TEST
+
+START_TEST(test_bad_fields)
+{
+    expect_error("hidden_size", NULL, NL_ERR_FORMAT, "missing field hidden_size", NULL);
+    expect_error("vocab_size", NULL, NL_ERR_FORMAT, "vocab_size", NULL);
+    expect_error("num_hidden_layers", "-2", NL_ERR_FORMAT, "num_hidden_layers", "-2");
+    expect_error("num_hidden_layers", "0", NL_ERR_FORMAT, "num_hidden_layers", "= 0");
+    expect_error("num_hidden_layers", "2000", NL_ERR_FORMAT, "num_hidden_layers", "1024");
+    expect_error("hidden_size", "100000", NL_ERR_FORMAT, "hidden_size", "100000");
+    expect_error("hidden_size", "\"1024\"", NL_ERR_FORMAT, "hidden_size", "a string");
+    expect_error("intermediate_size", "3072.5", NL_ERR_FORMAT, "intermediate_size", "real");
+    expect_error("num_key_value_heads", "3", NL_ERR_FORMAT, "num_key_value_heads = 3", "16");
+    expect_error("head_dim", "127", NL_ERR_FORMAT, "head_dim = 127", "even");
+    expect_error("vocab_size", "2147483648", NL_ERR_FORMAT, "vocab_size", "2147483648");
+    expect_error("rms_norm_eps", "0", NL_ERR_FORMAT, "rms_norm_eps", "(0, 1)");
+    expect_error("rms_norm_eps", "1.5", NL_ERR_FORMAT, "rms_norm_eps", "1.5");
+    expect_error("rms_norm_eps", "\"small\"", NL_ERR_FORMAT, "rms_norm_eps", "number");
+    expect_error("rope_theta", "0", NL_ERR_FORMAT, "rope_theta", "positive");
+    expect_error("rope_theta", "-10000", NL_ERR_FORMAT, "rope_theta", "-10000");
+    expect_error("torch_dtype", "\"int8\"", NL_ERR_UNSUPPORTED, "torch_dtype", "int8");
+    expect_error("torch_dtype", "16", NL_ERR_FORMAT, "torch_dtype", "integer");
+    expect_error("rope_scaling", "{\"rope_type\": \"yarn\", \"factor\": 4.0}", NL_ERR_UNSUPPORTED,
+                 "rope_scaling", "yarn");
+    expect_error("rope_scaling", "{\"type\": \"linear\"}", NL_ERR_UNSUPPORTED, "rope_scaling",
+                 "linear");
+    expect_error("rope_parameters", "{\"rope_type\": \"llama3\", \"rope_theta\": 10000}",
+                 NL_ERR_UNSUPPORTED, "rope_parameters", "llama3");
+    expect_error("rope_parameters", "{\"rope_theta\": \"big\"}", NL_ERR_FORMAT,
+                 "rope_parameters.rope_theta", NULL);
+    expect_error("eos_token_id", "\"</s>\"", NL_ERR_FORMAT, "eos_token_id", "a string");
+    expect_error("eos_token_id", "[151645, 999999]", NL_ERR_FORMAT, "eos_token_id[1]", "999999");
+    expect_error("eos_token_id", "[1,2,3,4,5,6,7,8,9]", NL_ERR_UNSUPPORTED, "eos_token_id", "9");
+    expect_error("bos_token_id", "151936", NL_ERR_FORMAT, "bos_token_id", "151936");
+    expect_error("tie_word_embeddings", "1", NL_ERR_FORMAT, "tie_word_embeddings", "true or false");
+    expect_error("architectures", "[\"LlamaForCausalLM\"]", NL_ERR_UNSUPPORTED,
+                 "LlamaForCausalLM", NULL);
+    expect_error("use_sliding_window", "true", NL_ERR_UNSUPPORTED, "use_sliding_window", NULL);
+    expect_error("hidden_act", "\"gelu\"", NL_ERR_UNSUPPORTED, "hidden_act", NULL);
+}
+END_TEST
+
+START_TEST(test_head_dim_default_needs_divisible)
+{
+    nl_model_config c;
+    json_t *root = json_loads(qwen3_06b, 0, NULL);
+    json_object_del(root, "head_dim");
+    json_object_set_new(root, "hidden_size", json_integer(1000)); /* 1000 % 16 != 0 */
+    char *text = json_dumps(root, 0);
+    json_decref(root);
+    ck_assert_int_eq(model_config_parse(text, "hd.json", &c), NL_ERR_FORMAT);
+    free(text);
+    ck_assert_ptr_nonnull(strstr(nl_last_error(), "hd.json"));
+    ck_assert_ptr_nonnull(strstr(nl_last_error(), "hidden_size = 1000"));
+}
+END_TEST
+
+START_TEST(test_bad_json)
+{
+    nl_model_config c;
+    ck_assert_int_eq(model_config_parse("{\"hidden_size\": 12,", "broken.json", &c),
+                     NL_ERR_FORMAT);
+    ck_assert_ptr_nonnull(strstr(nl_last_error(), "broken.json"));
+    ck_assert_ptr_nonnull(strstr(nl_last_error(), "line 1"));
+    ck_assert_int_eq(model_config_parse("[1, 2]", "arr.json", &c), NL_ERR_FORMAT);
+    ck_assert_ptr_nonnull(strstr(nl_last_error(), "arr.json"));
+    ck_assert_int_eq(model_config_parse("{\"vocab_size\": 10}", "noarch.json", &c),
+                     NL_ERR_FORMAT);
+    ck_assert_ptr_nonnull(strstr(nl_last_error(), "model_type"));
+}
+END_TEST
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    return remove(path);
+}
+
+START_TEST(test_load_missing_file)
+{
+    nl_model_config c;
+    ck_assert_int_eq(model_config_load("/nonexistent/model", &c), NL_ERR_IO);
+    ck_assert_ptr_nonnull(strstr(nl_last_error(), "/nonexistent/model/config.json"));
+}
+END_TEST
+
+START_TEST(test_save_roundtrip)
+{
+    char dir[] = "/tmp/nl_cfg_XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    nl_model_config a, b;
+    ck_assert_int_eq(model_config_parse(qwen3_06b, "q3", &a), NL_OK);
+    a.n_eos = 2;
+    a.eos_token_ids[1] = 151643;
+    ck_assert_int_eq(model_config_save(&a, dir), NL_OK);
+    ck_assert_int_eq(model_config_load(dir, &b), NL_OK);
+    ck_assert_mem_eq(&a, &b, sizeof a);
+
+    /* The written file is what transformers reads: hub field names, and
+     * the float fields as their short decimal forms. */
+    char path[256];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    json_t *root = json_load_file(path, 0, NULL);
+    ck_assert_ptr_nonnull(root);
+    ck_assert_str_eq(json_string_value(json_array_get(json_object_get(root, "architectures"), 0)),
+                     "Qwen3ForCausalLM");
+    ck_assert_str_eq(json_string_value(json_object_get(root, "model_type")), "qwen3");
+    ck_assert_str_eq(json_string_value(json_object_get(root, "hidden_act")), "silu");
+    ck_assert_str_eq(json_string_value(json_object_get(root, "torch_dtype")), "bfloat16");
+    ck_assert(json_is_true(json_object_get(root, "tie_word_embeddings")));
+    ck_assert(json_is_true(json_object_get(root, "use_cache")));
+    ck_assert_int_eq(json_integer_value(json_object_get(root, "head_dim")), 128);
+    ck_assert(json_number_value(json_object_get(root, "rms_norm_eps")) == 1e-6);
+    ck_assert(json_number_value(json_object_get(root, "rope_theta")) == 1e6);
+    ck_assert(json_is_null(json_object_get(root, "rope_scaling")));
+    json_decref(root);
+    FILE *f = fopen(path, "r");
+    char text[4096] = "";
+    fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    ck_assert_msg(strstr(text, "\"rms_norm_eps\": 1e-6,"), "eps written as: %s", text);
+
+    /* Qwen2 round trip keeps the biases and the arch. */
+    ck_assert_int_eq(model_config_parse(qwen25_05b, "q2", &a), NL_OK);
+    ck_assert_int_eq(model_config_save(&a, dir), NL_OK);
+    ck_assert_int_eq(model_config_load(dir, &b), NL_OK);
+    ck_assert_mem_eq(&a, &b, sizeof a);
+    nftw(dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+}
+END_TEST
+
+static Suite *model_config_suite(void)
+{
+    Suite *s = suite_create("model_config");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, test_qwen3_hub);
+    tcase_add_test(tc, test_qwen2_hub);
+    tcase_add_test(tc, test_newer_form);
+    tcase_add_test(tc, test_model_type_only_and_eos_list);
+    tcase_add_test(tc, test_qwen3_attention_bias);
+    tcase_add_test(tc, test_defaults);
+    tcase_add_test(tc, test_bad_fields);
+    tcase_add_test(tc, test_head_dim_default_needs_divisible);
+    tcase_add_test(tc, test_bad_json);
+    tcase_add_test(tc, test_load_missing_file);
+    tcase_add_test(tc, test_save_roundtrip);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(model_config_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
