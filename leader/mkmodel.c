@@ -552,6 +552,13 @@ nl_status mkmodel_write(const nl_model_config *cfg, const mkmodel_options *opt,
     nl_status st = fill_dir(cfg, opt, tmp);
     if (st) {
         remove_dir(tmp);
+        /* A refused config is the caller's shape, not a file of the
+         * temporary directory that is already gone. */
+        char cfg_path[4300], msg[1024];
+        snprintf(cfg_path, sizeof cfg_path, "%s/config.json: ", tmp);
+        snprintf(msg, sizeof msg, "%s", nl_last_error());
+        if (!strncmp(msg, cfg_path, strlen(cfg_path)))
+            return nl_error(st, "mkmodel %s: invalid config: %s", dest, msg + strlen(cfg_path));
         return nl_error_prefix(st, "mkmodel %s: ", dest);
     }
     /* rename() replaces only an empty directory, so a finished model is
@@ -563,5 +570,12 @@ nl_status mkmodel_write(const nl_model_config *cfg, const mkmodel_options *opt,
             return nl_error(NL_ERR_IO, "mkmodel: %s already exists and is not empty", dest);
         return nl_error(NL_ERR_IO, "mkmodel: cannot rename %s to %s: %s", tmp, dest, strerror(e));
     }
-    return NL_OK;
+    /* The rename itself is durable only once the parent is synced. */
+    char parent[4096];
+    memcpy(parent, dest, len + 1);
+    char *slash = strrchr(parent, '/');
+    if (!slash) snprintf(parent, sizeof parent, ".");
+    else if (slash == parent) parent[1] = '\0';
+    else *slash = '\0';
+    return sync_dir(parent);
 }
