@@ -18,3 +18,4 @@ include tests/cpumodel.mk
 include tests/ipc.mk
 include tests/leader.mk
 include tests/models.mk
+include tests/cuda.mk

@@ -11,7 +11,7 @@
  * the running total crosses the target; ties on that key are then walked in
  * id order.  top_k is a count crossing, top_p a mass crossing, min_p a
  * threshold, and the sample itself the mass crossing at u * kept mass inside
- * the kept prefix.  Only the block's own row is read; no scratch memory.
+ * the kept prefix.  As on the CPU, top_p is measured after top_k has cut.  Only the block's own row is read; no scratch memory.
  */
 #include <math.h>
 
@@ -307,7 +307,7 @@ __global__ void __launch_bounds__(SAMPLE_THREADS)
                 bool valid = a < n;
                 top_ids[(size_t)r * NL_MAX_LOGPROBS + a] = valid ? sh.top_id[a] : -1;
                 top_logprobs[(size_t)r * NL_MAX_LOGPROBS + a] =
-                    valid ? row[sh.top_id[a]] - lse : -INFINITY;
+                    valid ? row[sh.top_id[a]] - lse : 0.0f;
             }
         }
         __syncthreads();
@@ -316,18 +316,21 @@ __global__ void __launch_bounds__(SAMPLE_THREADS)
     int chosen = argmax;
     if (sp.temperature > 0.0f) {
         v.inv_t = 1.0f / sp.temperature;
-        float z = 0.0f;
-        for (int i = threadIdx.x; i < vocab; i += blockDim.x) z += expf((row[i] - lmax) * v.inv_t);
-        z = block_sum(z, &sh);
-
-        cut keep = v.limit; /* everything */
         cut c;
         if (sp.top_k > 0 && sp.top_k < vocab && find_crossing(v, (float)sp.top_k, false, &c, &sh))
-            keep = earlier(keep, c);
+            v.limit = c;
         v.mass = true;
-        if (sp.top_p < 1.0f && find_crossing(v, sp.top_p * z, false, &c, &sh))
-            keep = earlier(keep, c);
-        v.limit = keep;
+        if (sp.top_p < 1.0f) {
+            /* top_p is measured on the distribution renormalised over the
+             * top_k survivors. */
+            float z = 0.0f;
+            for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+                float l = row[i];
+                if (v.takes_part(order_key(l), i, l)) z += v.weight(l);
+            }
+            z = block_sum(z, &sh);
+            if (find_crossing(v, sp.top_p * z, false, &c, &sh)) v.limit = earlier(v.limit, c);
+        }
         v.min_ratio = sp.min_p > 0.0f ? sp.min_p : 0.0f;
 
         float kept = 0.0f;

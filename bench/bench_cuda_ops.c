@@ -1,0 +1,200 @@
+/* bench_cuda_ops.c — times the CUDA backend's hot ops on model-sized shapes:
+ * decode and prefill attention, the GEMMs of a Qwen3-8B layer and the LM
+ * head, and the sampler.  Each figure is the mean of repeated launches after
+ * a warm-up, timed around a stream synchronisation, with the bytes or flops
+ * it moved, so it can be set against the GPU's ceilings.
+ *
+ * Usage: bench_cuda_ops [iterations]   (prints a Markdown table)
+ */
+#include "config.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kernels/kernels.h"
+
+static nl_backend *be;
+static int iters = 20;
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void die(const char *what)
+{
+    fprintf(stderr, "bench_cuda_ops: %s: %s\n", what, nl_last_error());
+    exit(1);
+}
+
+static void *dev_alloc(size_t bytes)
+{
+    void *p;
+    if (be->ops->alloc(be, bytes, &p) != NL_OK) die("alloc");
+    /* small random bf16 values: bytes 0x3c.. are about 0.01 */
+    uint16_t *h = malloc(bytes + 2);
+    for (size_t i = 0; i < bytes / 2; i++) h[i] = (uint16_t)(0x3c00 + (rand() & 0x7f)) ^ (rand() & 1 ? 0x8000 : 0);
+    if (be->ops->upload(be, p, h, bytes) != NL_OK) die("upload");
+    free(h);
+    return p;
+}
+
+static void *dev_ints(const int32_t *h, size_t n)
+{
+    void *p;
+    if (be->ops->alloc(be, n * 4, &p) != NL_OK || be->ops->upload(be, p, h, n * 4) != NL_OK)
+        die("ints");
+    return p;
+}
+
+/* Runs fn iters times after two warm-ups; returns seconds per call. */
+#define TIME(expr)                                                                  \
+    ({                                                                              \
+        for (int w_ = 0; w_ < 2; w_++)                                              \
+            if ((expr) != NL_OK) die(#expr);                                        \
+        if (be->ops->synchronize(be) != NL_OK) die("sync");                         \
+        double t0_ = now();                                                         \
+        for (int i_ = 0; i_ < iters; i_++) (void)(expr);                            \
+        if (be->ops->synchronize(be) != NL_OK) die("sync");                         \
+        (now() - t0_) / iters;                                                      \
+    })
+
+static void bench_decode(int n_seqs, int ctx, int hq, int hk, int hd, int bs)
+{
+    int blocks_per = (ctx + bs - 1) / bs, nb = n_seqs * blocks_per;
+    size_t cache = (size_t)nb * bs * hk * hd * 2;
+    void *kc = dev_alloc(cache), *vc = dev_alloc(cache);
+    void *qkv = dev_alloc((size_t)n_seqs * (hq + 2 * hk) * hd * 2);
+    void *out = dev_alloc((size_t)n_seqs * hq * hd * 2);
+    int32_t *cu = malloc((n_seqs + 1) * 4), *cl = malloc(n_seqs * 4);
+    int32_t *tab = malloc((size_t)nb * 4);
+    for (int s = 0; s <= n_seqs; s++) cu[s] = s;
+    for (int s = 0; s < n_seqs; s++) cl[s] = ctx;
+    for (int i = 0; i < nb; i++) tab[i] = (i * 7919) % nb;
+    nl_attn_batch b = {n_seqs, n_seqs, 1, ctx, blocks_per, bs, true,
+                       dev_ints(cu, n_seqs + 1), dev_ints(cl, n_seqs), dev_ints(tab, nb)};
+    double t = TIME(be->ops->attention(be, out, qkv, kc, vc, &b, hq, hk, hd, 0.088f));
+    double bytes = 2.0 * n_seqs * ctx * hk * hd * 2;
+    printf("| decode attention | %d seqs x ctx %d, hq %d hk %d hd %d | %.1f us | %.0f GB/s |\n",
+           n_seqs, ctx, hq, hk, hd, t * 1e6, bytes / t / 1e9);
+    be->ops->free(be, kc);
+    be->ops->free(be, vc);
+    be->ops->free(be, qkv);
+    be->ops->free(be, out);
+    be->ops->free(be, (void *)b.cu_seqlens_q);
+    be->ops->free(be, (void *)b.context_lens);
+    be->ops->free(be, (void *)b.block_tables);
+    free(cu);
+    free(cl);
+    free(tab);
+}
+
+static void bench_prefill(int n_seqs, int len, int hq, int hk, int hd, int bs)
+{
+    int blocks_per = (len + bs - 1) / bs, nb = n_seqs * blocks_per, n = n_seqs * len;
+    size_t cache = (size_t)nb * bs * hk * hd * 2;
+    void *kc = dev_alloc(cache), *vc = dev_alloc(cache);
+    void *qkv = dev_alloc((size_t)n * (hq + 2 * hk) * hd * 2);
+    void *out = dev_alloc((size_t)n * hq * hd * 2);
+    int32_t *cu = malloc((n_seqs + 1) * 4), *cl = malloc(n_seqs * 4);
+    int32_t *tab = malloc((size_t)nb * 4);
+    for (int s = 0; s <= n_seqs; s++) cu[s] = s * len;
+    for (int s = 0; s < n_seqs; s++) cl[s] = len;
+    for (int i = 0; i < nb; i++) tab[i] = i;
+    nl_attn_batch b = {n_seqs, n, len, len, blocks_per, bs, false,
+                       dev_ints(cu, n_seqs + 1), dev_ints(cl, n_seqs), dev_ints(tab, nb)};
+    double t = TIME(be->ops->attention(be, out, qkv, kc, vc, &b, hq, hk, hd, 0.088f));
+    double flops = 4.0 * n_seqs * hq * hd * (double)len * (len + 1) / 2.0;
+    printf("| prefill attention | %d seqs x %d tokens, hq %d hk %d hd %d | %.1f us | %.1f TFLOP/s |\n",
+           n_seqs, len, hq, hk, hd, t * 1e6, flops / t / 1e12);
+    be->ops->free(be, kc);
+    be->ops->free(be, vc);
+    be->ops->free(be, qkv);
+    be->ops->free(be, out);
+    free(cu);
+    free(cl);
+    free(tab);
+}
+
+static void bench_gemm(const char *name, int n, int rows, int cols, bool f32)
+{
+    nl_weight *w;
+    if (be->ops->weight_create(be, rows, cols, &w) != NL_OK) die("weight");
+    void *x = dev_alloc((size_t)n * cols * 2), *out = dev_alloc((size_t)n * rows * (f32 ? 4 : 2));
+    double t = f32 ? TIME(be->ops->linear_f32(be, out, x, w, n))
+                   : TIME(be->ops->linear(be, out, x, w, NULL, n));
+    double flops = 2.0 * n * rows * cols, bytes = 2.0 * rows * cols;
+    printf("| %s | n %d, [%d x %d] | %.1f us | %.0f TFLOP/s, %.0f GB/s weights |\n", name, n, rows,
+           cols, t * 1e6, flops / t / 1e12, bytes / t / 1e9);
+    be->ops->weight_destroy(be, w);
+    be->ops->free(be, x);
+    be->ops->free(be, out);
+}
+
+static void bench_sample(int m, int vocab, float temperature, int top_k, float top_p)
+{
+    float *h = malloc((size_t)m * vocab * 4);
+    for (size_t i = 0; i < (size_t)m * vocab; i++) h[i] = (float)(rand() % 20000) / 1000.0f;
+    void *logits, *rows, *ids, *lps, *tids, *tlps;
+    be->ops->alloc(be, (size_t)m * vocab * 4, &logits);
+    be->ops->upload(be, logits, h, (size_t)m * vocab * 4);
+    nl_sample_row *r = calloc(m, sizeof *r);
+    for (int i = 0; i < m; i++) {
+        r[i].temperature = temperature;
+        r[i].top_k = top_k;
+        r[i].top_p = top_p;
+        r[i].seed = i;
+        r[i].n_logprobs = 5;
+    }
+    be->ops->alloc(be, m * sizeof *r, &rows);
+    be->ops->upload(be, rows, r, m * sizeof *r);
+    be->ops->alloc(be, m * 4, &ids);
+    be->ops->alloc(be, m * 4, &lps);
+    be->ops->alloc(be, (size_t)m * NL_MAX_LOGPROBS * 4, &tids);
+    be->ops->alloc(be, (size_t)m * NL_MAX_LOGPROBS * 4, &tlps);
+    double t = TIME(be->ops->sample(be, logits, m, vocab, rows, ids, lps, tids, tlps));
+    printf("| sample | m %d, vocab %d, T %.1f top_k %d top_p %.2f, 5 logprobs | %.1f us | |\n", m,
+           vocab, temperature, top_k, top_p, t * 1e6);
+    be->ops->free(be, logits);
+    be->ops->free(be, rows);
+    be->ops->free(be, ids);
+    be->ops->free(be, lps);
+    be->ops->free(be, tids);
+    be->ops->free(be, tlps);
+    free(h);
+    free(r);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1) iters = atoi(argv[1]);
+    if (nl_cuda_device_count() == 0) {
+        fprintf(stderr, "bench_cuda_ops: no CUDA device\n");
+        return 77;
+    }
+    if (nl_backend_cuda_create(0, &be) != NL_OK) die("backend");
+    printf("| op | shape | time | rate |\n| --- | --- | --- | --- |\n");
+    bench_decode(1, 8192, 32, 8, 128, 16);
+    bench_decode(64, 1024, 32, 8, 128, 16);
+    bench_decode(256, 1024, 32, 8, 128, 16);
+    bench_decode(64, 4096, 32, 8, 128, 16);
+    bench_decode(128, 2048, 16, 8, 128, 16);
+    bench_prefill(1, 4096, 32, 8, 128, 16);
+    bench_prefill(8, 512, 32, 8, 128, 16);
+    bench_gemm("linear qkv", 1, 6144, 4096, false);
+    bench_gemm("linear qkv", 64, 6144, 4096, false);
+    bench_gemm("linear qkv", 4096, 6144, 4096, false);
+    bench_gemm("linear gate_up", 256, 24576, 4096, false);
+    bench_gemm("linear down", 256, 4096, 12288, false);
+    bench_gemm("linear_f32 lm_head", 64, 151936, 4096, true);
+    bench_sample(64, 151936, 0.0f, 0, 1.0f);
+    bench_sample(64, 151936, 1.0f, 0, 1.0f);
+    bench_sample(64, 151936, 0.7f, 50, 0.9f);
+    nl_backend_destroy(be);
+    return 0;
+}

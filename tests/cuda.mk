@@ -1,0 +1,20 @@
+# tests/cuda.mk: the CUDA backend held to the CPU backend op by op (skips
+# with 77 on a machine without a GPU).
+if HAVE_CHECK
+if HAVE_CUDA
+check_PROGRAMS += tests/test_cuda_ops
+TESTS += tests/test_cuda_ops
+tests_test_cuda_ops_SOURCES = tests/test_cuda_ops.c
+tests_test_cuda_ops_CFLAGS = $(TEST_CFLAGS)
+tests_test_cuda_ops_LDADD = libnlkernels.la libnlcuda.a libnlcommon.la $(OPENBLAS_LIBS) \
+	$(CUDA_LIBS) -lstdc++ $(TEST_LIBS) -lm -lpthread
+endif
+endif
+
+# Timing of the hot ops on a GPU (built with the tests, never run by them).
+if HAVE_CUDA
+check_PROGRAMS += bench/bench_cuda_ops
+bench_bench_cuda_ops_SOURCES = bench/bench_cuda_ops.c
+bench_bench_cuda_ops_LDADD = libnlkernels.la libnlcuda.a libnlcommon.la $(OPENBLAS_LIBS) \
+	$(CUDA_LIBS) -lstdc++ -lm -lpthread
+endif
