@@ -29,6 +29,10 @@
 #define SHM_ERROR_MAX 512
 #define SHM_NCCL_ID_BYTES 128
 
+/* The comm area for n CPU ranks: a page of barrier words, then one 4 MiB
+ * slot per rank plus one for results (kernels/comm_shm.c). */
+#define SHM_COMM_BYTES(n) ((size_t)4096 + ((size_t)(n) + 1) * ((size_t)4 << 20))
+
 /* What every worker needs to build its shard; written by the leader before
  * the workers start and read-only afterwards. */
 typedef struct worker_config {

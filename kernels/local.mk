@@ -2,6 +2,7 @@
 noinst_LTLIBRARIES += libnlkernels.la
 libnlkernels_la_SOURCES = \
 	kernels/kernels.h kernels/comm.h kernels/comm_single.c \
+	kernels/comm_shm.h kernels/comm_shm.c \
 	kernels/backend.c \
 	kernels/cpu/cpu_backend.h kernels/cpu/cpu_backend.c \
 	kernels/cpu/cpu_ops.c kernels/cpu/cpu_sample.c

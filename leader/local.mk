@@ -25,3 +25,6 @@ libnanollm_la_SOURCES += \
 	leader/block_manager.c leader/block_manager.h \
 	leader/scheduler.c leader/scheduler.h \
 	leader/engine.c leader/engine_internal.h
+
+# Worker processes behind the shared-memory rings (the real runner).
+libnanollm_la_SOURCES += leader/worker_pool.c leader/worker_pool.h

@@ -19,6 +19,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "leader/runner.h"
 #include "nanollm.h"
@@ -45,6 +46,10 @@ typedef struct worker_pool_params {
 /* Starts the workers; on failure nothing is left behind (no process, no
  * segment) and the message names the failing rank ("worker rank 1: ..."). */
 nl_status worker_pool_start(const worker_pool_params *p, runner **out);
+
+/* The process id of a rank of a runner made by worker_pool_start (for
+ * diagnostics and tests), or -1 for a rank out of range. */
+pid_t worker_pool_pid(const runner *r, int rank);
 
 /* Async-signal-safe: SIGKILLs the workers of every live pool and removes any
  * segment name still present.  For a Ctrl-C handler that is about to exit;

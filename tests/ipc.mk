@@ -9,3 +9,17 @@ tests_test_wire_SOURCES = tests/test_wire.c
 tests_test_wire_CFLAGS = $(TEST_CFLAGS)
 tests_test_wire_LDADD = libnlipc.la libnlcommon.la $(TEST_LIBS)
 endif
+
+# The pool test starts tests/fake_worker (the real worker loop around a fake
+# model); it is built with the checks but is not a test itself.
+if HAVE_CHECK
+check_PROGRAMS += tests/test_worker_pool tests/fake_worker
+TESTS += tests/test_worker_pool
+tests_test_worker_pool_SOURCES = tests/test_worker_pool.c leader/worker_pool.c
+tests_test_worker_pool_CFLAGS = $(TEST_CFLAGS)
+tests_test_worker_pool_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_WORKER_PATH='"$(abs_top_builddir)/tests/fake_worker$(EXEEXT)"'
+tests_test_worker_pool_LDADD = libnlkernels.la libnlipc.la libnlcommon.la $(TEST_LIBS) -lpthread
+EXTRA_tests_test_worker_pool_DEPENDENCIES = tests/fake_worker$(EXEEXT)
+tests_fake_worker_SOURCES = tests/fake_worker.c worker/worker_loop.c worker/worker_loop.h
+tests_fake_worker_LDADD = libnlkernels.la libnlipc.la libnlcommon.la $(OPENBLAS_LIBS) -lm -lpthread
+endif

@@ -1,0 +1,207 @@
+/* comm_shm.c — all-reduce and gather between CPU workers through shared
+ * memory.
+ *
+ * Area layout: a barrier (arrival count and generation word, each on its own
+ * cache line), then size + 1 equal slots: one per rank for its input, and a
+ * result slot.  Large buffers go through in chunks of one slot.
+ *
+ * All-reduce of one chunk: every rank copies its values into its slot;
+ * barrier; rank r sums its 1/size share of the elements over slots 0, 1, ...
+ * in that order into the result slot; barrier; every rank copies the result
+ * back.  The next chunk's first barrier keeps a fast rank from overwriting
+ * the result before everyone has read it.  Sums are in fp32 whatever the
+ * element type, rounded once at the end.
+ */
+#include "kernels/comm_shm.h"
+
+#include <limits.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <stdalign.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#define COMM_HEADER_BYTES 4096
+#define COMM_SPINS 2000
+#define COMM_WAIT_SLICE_MS 50
+
+typedef struct comm_shared {
+    alignas(64) _Atomic uint32_t arrived;
+    alignas(64) _Atomic uint32_t generation;
+} comm_shared;
+
+typedef struct comm_shm {
+    nl_comm base;
+    comm_shared *sh;
+    uint8_t *slots;    /* [size + 1][slot_bytes]; slot size is the result */
+    size_t slot_bytes;
+    nl_comm_check_fn check;
+    void *check_ctx;
+} comm_shm;
+
+static void futex_wait_slice(_Atomic uint32_t *word, uint32_t expected)
+{
+    struct timespec ts = {.tv_sec = 0, .tv_nsec = COMM_WAIT_SLICE_MS * 1000000L};
+    syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT, expected, &ts, NULL, 0);
+}
+
+static void futex_wake_all(_Atomic uint32_t *word)
+{
+    syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+static nl_status barrier(comm_shm *c)
+{
+    comm_shared *sh = c->sh;
+    uint32_t gen = atomic_load(&sh->generation);
+    if (atomic_fetch_add(&sh->arrived, 1) == (uint32_t)c->base.size - 1) {
+        atomic_store(&sh->arrived, 0);
+        atomic_fetch_add(&sh->generation, 1);
+        futex_wake_all(&sh->generation);
+        return NL_OK;
+    }
+    for (int i = 0; i < COMM_SPINS; i++) {
+        if (atomic_load(&sh->generation) != gen) return NL_OK;
+        if (i % 64 == 63) sched_yield();
+    }
+    while (atomic_load(&sh->generation) == gen) {
+        futex_wait_slice(&sh->generation, gen);
+        if (atomic_load(&sh->generation) != gen) break;
+        if (c->check) NL_TRY(c->check(c->check_ctx));
+    }
+    return NL_OK;
+}
+
+static uint8_t *slot(comm_shm *c, int i)
+{
+    return c->slots + (size_t)i * c->slot_bytes;
+}
+
+static float load_f32(const uint8_t *p, nl_dtype t, size_t i)
+{
+    uint16_t h;
+    switch (t) {
+    case NL_DTYPE_F32: return ((const float *)p)[i];
+    case NL_DTYPE_BF16: memcpy(&h, p + 2 * i, 2); return nl_bf16_to_f32(h);
+    case NL_DTYPE_F16: memcpy(&h, p + 2 * i, 2); return nl_f16_to_f32(h);
+    default: return 0.0f;
+    }
+}
+
+static void store_f32(uint8_t *p, nl_dtype t, size_t i, float v)
+{
+    uint16_t h;
+    switch (t) {
+    case NL_DTYPE_F32: ((float *)p)[i] = v; break;
+    case NL_DTYPE_BF16: h = nl_f32_to_bf16(v); memcpy(p + 2 * i, &h, 2); break;
+    case NL_DTYPE_F16: h = nl_f32_to_f16(v); memcpy(p + 2 * i, &h, 2); break;
+    default: break;
+    }
+}
+
+/* result[lo, hi) = sum over ranks in rank order. */
+static void reduce_share(comm_shm *c, nl_dtype t, size_t lo, size_t hi)
+{
+    int size = c->base.size;
+    uint8_t *res = slot(c, size);
+    if (t == NL_DTYPE_F32) {
+        float *out = (float *)res;
+        memcpy(out + lo, (const float *)slot(c, 0) + lo, (hi - lo) * sizeof(float));
+        for (int r = 1; r < size; r++) {
+            const float *in = (const float *)slot(c, r);
+            for (size_t i = lo; i < hi; i++) out[i] += in[i];
+        }
+    } else if (t == NL_DTYPE_I32) {
+        int32_t *out = (int32_t *)res;
+        for (size_t i = lo; i < hi; i++) {
+            int64_t acc = 0;
+            for (int r = 0; r < size; r++) acc += ((const int32_t *)slot(c, r))[i];
+            out[i] = (int32_t)acc;
+        }
+    } else {
+        for (size_t i = lo; i < hi; i++) {
+            float acc = load_f32(slot(c, 0), t, i);
+            for (int r = 1; r < size; r++) acc += load_f32(slot(c, r), t, i);
+            store_f32(res, t, i, acc);
+        }
+    }
+}
+
+static nl_status shm_all_reduce(nl_comm *base, void *buf, size_t count, nl_dtype dtype)
+{
+    comm_shm *c = (comm_shm *)base;
+    size_t elem = nl_dtype_size(dtype);
+    size_t per_chunk = c->slot_bytes / elem;
+    int size = base->size, rank = base->rank;
+    uint8_t *p = buf;
+    for (size_t off = 0; off < count; off += per_chunk) {
+        size_t n = count - off < per_chunk ? count - off : per_chunk;
+        memcpy(slot(c, rank), p + off * elem, n * elem);
+        NL_TRY(barrier(c));
+        size_t share = (n + size - 1) / size;
+        size_t lo = (size_t)rank * share < n ? (size_t)rank * share : n;
+        size_t hi = lo + share < n ? lo + share : n;
+        reduce_share(c, dtype, lo, hi);
+        NL_TRY(barrier(c));
+        memcpy(p + off * elem, slot(c, size), n * elem);
+    }
+    return NL_OK;
+}
+
+static nl_status shm_gather(nl_comm *base, const void *send, void *recv, size_t count,
+                            nl_dtype dtype)
+{
+    comm_shm *c = (comm_shm *)base;
+    size_t elem = nl_dtype_size(dtype);
+    size_t per_chunk = c->slot_bytes / elem;
+    const uint8_t *s = send;
+    uint8_t *d = recv;
+    if (base->rank == 0 && !recv)
+        return nl_error(NL_ERR_INVALID_ARG, "comm_shm: gather on rank 0 without a receive buffer");
+    for (size_t off = 0; off < count; off += per_chunk) {
+        size_t n = count - off < per_chunk ? count - off : per_chunk;
+        memcpy(slot(c, base->rank), s + off * elem, n * elem);
+        NL_TRY(barrier(c));
+        if (base->rank == 0)
+            for (int r = 0; r < base->size; r++)
+                memcpy(d + ((size_t)r * count + off) * elem, slot(c, r), n * elem);
+        NL_TRY(barrier(c));
+    }
+    return NL_OK;
+}
+
+static void shm_destroy(nl_comm *base)
+{
+    free(base);
+}
+
+static const nl_comm_ops shm_ops = {
+    .all_reduce_sum = shm_all_reduce,
+    .gather = shm_gather,
+    .destroy = shm_destroy,
+};
+
+nl_status nl_comm_shm_create(void *area, size_t bytes, int rank, int size,
+                             nl_comm_check_fn check, void *check_ctx, nl_comm **out)
+{
+    if (size < 1 || rank < 0 || rank >= size)
+        return nl_error(NL_ERR_INVALID_ARG, "comm_shm: rank %d of %d", rank, size);
+    if (!area || bytes < COMM_HEADER_BYTES + ((size_t)size + 1) * 64)
+        return nl_error(NL_ERR_INVALID_ARG, "comm_shm: area of %zu bytes is too small for %d ranks",
+                        bytes, size);
+    comm_shm *c = calloc(1, sizeof *c);
+    if (!c) return nl_error(NL_ERR_NOMEM, "comm_shm: out of memory");
+    c->base = (nl_comm){.ops = &shm_ops, .rank = rank, .size = size};
+    c->sh = area;
+    c->slots = (uint8_t *)area + COMM_HEADER_BYTES;
+    c->slot_bytes = ((bytes - COMM_HEADER_BYTES) / ((size_t)size + 1)) & ~(size_t)63;
+    c->check = check;
+    c->check_ctx = check_ctx;
+    *out = &c->base;
+    return NL_OK;
+}

@@ -1,0 +1,188 @@
+/* worker_loop.c — the worker's side of the segment (see worker_loop.h).
+ *
+ * Errors travel to the leader through the segment, not stderr: a failed
+ * init sets the rank's state to FAILED with its message; a failed RUN on
+ * rank 0 becomes an error reply; a failed RUN on another rank is recorded
+ * in its slot before the process exits, so the leader's death report can
+ * say why.
+ */
+#include "worker/worker_loop.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ipc/futex.h"
+#include "kernels/comm_shm.h"
+
+nl_status worker_check_leader(void *arg)
+{
+    worker_env *env = arg;
+    if (getppid() != (pid_t)env->seg->hdr->leader_pid)
+        return nl_error(NL_ERR_WORKER, "worker rank %d: the leader (pid %d) is gone", env->rank,
+                        env->seg->hdr->leader_pid);
+    return NL_OK;
+}
+
+static void report_failure(worker_env *env, const char *msg)
+{
+    shm_rank *slot = &env->seg->hdr->ranks[env->rank];
+    snprintf(slot->error, sizeof slot->error, "%s", msg);
+    shm_rank_set_state(env->seg, env->rank, SHM_RANK_FAILED);
+}
+
+nl_status worker_comm_cpu_create(worker_env *env, nl_comm **out)
+{
+    if (env->config->tp == 1) {
+        *out = nl_comm_single();
+        return NL_OK;
+    }
+    if (!env->seg->comm)
+        return nl_error(NL_ERR_INVALID_ARG, "worker rank %d: tp = %d but the segment has no comm area",
+                        env->rank, env->config->tp);
+    return nl_comm_shm_create(env->seg->comm, env->seg->comm_bytes, env->rank, env->config->tp,
+                              worker_check_leader, env, out);
+}
+
+nl_status worker_publish_nccl_id(worker_env *env, const void *id, size_t bytes)
+{
+    shm_header *h = env->seg->hdr;
+    if (bytes > sizeof h->nccl_id)
+        return nl_error(NL_ERR_INVALID_ARG, "worker: NCCL id of %zu bytes, room for %zu", bytes,
+                        sizeof h->nccl_id);
+    memcpy(h->nccl_id, id, bytes);
+    atomic_store(&h->nccl_id_ready, 1);
+    futex_wake_shared(&h->nccl_id_ready);
+    return NL_OK;
+}
+
+nl_status worker_wait_nccl_id(worker_env *env, void *id, size_t bytes)
+{
+    shm_header *h = env->seg->hdr;
+    if (bytes > sizeof h->nccl_id)
+        return nl_error(NL_ERR_INVALID_ARG, "worker: NCCL id of %zu bytes, room for %zu", bytes,
+                        sizeof h->nccl_id);
+    while (atomic_load(&h->nccl_id_ready) == 0) {
+        if (atomic_load(&h->ranks[0].state) == SHM_RANK_FAILED)
+            return nl_error(NL_ERR_WORKER, "worker rank %d: rank 0 failed before sharing the NCCL id",
+                            env->rank);
+        NL_TRY(worker_check_leader(env));
+        futex_wait_shared(&h->nccl_id_ready, 0, RING_WAIT_SLICE_MS);
+    }
+    memcpy(id, h->nccl_id, bytes);
+    return NL_OK;
+}
+
+static int parse_args(int argc, char **argv, const char **name, int *rank)
+{
+    *name = NULL;
+    *rank = -1;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (strcmp(argv[i], "--shm") == 0) {
+            *name = argv[i + 1];
+        } else if (strcmp(argv[i], "--rank") == 0) {
+            char *end;
+            long r = strtol(argv[i + 1], &end, 10);
+            if (*end || r < 0 || r >= SHM_MAX_RANKS) return -1;
+            *rank = (int)r;
+        } else {
+            return -1;
+        }
+    }
+    return *name && *rank >= 0 && argc % 2 == 1 ? 0 : -1;
+}
+
+/* Serves commands until SHUTDOWN; returns the exit status. */
+static int serve(worker_env *env, const worker_ops *ops, void *ctx)
+{
+    shm_segment *seg = env->seg;
+    ring_buf msg = {0};
+    wire_buf arena = {0}, out = {0};
+    int status = 0;
+    for (;;) {
+        wire_run cmd;
+        if (ring_read(&seg->cmd, env->rank, &msg, worker_check_leader, env) != NL_OK) {
+            status = 1; /* the leader is gone: nobody to tell */
+            break;
+        }
+        if (wire_decode_run(msg.data, msg.len, &arena, &cmd) != NL_OK) {
+            nl_error_prefix(NL_ERR_FORMAT, "worker rank %d: bad command: ", env->rank);
+            report_failure(env, nl_last_error());
+            status = 1;
+            break;
+        }
+        if (cmd.kind == WIRE_SHUTDOWN) break;
+
+        wire_reply reply = {.step_id = cmd.step_id};
+        nl_status st = ops->execute(ctx, &cmd, &reply);
+        if (st != NL_OK && env->rank != 0) {
+            report_failure(env, nl_last_error());
+            status = 1;
+            break;
+        }
+        if (env->rank != 0) continue;
+        reply.step_id = cmd.step_id;
+        reply.status = st;
+        if (st != NL_OK) {
+            snprintf(reply.error, sizeof reply.error, "%s", nl_last_error());
+            reply.n_sampled = 0;
+            reply.sampled = NULL;
+        }
+        st = wire_encode_reply(&reply, &out);
+        if (st != NL_OK) {
+            /* The model produced an unencodable reply; say so instead. */
+            wire_reply err = {.step_id = cmd.step_id, .status = st};
+            snprintf(err.error, sizeof err.error, "%s", nl_last_error());
+            st = wire_encode_reply(&err, &out);
+        }
+        if (st != NL_OK || ring_write(&seg->reply, out.data, out.len, worker_check_leader, env) != NL_OK) {
+            status = 1;
+            break;
+        }
+    }
+    ring_buf_free(&msg);
+    wire_buf_free(&arena);
+    wire_buf_free(&out);
+    return status;
+}
+
+int worker_loop_main(int argc, char **argv, const worker_ops *ops, void *ctx)
+{
+    const char *name;
+    int rank;
+    if (parse_args(argc, argv, &name, &rank) != 0) {
+        fprintf(stderr, "usage: %s --shm NAME --rank K\n"
+                        "(started by the nanollm leader, not by hand)\n", argv[0]);
+        return 2;
+    }
+    shm_segment seg;
+    if (shm_segment_attach(name, &seg) != NL_OK) {
+        fprintf(stderr, "nanollm-worker rank %d: %s\n", rank, nl_last_error());
+        return 1;
+    }
+    worker_env env = {.rank = rank, .config = &seg.hdr->config, .seg = &seg};
+    /* The leader may have died between fork and the death signal being
+     * armed; then the parent is already someone else. */
+    if (rank >= seg.hdr->n_ranks || worker_check_leader(&env) != NL_OK) {
+        shm_segment_close(&seg);
+        return 1;
+    }
+    shm_rank *slot = &seg.hdr->ranks[rank];
+    slot->pid = (int32_t)getpid();
+    shm_rank_set_state(&seg, rank, SHM_RANK_ATTACHED);
+
+    int32_t num_kv_blocks = 0;
+    if (ops->init(ctx, &env, &num_kv_blocks) != NL_OK) {
+        report_failure(&env, nl_last_error());
+        shm_segment_close(&seg);
+        return 1;
+    }
+    slot->num_kv_blocks = num_kv_blocks;
+    shm_rank_set_state(&seg, rank, SHM_RANK_READY);
+
+    int status = serve(&env, ops, ctx);
+    ops->shutdown(ctx);
+    shm_segment_close(&seg);
+    return status;
+}

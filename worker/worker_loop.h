@@ -1,0 +1,57 @@
+/* worker_loop.h — one worker process's life: attach, start up, serve, stop.
+ *
+ * worker_loop_main() is the whole program around a model: it attaches the
+ * segment named on the command line, makes sure the leader is still the
+ * parent, runs ops->init, publishes the KV block count (or the init error,
+ * which the leader reports as "worker rank K: <message>"), then executes
+ * every command of the command ring until SHUTDOWN.  Rank 0 writes a reply
+ * for each RUN.  The model is reached only through worker_ops, so the real
+ * program (worker_main.c) and the tests' fake worker share this loop.
+ *
+ * A worker whose leader disappears exits: the kernel kills it
+ * (PR_SET_PDEATHSIG, set by the leader before exec) and every wait here
+ * also checks getppid() between slices.
+ *
+ * Command line: nanollm-worker --shm NAME --rank K
+ */
+#ifndef NL_WORKER_WORKER_LOOP_H
+#define NL_WORKER_WORKER_LOOP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ipc/shm.h"
+#include "ipc/wire.h"
+#include "kernels/comm.h"
+
+typedef struct worker_env {
+    int32_t rank;
+    const worker_config *config; /* in the segment, read-only */
+    shm_segment *seg;
+} worker_env;
+
+typedef struct worker_ops {
+    /* Loads this rank's shard and sizes its KV cache. */
+    nl_status (*init)(void *ctx, worker_env *env, int32_t *num_kv_blocks);
+    /* Executes one RUN; on rank 0 fills reply->sampled (storage owned by the
+     * model, valid until the next call). */
+    nl_status (*execute)(void *ctx, const wire_run *cmd, wire_reply *reply);
+    void (*shutdown)(void *ctx);
+} worker_ops;
+
+/* Runs the worker; returns the process exit status. */
+int worker_loop_main(int argc, char **argv, const worker_ops *ops, void *ctx);
+
+/* NL_OK while the leader is alive; the check the loop's waits use. */
+nl_status worker_check_leader(void *env);
+
+/* The communicator for a CPU worker group: nl_comm_single() for tp == 1,
+ * else the shared-memory all-reduce over the segment's comm area. */
+nl_status worker_comm_cpu_create(worker_env *env, nl_comm **out);
+
+/* NCCL start-up: rank 0 publishes the unique id through the segment, the
+ * other ranks wait for it (or for rank 0's failure, or the leader's end). */
+nl_status worker_publish_nccl_id(worker_env *env, const void *id, size_t bytes);
+nl_status worker_wait_nccl_id(worker_env *env, void *id, size_t bytes);
+
+#endif
