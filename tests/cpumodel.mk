@@ -6,3 +6,15 @@ tests_test_cpu_ops_SOURCES = tests/test_cpu_ops.c
 tests_test_cpu_ops_CFLAGS = $(TEST_CFLAGS)
 tests_test_cpu_ops_LDADD = libnlkernels.la libnlcommon.la $(OPENBLAS_LIBS) $(TEST_LIBS) -lm
 endif
+
+if HAVE_CHECK
+check_PROGRAMS += tests/test_model_golden
+TESTS += tests/test_model_golden
+tests_test_model_golden_SOURCES = tests/test_model_golden.c
+tests_test_model_golden_CFLAGS = $(TEST_CFLAGS)
+# Static against the in-tree libraries, so the program can also be carried
+# to another machine to write the golden models (--make-models).
+tests_test_model_golden_LDFLAGS = -static
+tests_test_model_golden_LDADD = libnlworker.la libnanollm.la libnlkernels.la libnlipc.la \
+	libnlcommon.la $(OPENBLAS_LIBS) $(JANSSON_LIBS) $(TEST_LIBS) -lm
+endif

@@ -1,7 +1,15 @@
 # worker/: worker main loop, model runner, model definitions, sampler.
+# The model runner and model code form a library so tests can drive a
+# runner in-process.
+noinst_LTLIBRARIES += libnlworker.la
+libnlworker_la_SOURCES = \
+	worker/model_runner.h worker/model_runner.c \
+	worker/qwen.h worker/qwen.c \
+	worker/weights.h worker/weights.c
+
 pkglibexec_PROGRAMS += nanollm-worker
 nanollm_worker_SOURCES = worker/worker_main.c
-nanollm_worker_LDADD = libnlkernels.la libnlipc.la libnlcommon.la $(OPENBLAS_LIBS) $(JANSSON_LIBS)
+nanollm_worker_LDADD = libnlworker.la libnlkernels.la libnlipc.la libnlcommon.la $(OPENBLAS_LIBS) $(JANSSON_LIBS)
 if HAVE_CUDA
 nanollm_worker_LDADD += libnlcuda.a $(CUDA_LIBS) -lstdc++
 endif

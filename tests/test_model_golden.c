@@ -1,0 +1,367 @@
+/* test_model_golden.c — the model runner on the CPU against Hugging Face.
+ *
+ * Tiny random-weight checkpoints (Qwen3 tied and untied, Qwen2 with
+ * biases, GQA, MQA, MHA, heads * head_dim != hidden, a sharded checkpoint)
+ * are written with the mkmodel command, then driven through the model
+ * runner with hand-built RUN commands: one ragged prefill that also chunks
+ * the longest prompt, a mixed step (that chunk's rest plus decodes), then
+ * decode steps.  Each sampled token and its top-5 logprobs are compared
+ * with golden files that transformers computed in fp32 from the same
+ * checkpoints (tests/golden/make_model_golden.sh).  Decode inputs are the
+ * golden tokens (teacher forcing), so a near-tie that flips one token
+ * cannot derail the rest of the comparison.
+ *
+ * `test_model_golden --make-models DIR` writes the same checkpoints, each
+ * with the prompts.json the golden script reads: one definition of the
+ * models serves both sides.
+ */
+#include <check.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "kernels/comm.h"
+#include "kernels/kernels.h"
+#include "leader/cli.h"
+#include "worker/model_runner.h"
+
+#define N_PROMPTS 3
+#define N_STEPS 12
+#define N_TOP 5
+#define BLOCK 16
+#define MAX_ARGS 32
+
+typedef struct golden_model {
+    const char *name;
+    const char *args[MAX_ARGS]; /* mkmodel arguments after --out DIR */
+} golden_model;
+
+static const golden_model models[] = {
+    {"qwen3_tied_gqa", /* heads * head_dim = 128 != hidden 64 */
+     {"--arch", "qwen3", "--vocab", "1024", "--hidden", "64", "--inter", "128", "--layers", "2",
+      "--heads", "4", "--kv-heads", "2", "--head-dim", "32", "--tie", "--max-pos", "512",
+      "--seed", "11", NULL}},
+    {"qwen3_untied_mqa",
+     {"--arch", "qwen3", "--vocab", "768", "--hidden", "96", "--inter", "160", "--layers", "2",
+      "--heads", "6", "--kv-heads", "1", "--head-dim", "16", "--no-tie", "--max-pos", "512",
+      "--seed", "12", NULL}},
+    {"qwen2_bias",
+     {"--arch", "qwen2", "--vocab", "512", "--hidden", "128", "--inter", "256", "--layers", "2",
+      "--heads", "4", "--kv-heads", "2", "--head-dim", "32", "--tie", "--max-pos", "512",
+      "--seed", "13", NULL}},
+    {"qwen3_sharded_mha", /* several safetensors files */
+     {"--arch", "qwen3", "--vocab", "1024", "--hidden", "64", "--inter", "192", "--layers", "2",
+      "--heads", "8", "--kv-heads", "8", "--head-dim", "16", "--no-tie", "--max-pos", "512",
+      "--shard-size", "0.2", "--seed", "14", NULL}},
+};
+#define N_MODELS (int)(sizeof models / sizeof models[0])
+
+/* Token ids below 512 fit every model's vocabulary. */
+static const int32_t prompt0[] = {7};
+static const int32_t prompt1[] = {101, 5, 300, 42, 42, 9, 250};
+static int32_t prompt2[23];
+static const int32_t *prompts[N_PROMPTS] = {prompt0, prompt1, prompt2};
+static const int32_t prompt_len[N_PROMPTS] = {1, 7, 23};
+
+static void init_prompts(void)
+{
+    for (int i = 0; i < 23; i++) prompt2[i] = (i * 37) % 500 + 3;
+}
+
+static int make_model(const golden_model *m, const char *dir)
+{
+    char out[4096];
+    snprintf(out, sizeof out, "%s/%s", dir, m->name);
+    char *argv[MAX_ARGS + 2];
+    int argc = 0;
+    argv[argc++] = "--out";
+    argv[argc++] = out;
+    for (int i = 0; m->args[i]; i++) argv[argc++] = (char *)m->args[i];
+    argv[argc] = NULL;
+    int rc = cli_mkmodel(argc, argv);
+    if (rc != 0) return rc;
+    /* the prompts and step count the golden script runs */
+    json_t *ps = json_array();
+    for (int p = 0; p < N_PROMPTS; p++) {
+        json_t *a = json_array();
+        for (int i = 0; i < prompt_len[p]; i++) json_array_append_new(a, json_integer(prompts[p][i]));
+        json_array_append_new(ps, a);
+    }
+    json_t *args = json_array();
+    for (int i = 0; m->args[i]; i++) json_array_append_new(args, json_string(m->args[i]));
+    json_t *root = json_pack("{s:s, s:o, s:i, s:i, s:o}", "name", m->name, "prompts", ps, "steps",
+                             N_STEPS, "top", N_TOP, "mkmodel_args", args);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/prompts.json", out);
+    rc = json_dump_file(root, path, JSON_INDENT(1)) ? 1 : 0;
+    json_decref(root);
+    return rc;
+}
+
+/* ---- golden comparison -------------------------------------------------- */
+
+typedef struct golden {
+    int32_t tokens[N_PROMPTS][N_STEPS];
+    int32_t top_ids[N_PROMPTS][N_STEPS][N_TOP];
+    double top_lp[N_PROMPTS][N_STEPS][N_TOP];
+} golden;
+
+static void load_golden(const char *name, golden *g)
+{
+    const char *fx = getenv("NL_FIXTURES");
+    char path[4096];
+    snprintf(path, sizeof path, "%s/golden/%s.json", fx ? fx : "tests/fixtures", name);
+    json_error_t err;
+    json_t *root = json_load_file(path, 0, &err);
+    ck_assert_msg(root != NULL, "%s: %s (line %d)", path, err.text, err.line);
+    json_t *results = json_object_get(root, "results");
+    ck_assert_msg(json_array_size(results) == N_PROMPTS, "%s: expected %d results", path, N_PROMPTS);
+    json_t *ps = json_object_get(root, "prompts");
+    for (int p = 0; p < N_PROMPTS; p++) {
+        json_t *pr = json_array_get(ps, p);
+        ck_assert_int_eq((int)json_array_size(pr), prompt_len[p]);
+        for (int i = 0; i < prompt_len[p]; i++)
+            ck_assert_int_eq(json_integer_value(json_array_get(pr, i)), prompts[p][i]);
+        json_t *res = json_array_get(results, p);
+        json_t *toks = json_object_get(res, "tokens"), *top = json_object_get(res, "top");
+        ck_assert_msg(json_array_size(toks) >= N_STEPS && json_array_size(top) >= N_STEPS,
+                      "%s: result %d has fewer than %d steps", path, p, N_STEPS);
+        for (int k = 0; k < N_STEPS; k++) {
+            g->tokens[p][k] = (int32_t)json_integer_value(json_array_get(toks, k));
+            json_t *tk = json_array_get(top, k);
+            for (int j = 0; j < N_TOP; j++) {
+                json_t *pair = json_array_get(tk, j);
+                g->top_ids[p][k][j] = (int32_t)json_integer_value(json_array_get(pair, 0));
+                g->top_lp[p][k][j] = json_number_value(json_array_get(pair, 1));
+            }
+        }
+    }
+    json_decref(root);
+}
+
+/* Compares one sampled entry with the golden step: the token must match,
+ * except that where HF's top two are within 1e-4 either is right; logprobs
+ * within 1e-3. */
+static void compare_step(const char *model, int p, int k, const golden *g, const wire_sampled *s)
+{
+    const int32_t *gid = g->top_ids[p][k];
+    const double *glp = g->top_lp[p][k];
+    ck_assert_int_eq(gid[0], g->tokens[p][k]);
+    bool near_tie = glp[0] - glp[1] < 1e-4;
+    ck_assert_msg(s->token_id == gid[0] || (near_tie && s->token_id == gid[1]),
+                  "%s prompt %d step %d: token %d, golden %d (top-2 logprobs %.6f %.6f)", model, p,
+                  k, s->token_id, gid[0], glp[0], glp[1]);
+    ck_assert_msg(fabs(s->logprob - glp[0]) < 1e-3, "%s prompt %d step %d: logprob %.6f, golden %.6f",
+                  model, p, k, s->logprob, glp[0]);
+    ck_assert_int_eq(s->n_top, N_TOP);
+    for (int j = 0; j < N_TOP; j++) {
+        ck_assert_msg(fabs(s->top_logprobs[j] - glp[j]) < 1e-3,
+                      "%s prompt %d step %d: top[%d] logprob %.6f, golden %.6f", model, p, k, j,
+                      s->top_logprobs[j], glp[j]);
+        if (s->top_ids[j] != gid[j]) { /* only a near-tie with a neighbour may swap */
+            bool tie = (j > 0 && fabs(glp[j - 1] - glp[j]) < 1e-4) ||
+                       (j + 1 < N_TOP && fabs(glp[j + 1] - glp[j]) < 1e-4);
+            ck_assert_msg(tie, "%s prompt %d step %d: top[%d] id %d, golden %d", model, p, k, j,
+                          s->top_ids[j], gid[j]);
+        }
+    }
+}
+
+static char tmp_root[256];
+
+static void make_tmp(void)
+{
+    snprintf(tmp_root, sizeof tmp_root, "%s/nl-golden-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    ck_assert_ptr_nonnull(mkdtemp(tmp_root));
+}
+
+static void remove_tree(const char *dir)
+{
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+}
+
+static model_runner *open_runner(const char *dir, nl_backend *be)
+{
+    model_runner_params p = {.model_dir = dir, .rank = 0, .tp = 1, .block_size = BLOCK,
+                             .num_kv_blocks = 48, .max_num_seqs = 8,
+                             .max_num_batched_tokens = 64, .max_model_len = 128,
+                             .enforce_eager = true};
+    model_runner *r = NULL;
+    nl_status st = model_runner_create(&p, be, nl_comm_single(), &r);
+    ck_assert_msg(st == NL_OK, "model_runner_create: %s", nl_last_error());
+    ck_assert_int_eq(model_runner_num_kv_blocks(r), 48);
+    return r;
+}
+
+/* Each prompt's blocks, deliberately scattered and out of order. */
+static const int32_t tables[N_PROMPTS][3] = {{40, 41, 42}, {17, 3, 30}, {5, 44, 0}};
+
+static wire_seq seq_of(int p, int32_t computed, int32_t n_new, const int32_t *tokens, bool sample)
+{
+    return (wire_seq){.seq_id = 100 + p, .num_computed = computed, .num_new = n_new,
+                      .n_blocks = 3, .sample = sample, .temperature = 0.0f, .top_p = 1.0f,
+                      .n_logprobs = N_TOP, .tokens = tokens, .block_table = tables[p]};
+}
+
+static void run_model(const golden_model *m)
+{
+    golden *g = calloc(1, sizeof *g);
+    load_golden(m->name, g);
+    make_tmp();
+    ck_assert_int_eq(make_model(m, tmp_root), 0);
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/%s", tmp_root, m->name);
+    nl_backend *be;
+    ck_assert_int_eq(nl_backend_cpu_create(2, &be), NL_OK);
+    model_runner *r = open_runner(dir, be);
+
+    /* per prompt: tokens in the cache, samples compared, input tokens */
+    int32_t computed[N_PROMPTS] = {0}, done[N_PROMPTS] = {0};
+    int32_t next[N_PROMPTS][1];
+    wire_seq seqs[N_PROMPTS];
+    wire_reply reply;
+    uint64_t step = 0;
+
+    /* step 1: prompts 0 and 1 whole, prompt 2's first block only */
+    seqs[0] = seq_of(0, 0, prompt_len[0], prompts[0], true);
+    seqs[1] = seq_of(1, 0, prompt_len[1], prompts[1], true);
+    seqs[2] = seq_of(2, 0, BLOCK, prompts[2], false);
+    for (;;) {
+        int n = 0;
+        wire_seq batch[N_PROMPTS];
+        int owner[N_PROMPTS];
+        for (int p = 0; p < N_PROMPTS; p++) {
+            if (done[p] >= N_STEPS || seqs[p].num_new == 0) continue;
+            owner[n] = p;
+            batch[n++] = seqs[p];
+        }
+        if (n == 0) break;
+        wire_run cmd = {.kind = WIRE_RUN, .step_id = ++step, .n_seqs = n, .seqs = batch};
+        nl_status st = model_runner_execute(r, &cmd, &reply);
+        ck_assert_msg(st == NL_OK, "%s step %llu: %s", m->name, (unsigned long long)step, nl_last_error());
+        ck_assert_int_eq(reply.status, NL_OK);
+        ck_assert_int_eq(reply.step_id, step);
+        int k = 0;
+        for (int i = 0; i < n; i++) {
+            int p = owner[i];
+            computed[p] += batch[i].num_new;
+            if (!batch[i].sample) { /* the rest of a chunked prompt comes next */
+                seqs[p] = seq_of(p, computed[p], prompt_len[p] - computed[p], prompts[p] + computed[p], true);
+                continue;
+            }
+            ck_assert_int_lt(k, reply.n_sampled);
+            ck_assert_int_eq(reply.sampled[k].seq_id, 100 + p);
+            compare_step(m->name, p, done[p], g, &reply.sampled[k++]);
+            next[p][0] = g->tokens[p][done[p]++]; /* teacher forcing */
+            seqs[p] = seq_of(p, computed[p], 1, next[p], true);
+        }
+        ck_assert_int_eq(k, reply.n_sampled);
+    }
+    for (int p = 0; p < N_PROMPTS; p++) ck_assert_int_eq(done[p], N_STEPS);
+
+    model_runner_destroy(r);
+    nl_backend_destroy(be);
+    remove_tree(tmp_root);
+    free(g);
+}
+
+START_TEST(test_golden)
+{
+    run_model(&models[_i]);
+}
+END_TEST
+
+/* Bad commands fail with a message and leave the runner usable. */
+START_TEST(test_rejects_bad_commands)
+{
+    make_tmp();
+    ck_assert_int_eq(make_model(&models[0], tmp_root), 0);
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/%s", tmp_root, models[0].name);
+    nl_backend *be;
+    ck_assert_int_eq(nl_backend_cpu_create(1, &be), NL_OK);
+    model_runner *r = open_runner(dir, be);
+    wire_reply reply;
+    int32_t toks[40] = {0}, bad_tok[1] = {1024}, bad_table[3] = {0, 48, 1};
+    struct {
+        wire_seq seq;
+        const char *needle;
+    } cases[] = {
+        {{.num_new = 1, .n_blocks = 3, .tokens = bad_tok, .block_table = tables[0]}, "outside vocab"},
+        {{.num_new = 1, .n_blocks = 3, .tokens = toks, .block_table = bad_table}, "block_table[1] = 48"},
+        {{.num_computed = 40, .num_new = 9, .n_blocks = 3, .tokens = toks, .block_table = tables[0]}, "blocks of 16"},
+        {{.num_new = 0, .n_blocks = 3, .tokens = toks, .block_table = tables[0]}, "num_new 0"},
+        {{.num_computed = 120, .num_new = 9, .n_blocks = 3, .tokens = toks, .block_table = tables[0]}, "max_model_len"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        wire_run cmd = {.kind = WIRE_RUN, .step_id = 1, .n_seqs = 1, .seqs = &cases[i].seq};
+        ck_assert_int_eq(model_runner_execute(r, &cmd, &reply), NL_ERR_INVALID_ARG);
+        ck_assert_int_eq(reply.status, NL_ERR_INVALID_ARG);
+        ck_assert_msg(strstr(reply.error, cases[i].needle), "case %zu: \"%s\" lacks \"%s\"", i,
+                      reply.error, cases[i].needle);
+    }
+    /* more tokens than max_num_batched_tokens, over two seqs */
+    wire_seq two[2] = {{.num_new = 40, .n_blocks = 3, .tokens = toks, .block_table = tables[0]},
+                       {.num_new = 40, .n_blocks = 3, .tokens = toks, .block_table = tables[1]}};
+    wire_run cmd = {.kind = WIRE_RUN, .step_id = 2, .n_seqs = 2, .seqs = two};
+    ck_assert_int_eq(model_runner_execute(r, &cmd, &reply), NL_ERR_INVALID_ARG);
+    ck_assert_ptr_nonnull(strstr(reply.error, "max_num_batched_tokens"));
+    /* still works: one valid sampled step */
+    two[0].sample = 1, two[0].top_p = 1.0f;
+    cmd.n_seqs = 1;
+    ck_assert_int_eq(model_runner_execute(r, &cmd, &reply), NL_OK);
+    ck_assert_int_eq(reply.n_sampled, 1);
+    ck_assert(reply.sampled[0].token_id >= 0 && reply.sampled[0].token_id < 1024);
+    model_runner_destroy(r);
+    nl_backend_destroy(be);
+    remove_tree(tmp_root);
+}
+END_TEST
+
+START_TEST(test_rejects_tp_not_dividing)
+{
+    make_tmp();
+    ck_assert_int_eq(make_model(&models[1], tmp_root), 0); /* 6 heads, 1 kv head, inter 160 */
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/%s", tmp_root, models[1].name);
+    nl_backend *be;
+    ck_assert_int_eq(nl_backend_cpu_create(1, &be), NL_OK);
+    model_runner_params p = {.model_dir = dir, .rank = 0, .tp = 4, .block_size = BLOCK,
+                             .num_kv_blocks = 8, .max_num_seqs = 2, .max_num_batched_tokens = 16,
+                             .max_model_len = 64, .enforce_eager = true};
+    struct { nl_comm c; } fake = {{.ops = nl_comm_single()->ops, .rank = 0, .size = 4}};
+    model_runner *r = NULL;
+    ck_assert_int_eq(model_runner_create(&p, be, &fake.c, &r), NL_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(nl_last_error(), "6 attention heads"));
+    nl_backend_destroy(be);
+    remove_tree(tmp_root);
+}
+END_TEST
+
+int main(int argc, char **argv)
+{
+    init_prompts();
+    if (argc == 3 && !strcmp(argv[1], "--make-models")) {
+        for (int i = 0; i < N_MODELS; i++)
+            if (make_model(&models[i], argv[2]) != 0) return 1;
+        return 0;
+    }
+    Suite *s = suite_create("model_golden");
+    TCase *tc = tcase_create("golden");
+    tcase_set_timeout(tc, 120);
+    tcase_add_loop_test(tc, test_golden, 0, N_MODELS);
+    tcase_add_test(tc, test_rejects_bad_commands);
+    tcase_add_test(tc, test_rejects_tp_not_dividing);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,163 @@
+/* qwen.c — the Qwen3 / Qwen2 forward pass, written once against the op
+ * interface so the CPU and CUDA backends run the same model code.
+ *
+ * The two architectures differ in two places only: Qwen3 normalises each
+ * query and key head (q_norm, k_norm) before RoPE, and Qwen2 adds biases to
+ * q, k and v (so may Qwen3 when its config sets attention_bias).  Both
+ * follow one token through the same steps, top to bottom in qwen_forward.
+ */
+#include "worker/qwen.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+size_t qwen_kv_block_bytes(const qwen_weights *w, nl_backend *be, int32_t block_size)
+{
+    return 2 * (size_t)w->cfg.num_hidden_layers * (size_t)block_size * (size_t)w->shard.hk *
+           (size_t)w->shard.hd * nl_dtype_size(be->ops->act_dtype);
+}
+
+static nl_status alloc_zero(nl_backend *be, size_t bytes, void **out)
+{
+    NL_TRY(be->ops->alloc(be, bytes, out));
+    return be->ops->memset_zero(be, *out, bytes);
+}
+
+nl_status qwen_state_create(nl_backend *be, const qwen_weights *w, int32_t max_tokens,
+                            int32_t max_logits, qwen_state **out)
+{
+    const qwen_shard *sh = &w->shard;
+    qwen_state *s = calloc(1, sizeof *s);
+    if (!s) return nl_error(NL_ERR_NOMEM, "model state: no memory");
+    s->max_tokens = max_tokens;
+    s->max_logits = max_logits;
+    s->act_size = nl_dtype_size(be->ops->act_dtype);
+    size_t T = (size_t)max_tokens, a = s->act_size, hidden = (size_t)w->cfg.hidden_size;
+    size_t qkv_w = (size_t)(sh->hq + 2 * sh->hk) * sh->hd, attn_w = (size_t)sh->hq * sh->hd;
+    size_t gu_w = 2 * (size_t)sh->inter, mlp_w = (size_t)sh->inter;
+    size_t vs = (size_t)sh->vocab_shard, tp = (size_t)sh->tp;
+    nl_status st = NL_OK;
+    if (st == NL_OK) st = alloc_zero(be, T * hidden * a, &s->x);
+    if (st == NL_OK) st = alloc_zero(be, T * hidden * a, &s->xn);
+    if (st == NL_OK) st = alloc_zero(be, T * hidden * a, &s->residual);
+    if (st == NL_OK) st = alloc_zero(be, T * (qkv_w > gu_w ? qkv_w : gu_w) * a, &s->work);
+    if (st == NL_OK) st = alloc_zero(be, T * (attn_w > mlp_w ? attn_w : mlp_w) * a, &s->work2);
+    if (st == NL_OK) st = alloc_zero(be, (size_t)max_logits * hidden * a, &s->last);
+    if (st == NL_OK) st = alloc_zero(be, (size_t)max_logits * vs * sizeof(float), (void **)&s->logits_shard);
+    if (st == NL_OK && tp > 1 && sh->rank == 0) {
+        st = alloc_zero(be, tp * (size_t)max_logits * vs * sizeof(float), (void **)&s->logits_gathered);
+        if (st == NL_OK) st = alloc_zero(be, tp * (size_t)max_logits * vs * sizeof(float), (void **)&s->logits);
+    } else {
+        s->logits = s->logits_shard;
+    }
+    if (st != NL_OK) {
+        qwen_state_destroy(be, w, s);
+        return nl_error_prefix(st, "activations for %d tokens: ", max_tokens);
+    }
+    *out = s;
+    return NL_OK;
+}
+
+nl_status qwen_state_alloc_kv(nl_backend *be, const qwen_weights *w, qwen_state *s,
+                              int32_t num_blocks, int32_t block_size)
+{
+    int32_t layers = w->cfg.num_hidden_layers;
+    size_t bytes = (size_t)num_blocks * qwen_kv_block_bytes(w, be, block_size) / (2 * (size_t)layers);
+    s->k_cache = calloc((size_t)layers, sizeof *s->k_cache);
+    s->v_cache = calloc((size_t)layers, sizeof *s->v_cache);
+    if (!s->k_cache || !s->v_cache) return nl_error(NL_ERR_NOMEM, "KV cache: no memory for %d layers", layers);
+    s->num_blocks = num_blocks;
+    s->block_size = block_size;
+    /* Zeroed so that padding rows of a captured graph read finite values. */
+    for (int32_t l = 0; l < layers; l++) {
+        nl_status st = alloc_zero(be, bytes, &s->k_cache[l]);
+        if (st == NL_OK) st = alloc_zero(be, bytes, &s->v_cache[l]);
+        if (st != NL_OK)
+            return nl_error_prefix(st, "KV cache layer %d (%d blocks, %zu bytes each): ", l, num_blocks,
+                                   bytes);
+    }
+    return NL_OK;
+}
+
+void qwen_state_destroy(nl_backend *be, const qwen_weights *w, qwen_state *s)
+{
+    if (!s) return;
+    void *bufs[] = {s->x, s->xn, s->residual, s->work, s->work2, s->last, s->logits_shard,
+                    s->logits_gathered, s->logits != s->logits_shard ? s->logits : NULL};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i]) be->ops->free(be, bufs[i]);
+    for (int32_t l = 0; s->k_cache && l < w->cfg.num_hidden_layers; l++)
+        if (s->k_cache[l]) be->ops->free(be, s->k_cache[l]);
+    for (int32_t l = 0; s->v_cache && l < w->cfg.num_hidden_layers; l++)
+        if (s->v_cache[l]) be->ops->free(be, s->v_cache[l]);
+    free(s->k_cache);
+    free(s->v_cache);
+    free(s);
+}
+
+static nl_status all_reduce(nl_comm *comm, nl_backend *be, void *buf, size_t count)
+{
+    if (comm->size == 1) return NL_OK;
+    return comm->ops->all_reduce_sum(comm, buf, count, be->ops->act_dtype);
+}
+
+nl_status qwen_forward(nl_backend *be, nl_comm *comm, const qwen_weights *w, qwen_state *s,
+                       const qwen_inputs *in)
+{
+    const nl_backend_ops *op = be->ops;
+    const nl_model_config *cfg = &w->cfg;
+    const qwen_shard *sh = &w->shard;
+    const int32_t n = in->n_tokens, hidden = cfg->hidden_size;
+    const int32_t hq = sh->hq, hk = sh->hk, hd = sh->hd, inter = sh->inter;
+    const float eps = cfg->rms_norm_eps, scale = 1.0f / sqrtf((float)hd);
+    if (n <= 0 || n > s->max_tokens || in->n_logits < 0 || in->n_logits > s->max_logits)
+        return nl_error(NL_ERR_INVALID_ARG, "forward: %d tokens (max %d), %d logits rows (max %d)", n,
+                        s->max_tokens, in->n_logits, s->max_logits);
+
+    /* token embeddings: each rank looks up its vocab rows, the sum is the
+     * full lookup.  The residual stream starts at zero so that every layer
+     * can use the fused residual-add + RMSNorm. */
+    NL_TRY(op->embedding(be, s->x, w->embed, in->ids, n, sh->vocab_start));
+    NL_TRY(all_reduce(comm, be, s->x, (size_t)n * hidden));
+    NL_TRY(op->memset_zero(be, s->residual, (size_t)n * hidden * s->act_size));
+
+    for (int32_t l = 0; l < cfg->num_hidden_layers; l++) {
+        const qwen_layer *L = &w->layers[l];
+        void *qkv = s->work, *attn = s->work2, *gate_up = s->work, *mlp = s->work2;
+
+        /* attention block: residual += x; xn = norm(residual) */
+        NL_TRY(op->rmsnorm(be, s->xn, s->x, s->residual, L->input_norm, n, hidden, eps));
+        NL_TRY(op->linear(be, qkv, s->xn, L->qkv, L->qkv_bias, n)); /* [n, (hq + 2 hk) hd] */
+        NL_TRY(op->qk_norm_rope(be, qkv, in->positions, L->q_norm, L->k_norm, n, hq, hk, hd, eps,
+                                cfg->rope_theta));
+        NL_TRY(op->store_kv(be, s->k_cache[l], s->v_cache[l], qkv, in->slots, n, hq, hk, hd,
+                            s->block_size));
+        NL_TRY(op->attention(be, attn, qkv, s->k_cache[l], s->v_cache[l], &in->attn, hq, hk, hd,
+                             scale)); /* [n, hq hd] */
+        NL_TRY(op->linear(be, s->x, attn, L->o_proj, NULL, n)); /* row-parallel partial sums */
+        NL_TRY(all_reduce(comm, be, s->x, (size_t)n * hidden));
+
+        /* MLP block */
+        NL_TRY(op->rmsnorm(be, s->xn, s->x, s->residual, L->post_norm, n, hidden, eps));
+        NL_TRY(op->linear(be, gate_up, s->xn, L->gate_up, NULL, n)); /* [n, 2 inter] */
+        NL_TRY(op->silu_mul(be, mlp, gate_up, n, inter));             /* [n, inter] */
+        NL_TRY(op->linear(be, s->x, mlp, L->down, NULL, n));         /* row-parallel */
+        NL_TRY(all_reduce(comm, be, s->x, (size_t)n * hidden));
+    }
+
+    /* final norm, then the LM head on the rows that sample only */
+    NL_TRY(op->rmsnorm(be, s->xn, s->x, s->residual, w->final_norm, n, hidden, eps));
+    int32_t m = in->n_logits;
+    if (m == 0) return NL_OK;
+    NL_TRY(op->gather_rows(be, s->last, s->xn, in->logit_rows, m, hidden));
+    NL_TRY(op->linear_f32(be, s->logits_shard, s->last, w->lm_head, m)); /* [m, vocab / tp] */
+    if (sh->tp == 1) return NL_OK;
+
+    /* rank 0 receives [tp, m, vocab / tp] and interleaves it into [m, vocab];
+     * gather_rows only copies, so fp32 rows travel as act-dtype elements */
+    size_t vs = (size_t)sh->vocab_shard;
+    NL_TRY(comm->ops->gather(comm, s->logits_shard, s->logits_gathered, (size_t)m * vs, NL_DTYPE_F32));
+    if (sh->rank != 0) return NL_OK;
+    int32_t row_elems = (int32_t)(vs * sizeof(float) / s->act_size);
+    return op->gather_rows(be, s->logits, s->logits_gathered, in->gather_perm, m * sh->tp, row_elems);
+}

@@ -1,0 +1,64 @@
+/* qwen.h — the Qwen3 / Qwen2 forward pass over the op interface.
+ *
+ * qwen_state holds everything the forward pass writes: activations sized
+ * for the step maxima and the paged KV cache.  All of it is allocated once,
+ * so a step allocates nothing and a decode step can be captured as a CUDA
+ * graph.  The inputs are backend memory filled by the model runner.
+ */
+#ifndef NL_WORKER_QWEN_H
+#define NL_WORKER_QWEN_H
+
+#include "kernels/comm.h"
+#include "kernels/kernels.h"
+#include "worker/weights.h"
+
+typedef struct qwen_inputs {
+    int32_t n_tokens;
+    const int32_t *ids;         /* [n_tokens]                                */
+    const int32_t *positions;   /* [n_tokens]                                */
+    const int32_t *slots;       /* [n_tokens] KV slot, -1 for padding        */
+    nl_attn_batch attn;
+    int32_t n_logits;           /* rows whose logits are computed            */
+    const int32_t *logit_rows;  /* [n_logits] token index of each            */
+    const int32_t *gather_perm; /* [tp n_logits], rank 0 with tp > 1: row
+                                   i tp + r of the result is row r n + i of
+                                   the gathered [tp, n_logits, vocab/tp]     */
+} qwen_inputs;
+
+typedef struct qwen_state {
+    int32_t max_tokens, max_logits;
+    size_t act_size;        /* bytes per activation element              */
+    void *x;                /* [max_tokens, hidden] layer output          */
+    void *xn;               /* [max_tokens, hidden] normed input          */
+    void *residual;         /* [max_tokens, hidden] residual stream       */
+    void *work;             /* qkv [max_tokens, (hq + 2 hk) hd], later
+                               gate_up [max_tokens, 2 inter]: never both */
+    void *work2;            /* attention out [max_tokens, hq hd], later
+                               silu_mul out [max_tokens, inter]           */
+    void *last;             /* [max_logits, hidden] rows for the LM head  */
+    float *logits_shard;    /* [max_logits, vocab / tp]                   */
+    float *logits_gathered; /* [tp, max_logits, vocab / tp], rank 0, tp>1 */
+    float *logits;          /* [max_logits, vocab], rank 0: the result    */
+    int32_t num_blocks, block_size;
+    void **k_cache, **v_cache; /* per layer [num_blocks, block_size, hk, hd] */
+} qwen_state;
+
+/* Bytes of KV cache one block takes over all layers of this shard. */
+size_t qwen_kv_block_bytes(const qwen_weights *w, nl_backend *be, int32_t block_size);
+
+/* Allocates the activations for max_tokens tokens and max_logits sampled
+ * rows. */
+nl_status qwen_state_create(nl_backend *be, const qwen_weights *w, int32_t max_tokens,
+                            int32_t max_logits, qwen_state **out);
+/* Allocates (zeroed) the KV cache: num_blocks blocks of block_size tokens. */
+nl_status qwen_state_alloc_kv(nl_backend *be, const qwen_weights *w, qwen_state *s,
+                              int32_t num_blocks, int32_t block_size);
+void qwen_state_destroy(nl_backend *be, const qwen_weights *w, qwen_state *s);
+
+/* Runs the model over in->n_tokens tokens, storing their K/V, and leaves
+ * the logits of in->logit_rows in s->logits on rank 0 ([n_logits, vocab],
+ * fp32).  Every rank must call it with the same inputs. */
+nl_status qwen_forward(nl_backend *be, nl_comm *comm, const qwen_weights *w, qwen_state *s,
+                       const qwen_inputs *in);
+
+#endif
