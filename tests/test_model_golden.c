@@ -7,7 +7,9 @@
  * the longest prompt, a mixed step (that chunk's rest plus decodes), then
  * decode steps.  Each sampled token and its top-5 logprobs are compared
  * with golden files that transformers computed in fp32 from the same
- * checkpoints (tests/golden/make_model_golden.sh).  Decode inputs are the
+ * checkpoints (tests/golden/make_model_golden.sh).  The same steps also
+ * run tensor-parallel (tp 2 and 4) over forked ranks and the CPU
+ * shared-memory communicator, against the same golden files.  Decode inputs are the
  * golden tokens (teacher forcing), so a near-tie that flips one token
  * cannot derail the rest of the comparison.
  *
@@ -21,10 +23,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include "ipc/shm.h"
 #include "kernels/comm.h"
+#include "kernels/comm_shm.h"
 #include "kernels/kernels.h"
 #include "leader/cli.h"
 #include "worker/model_runner.h"
@@ -186,14 +192,20 @@ static void remove_tree(const char *dir)
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
 }
 
-static model_runner *open_runner(const char *dir, nl_backend *be)
+static model_runner_params runner_params(const char *dir)
 {
-    model_runner_params p = {.model_dir = dir, .rank = 0, .tp = 1, .block_size = BLOCK,
-                             .num_kv_blocks = 48, .max_num_seqs = 8,
-                             .max_num_batched_tokens = 64, .max_model_len = 128,
-                             .enforce_eager = true};
+    return (model_runner_params){.model_dir = dir, .rank = 0, .tp = 1, .block_size = BLOCK,
+                                 .num_kv_blocks = 48, .max_num_seqs = 8,
+                                 .max_num_batched_tokens = 64, .max_model_len = 128,
+                                 .enforce_eager = true};
+}
+
+static model_runner *open_runner(const char *dir, nl_backend *be, nl_comm *comm)
+{
+    model_runner_params p = runner_params(dir);
+    p.rank = comm->rank, p.tp = comm->size;
     model_runner *r = NULL;
-    nl_status st = model_runner_create(&p, be, nl_comm_single(), &r);
+    nl_status st = model_runner_create(&p, be, comm, &r);
     ck_assert_msg(st == NL_OK, "model_runner_create: %s", nl_last_error());
     ck_assert_int_eq(model_runner_num_kv_blocks(r), 48);
     return r;
@@ -209,6 +221,61 @@ static wire_seq seq_of(int p, int32_t computed, int32_t n_new, const int32_t *to
                       .n_logprobs = N_TOP, .tokens = tokens, .block_table = tables[p]};
 }
 
+/* Runs the step sequence: one ragged prefill that chunks prompt 2, a mixed
+ * step, then decodes fed with the golden tokens.  The sequence depends on
+ * the golden file alone, so every rank of a tensor-parallel group runs the
+ * same commands; only rank 0 (check) gets replies and compares them. */
+static nl_status drive(model_runner *r, const golden_model *m, const golden *g, bool check)
+{
+    int32_t computed[N_PROMPTS] = {0}, done[N_PROMPTS] = {0};
+    int32_t next[N_PROMPTS][1];
+    wire_seq seqs[N_PROMPTS];
+    wire_reply reply;
+    uint64_t step = 0;
+
+    seqs[0] = seq_of(0, 0, prompt_len[0], prompts[0], true);
+    seqs[1] = seq_of(1, 0, prompt_len[1], prompts[1], true);
+    seqs[2] = seq_of(2, 0, BLOCK, prompts[2], false); /* its first block only */
+    for (;;) {
+        int n = 0;
+        wire_seq batch[N_PROMPTS];
+        int owner[N_PROMPTS];
+        for (int p = 0; p < N_PROMPTS; p++) {
+            if (done[p] >= N_STEPS) continue;
+            owner[n] = p;
+            batch[n++] = seqs[p];
+        }
+        if (n == 0) break;
+        wire_run cmd = {.kind = WIRE_RUN, .step_id = ++step, .n_seqs = n, .seqs = batch};
+        nl_status st = model_runner_execute(r, &cmd, check ? &reply : NULL);
+        if (!check && st != NL_OK) return st;
+        if (check) {
+            ck_assert_msg(st == NL_OK, "%s step %llu: %s", m->name, (unsigned long long)step,
+                          nl_last_error());
+            ck_assert_int_eq(reply.status, NL_OK);
+            ck_assert_int_eq(reply.step_id, step);
+        }
+        int k = 0;
+        for (int i = 0; i < n; i++) {
+            int p = owner[i];
+            computed[p] += batch[i].num_new;
+            if (!batch[i].sample) { /* the rest of a chunked prompt comes next */
+                seqs[p] = seq_of(p, computed[p], prompt_len[p] - computed[p], prompts[p] + computed[p], true);
+                continue;
+            }
+            if (check) {
+                ck_assert_int_lt(k, reply.n_sampled);
+                ck_assert_int_eq(reply.sampled[k].seq_id, 100 + p);
+                compare_step(m->name, p, done[p], g, &reply.sampled[k++]);
+            }
+            next[p][0] = g->tokens[p][done[p]++]; /* teacher forcing */
+            seqs[p] = seq_of(p, computed[p], 1, next[p], true);
+        }
+        if (check) ck_assert_int_eq(k, reply.n_sampled);
+    }
+    return NL_OK;
+}
+
 static void run_model(const golden_model *m)
 {
     golden *g = calloc(1, sizeof *g);
@@ -219,54 +286,70 @@ static void run_model(const golden_model *m)
     snprintf(dir, sizeof dir, "%s/%s", tmp_root, m->name);
     nl_backend *be;
     ck_assert_int_eq(nl_backend_cpu_create(2, &be), NL_OK);
-    model_runner *r = open_runner(dir, be);
-
-    /* per prompt: tokens in the cache, samples compared, input tokens */
-    int32_t computed[N_PROMPTS] = {0}, done[N_PROMPTS] = {0};
-    int32_t next[N_PROMPTS][1];
-    wire_seq seqs[N_PROMPTS];
-    wire_reply reply;
-    uint64_t step = 0;
-
-    /* step 1: prompts 0 and 1 whole, prompt 2's first block only */
-    seqs[0] = seq_of(0, 0, prompt_len[0], prompts[0], true);
-    seqs[1] = seq_of(1, 0, prompt_len[1], prompts[1], true);
-    seqs[2] = seq_of(2, 0, BLOCK, prompts[2], false);
-    for (;;) {
-        int n = 0;
-        wire_seq batch[N_PROMPTS];
-        int owner[N_PROMPTS];
-        for (int p = 0; p < N_PROMPTS; p++) {
-            if (done[p] >= N_STEPS || seqs[p].num_new == 0) continue;
-            owner[n] = p;
-            batch[n++] = seqs[p];
-        }
-        if (n == 0) break;
-        wire_run cmd = {.kind = WIRE_RUN, .step_id = ++step, .n_seqs = n, .seqs = batch};
-        nl_status st = model_runner_execute(r, &cmd, &reply);
-        ck_assert_msg(st == NL_OK, "%s step %llu: %s", m->name, (unsigned long long)step, nl_last_error());
-        ck_assert_int_eq(reply.status, NL_OK);
-        ck_assert_int_eq(reply.step_id, step);
-        int k = 0;
-        for (int i = 0; i < n; i++) {
-            int p = owner[i];
-            computed[p] += batch[i].num_new;
-            if (!batch[i].sample) { /* the rest of a chunked prompt comes next */
-                seqs[p] = seq_of(p, computed[p], prompt_len[p] - computed[p], prompts[p] + computed[p], true);
-                continue;
-            }
-            ck_assert_int_lt(k, reply.n_sampled);
-            ck_assert_int_eq(reply.sampled[k].seq_id, 100 + p);
-            compare_step(m->name, p, done[p], g, &reply.sampled[k++]);
-            next[p][0] = g->tokens[p][done[p]++]; /* teacher forcing */
-            seqs[p] = seq_of(p, computed[p], 1, next[p], true);
-        }
-        ck_assert_int_eq(k, reply.n_sampled);
-    }
-    for (int p = 0; p < N_PROMPTS; p++) ck_assert_int_eq(done[p], N_STEPS);
-
+    model_runner *r = open_runner(dir, be, nl_comm_single());
+    drive(r, m, g, true);
     model_runner_destroy(r);
     nl_backend_destroy(be);
+    remove_tree(tmp_root);
+    free(g);
+}
+
+/* A rank other than 0 gives up when the test process (its parent) is gone,
+ * instead of waiting forever in a collective. */
+static pid_t test_pid;
+
+static nl_status parent_alive(void *ctx)
+{
+    return getppid() == test_pid ? NL_OK : nl_error(NL_ERR_WORKER, "test process gone");
+}
+
+/* The same steps with the shard split over tp forked processes joined by
+ * the CPU shared-memory communicator; rank 0 compares with the golden. */
+static void run_model_tp(const golden_model *m, int tp)
+{
+    golden *g = calloc(1, sizeof *g);
+    load_golden(m->name, g);
+    make_tmp();
+    ck_assert_int_eq(make_model(m, tmp_root), 0);
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/%s", tmp_root, m->name);
+    size_t bytes = SHM_COMM_BYTES(tp);
+    void *area = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    ck_assert_ptr_ne(area, MAP_FAILED);
+    test_pid = getpid();
+    pid_t kids[8];
+    for (int rank = 1; rank < tp; rank++) {
+        kids[rank] = fork();
+        ck_assert_int_ge(kids[rank], 0);
+        if (kids[rank] == 0) {
+            nl_backend *be;
+            nl_comm *comm;
+            model_runner *r;
+            nl_status st = nl_backend_cpu_create(1, &be);
+            if (st == NL_OK) st = nl_comm_shm_create(area, bytes, rank, tp, parent_alive, NULL, &comm);
+            model_runner_params p = runner_params(dir);
+            p.rank = rank, p.tp = tp;
+            if (st == NL_OK) st = model_runner_create(&p, be, comm, &r);
+            if (st == NL_OK) st = drive(r, m, g, false);
+            if (st != NL_OK) fprintf(stderr, "rank %d: %s\n", rank, nl_last_error());
+            _exit(st == NL_OK ? 0 : 1);
+        }
+    }
+    nl_backend *be;
+    nl_comm *comm;
+    ck_assert_int_eq(nl_backend_cpu_create(1, &be), NL_OK);
+    ck_assert_int_eq(nl_comm_shm_create(area, bytes, 0, tp, NULL, NULL, &comm), NL_OK);
+    model_runner *r = open_runner(dir, be, comm);
+    drive(r, m, g, true);
+    for (int rank = 1; rank < tp; rank++) {
+        int status;
+        ck_assert_int_eq(waitpid(kids[rank], &status, 0), kids[rank]);
+        ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "rank %d failed", rank);
+    }
+    model_runner_destroy(r);
+    nl_comm_destroy(comm);
+    nl_backend_destroy(be);
+    munmap(area, bytes);
     remove_tree(tmp_root);
     free(g);
 }
@@ -274,6 +357,20 @@ static void run_model(const golden_model *m)
 START_TEST(test_golden)
 {
     run_model(&models[_i]);
+}
+END_TEST
+
+/* tp 2 for every model (MQA: the kv head replicated), tp 4 where the
+ * shapes allow (kv heads 2 < tp 4: replicated; 8 kv heads: split). */
+START_TEST(test_golden_tp2)
+{
+    run_model_tp(&models[_i], 2);
+}
+END_TEST
+
+START_TEST(test_golden_tp4)
+{
+    run_model_tp(&models[_i == 0 ? 0 : 3], 4);
 }
 END_TEST
 
@@ -286,7 +383,7 @@ START_TEST(test_rejects_bad_commands)
     snprintf(dir, sizeof dir, "%s/%s", tmp_root, models[0].name);
     nl_backend *be;
     ck_assert_int_eq(nl_backend_cpu_create(1, &be), NL_OK);
-    model_runner *r = open_runner(dir, be);
+    model_runner *r = open_runner(dir, be, nl_comm_single());
     wire_reply reply;
     int32_t toks[40] = {0}, bad_tok[1] = {1024}, bad_table[3] = {0, 48, 1};
     struct {
@@ -356,6 +453,8 @@ int main(int argc, char **argv)
     TCase *tc = tcase_create("golden");
     tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, test_golden, 0, N_MODELS);
+    tcase_add_loop_test(tc, test_golden_tp2, 0, N_MODELS);
+    tcase_add_loop_test(tc, test_golden_tp4, 0, 2);
     tcase_add_test(tc, test_rejects_bad_commands);
     tcase_add_test(tc, test_rejects_tp_not_dividing);
     suite_add_tcase(s, tc);
