@@ -166,13 +166,34 @@ static __device__ bool find_crossing(const row_view &v, float target, bool stric
             sh->hist_n[b] = 0;
         }
         __syncthreads();
-        for (int i = threadIdx.x; i < v.vocab; i += blockDim.x) {
-            float l = v.row[i];
-            uint32_t k = order_key(l);
-            if ((k & mask) != prefix || !v.takes_part(k, i, l)) continue;
-            int b = (k >> shift) & 255;
-            atomicAdd(&sh->hist[b], v.weight(l));
-            atomicAdd(&sh->hist_n[b], 1);
+        /* Logits crowd into a few buckets (the top byte is sign and
+         * exponent), so lanes of a warp that share a bucket add up first and
+         * one of them does the shared-memory atomics. */
+        for (int base = 0; base < v.vocab; base += blockDim.x) {
+            int i = base + threadIdx.x;
+            int b = -1;
+            float w = 0.0f;
+            if (i < v.vocab) {
+                float l = v.row[i];
+                uint32_t k = order_key(l);
+                if ((k & mask) == prefix && v.takes_part(k, i, l)) {
+                    b = (k >> shift) & 255;
+                    w = v.weight(l);
+                }
+            }
+            unsigned peers = __match_any_sync(0xffffffffu, b);
+            if (peers == 0xffffffffu) {
+                for (int o = 16; o > 0; o >>= 1) w += __shfl_xor_sync(0xffffffffu, w, o);
+            } else if (b >= 0) {
+                float sum = 0.0f;
+                for (unsigned rest = peers; rest; rest &= rest - 1)
+                    sum += __shfl_sync(peers, w, __ffs(rest) - 1);
+                w = sum;
+            }
+            if (b >= 0 && (threadIdx.x & 31) == __ffs(peers) - 1) {
+                atomicAdd(&sh->hist[b], w);
+                atomicAdd(&sh->hist_n[b], __popc(peers));
+            }
         }
         __syncthreads();
         if (threadIdx.x == 0) {
