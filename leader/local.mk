@@ -28,3 +28,14 @@ libnanollm_la_SOURCES += \
 
 # Worker processes behind the shared-memory rings (the real runner).
 libnanollm_la_SOURCES += leader/worker_pool.c leader/worker_pool.h
+
+# Tokenizer: byte-level BPE, pre-tokenizer, chat template, streaming decode, CLI.
+libnanollm_la_SOURCES += \
+	leader/tokenizer.c leader/tokenizer.h leader/tokenizer_internal.h \
+	leader/tokenizer_utf8.c leader/tokenizer_utf8.h \
+	leader/bpe.c leader/bpe.h \
+	leader/bpe_map.c leader/bpe_map.h \
+	leader/pretokenize.c leader/pretokenize.h \
+	leader/chat_template.c leader/chat_template.h \
+	leader/detokenizer.c \
+	leader/cli_tokenize.c leader/cli.h

@@ -19,3 +19,4 @@ include tests/ipc.mk
 include tests/leader.mk
 include tests/models.mk
 include tests/cuda.mk
+include tests/tokenizer.mk
