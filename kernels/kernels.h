@@ -56,7 +56,8 @@ typedef struct nl_attn_batch {
  *   temperature == 0  -> argmax (lowest id on ties);
  *   otherwise p = softmax(logits / temperature); keep the top_k most likely
  *   (top_k <= 0: all); keep the smallest prefix of the descending order whose
- *   mass reaches top_p (always at least one); drop tokens with
+ *   mass, renormalised over the top_k kept, reaches top_p (always at least
+ *   one; top_p == 1: all); drop tokens with
  *   p < min_p * p_max; then with u = nl_rng_uniform(seed, offset) walk the
  *   kept tokens in descending p (ties: lower id first) and take the first
  *   whose cumulative renormalised mass exceeds u. */
