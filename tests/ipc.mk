@@ -23,3 +23,14 @@ EXTRA_tests_test_worker_pool_DEPENDENCIES = tests/fake_worker$(EXEEXT)
 tests_fake_worker_SOURCES = tests/fake_worker.c worker/worker_loop.c worker/worker_loop.h
 tests_fake_worker_LDADD = libnlkernels.la libnlipc.la libnlcommon.la $(OPENBLAS_LIBS) -lm -lpthread
 endif
+
+# The real nanollm-worker (model runner, CPU backend, shm all-reduce) behind
+# the pool, on a random-weight tiny checkpoint.
+if HAVE_CHECK
+check_PROGRAMS += tests/test_worker_real
+TESTS += tests/test_worker_real
+tests_test_worker_real_SOURCES = tests/test_worker_real.c leader/worker_pool.c leader/mkmodel.c
+tests_test_worker_real_CFLAGS = $(TEST_CFLAGS)
+tests_test_worker_real_LDADD = libnlipc.la libnlcommon.la $(JANSSON_LIBS) $(XXHASH_LIBS) $(TEST_LIBS) -lpthread -lm
+EXTRA_tests_test_worker_real_DEPENDENCIES = nanollm-worker$(EXEEXT)
+endif

@@ -8,7 +8,7 @@ libnlworker_la_SOURCES = \
 	worker/weights.h worker/weights.c
 
 pkglibexec_PROGRAMS += nanollm-worker
-nanollm_worker_SOURCES = worker/worker_main.c
+nanollm_worker_SOURCES = worker/worker_main.c worker/worker_loop.c worker/worker_loop.h
 nanollm_worker_LDADD = libnlworker.la libnlkernels.la libnlipc.la libnlcommon.la $(OPENBLAS_LIBS) $(JANSSON_LIBS)
 if HAVE_CUDA
 nanollm_worker_LDADD += libnlcuda.a $(CUDA_LIBS) -lstdc++

@@ -1,0 +1,144 @@
+/* test_worker_real.c — the real nanollm-worker behind the pool, on the CPU:
+ * a random-weight tiny Qwen3 checkpoint runs a prefill and greedy decode
+ * steps with tp = 1 and tp = 2 (the shared-memory all-reduce between two
+ * worker processes); both must pick the same tokens with matching
+ * logprobs, and a model directory without weights must fail start-up with
+ * the loader's message. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "leader/mkmodel.h"
+#include "leader/worker_pool.h"
+
+enum { N_SEQS = 2, N_DECODE = 4 };
+
+static char tmp_dir[64], model_dir[256];
+
+static const char *worker_path(void)
+{
+    const char *w = getenv("NANOLLM_WORKER");
+    return w && w[0] ? w : NULL;
+}
+
+static void make_model(void)
+{
+    snprintf(tmp_dir, sizeof tmp_dir, "/tmp/nanollm-test-worker-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(tmp_dir));
+    snprintf(model_dir, sizeof model_dir, "%s/tiny", tmp_dir);
+    nl_model_config cfg;
+    ck_assert_int_eq(mkmodel_preset("tiny", &cfg), NL_OK);
+    mkmodel_options opt = {.seed = 7};
+    ck_assert_msg(mkmodel_write(&cfg, &opt, model_dir) == NL_OK, "%s", nl_last_error());
+}
+
+static void remove_model(void)
+{
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+static worker_pool_params params(int tp)
+{
+    return (worker_pool_params){
+        .model_dir = model_dir, .tp = tp, .device = NL_DEVICE_CPU, .block_size = 16,
+        .num_kv_blocks = 32, .max_num_seqs = 8, .max_num_batched_tokens = 256,
+        .max_model_len = 256, .enforce_eager = true, .worker_path = worker_path(),
+    };
+}
+
+/* Prefill two prompts, then decode greedily; tokens[s][k], logprobs[s][k]. */
+static void generate(int tp, int32_t tokens[N_SEQS][N_DECODE + 1],
+                     float logprobs[N_SEQS][N_DECODE + 1])
+{
+    worker_pool_params p = params(tp);
+    runner *r;
+    ck_assert_msg(worker_pool_start(&p, &r) == NL_OK, "tp %d: %s", tp, nl_last_error());
+    ck_assert_int_eq(r->num_kv_blocks, 32);
+
+    int32_t prompt[N_SEQS][7] = {{9707, 11, 1879, 0, 0, 0, 0}, {785, 3974, 13876, 38835, 35308, 916, 279}};
+    int32_t prompt_len[N_SEQS] = {3, 7};
+    int32_t table[N_SEQS][1] = {{0}, {1}};
+    int32_t last[N_SEQS];
+    wire_seq seqs[N_SEQS];
+    for (int step = 0; step <= N_DECODE; step++) {
+        for (int s = 0; s < N_SEQS; s++) {
+            seqs[s] = (wire_seq){.seq_id = 10 + s, .n_blocks = 1, .sample = 1, .temperature = 0.0f,
+                                 .top_p = 1.0f, .top_k = -1, .sample_offset = (uint64_t)step,
+                                 .block_table = table[s]};
+            if (step == 0) {
+                seqs[s].num_computed = 0;
+                seqs[s].num_new = prompt_len[s];
+                seqs[s].tokens = prompt[s];
+            } else {
+                seqs[s].num_computed = prompt_len[s] + step - 1;
+                seqs[s].num_new = 1;
+                seqs[s].tokens = &last[s];
+            }
+        }
+        wire_run cmd = {.kind = WIRE_RUN, .step_id = (uint64_t)step + 1, .n_seqs = N_SEQS, .seqs = seqs};
+        wire_reply reply;
+        ck_assert_msg(r->ops->execute(r, &cmd, &reply) == NL_OK, "tp %d step %d: %s", tp, step,
+                      nl_last_error());
+        ck_assert_int_eq(reply.n_sampled, N_SEQS);
+        for (int s = 0; s < N_SEQS; s++) {
+            ck_assert_uint_eq(reply.sampled[s].seq_id, 10 + s);
+            ck_assert_int_ge(reply.sampled[s].token_id, 0);
+            ck_assert_int_lt(reply.sampled[s].token_id, 151936);
+            ck_assert(reply.sampled[s].logprob <= 0.0f);
+            tokens[s][step] = last[s] = reply.sampled[s].token_id;
+            logprobs[s][step] = reply.sampled[s].logprob;
+        }
+    }
+    r->ops->destroy(r);
+}
+
+START_TEST(test_tp1_and_tp2_agree)
+{
+    if (!worker_path()) {
+        fprintf(stderr, "test_worker_real: NANOLLM_WORKER unset, skipped\n");
+        return;
+    }
+    make_model();
+    int32_t t1[N_SEQS][N_DECODE + 1], t2[N_SEQS][N_DECODE + 1];
+    float l1[N_SEQS][N_DECODE + 1], l2[N_SEQS][N_DECODE + 1];
+    generate(1, t1, l1);
+    generate(2, t2, l2);
+    for (int s = 0; s < N_SEQS; s++)
+        for (int k = 0; k <= N_DECODE; k++) {
+            ck_assert_msg(t1[s][k] == t2[s][k], "seq %d token %d: tp1 %d, tp2 %d", s, k, t1[s][k],
+                          t2[s][k]);
+            ck_assert_float_eq_tol(l1[s][k], l2[s][k], 1e-3f);
+        }
+    /* A directory without weights: the loader's message reaches the leader. */
+    char weights[300];
+    snprintf(weights, sizeof weights, "%s/model.safetensors", model_dir);
+    ck_assert_int_eq(unlink(weights), 0);
+    worker_pool_params p = params(2);
+    runner *r;
+    ck_assert_int_ne(worker_pool_start(&p, &r), NL_OK);
+    ck_assert_msg(strncmp(nl_last_error(), "worker rank ", 12) == 0, "%s", nl_last_error());
+    ck_assert_msg(strstr(nl_last_error(), "model.safetensors") || strstr(nl_last_error(), model_dir),
+                  "%s", nl_last_error());
+    remove_model();
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("worker_real");
+    TCase *tc = tcase_create("worker_real");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_tp1_and_tp2_agree);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
