@@ -18,3 +18,8 @@ tests_test_model_golden_LDFLAGS = -static
 tests_test_model_golden_LDADD = libnlworker.la libnanollm.la libnlkernels.la libnlipc.la \
 	libnlcommon.la $(OPENBLAS_LIBS) $(JANSSON_LIBS) $(TEST_LIBS) -lm
 endif
+
+EXTRA_DIST += \
+	tests/golden/make_model_golden.py tests/golden/make_model_golden.sh \
+	tests/fixtures/golden/qwen3_tied_gqa.json tests/fixtures/golden/qwen3_untied_mqa.json \
+	tests/fixtures/golden/qwen2_bias.json tests/fixtures/golden/qwen3_sharded_mha.json
