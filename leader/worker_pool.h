@@ -13,6 +13,13 @@
  * its pid and how it ended, and the other workers are killed and reaped.
  * destroy sends SHUTDOWN, waits a bounded time, kills stragglers and unmaps.
  * No segment name outlives worker_pool_start().
+ *
+ * Workers die with their leader: the kernel sends them SIGKILL when the
+ * thread that called worker_pool_start() ends (PR_SET_PDEATHSIG follows the
+ * forking thread, not the process), so start the pool from a thread that
+ * lives as long as the pool.  Workers ignore SIGINT: on Ctrl-C the leader
+ * decides (see worker_pool_kill_all).  The pool is not thread-safe; one
+ * thread at a time may use a runner.
  */
 #ifndef NL_LEADER_WORKER_POOL_H
 #define NL_LEADER_WORKER_POOL_H

@@ -353,9 +353,9 @@ END_TEST
 
 /* ---- the shared-memory comm, across real processes ----------------------- */
 
-/* Values where the order of addition shows: in fp32, (1e8 + 1) - 1e8 = 0
- * but 1e8 + (1 - 1e8) = 0 too, while (1 + 1e8) - 1e8 = 0 and 1 + (1e8 -
- * 1e8) = 1.  Rank-order summation is the reference. */
+/* Odd elements are 1, 1e8 and -1e8 on ranks 0, 1, 2, where the order of
+ * addition shows in fp32: rank order gives (1 + 1e8) - 1e8 = 0, while
+ * 1 + (1e8 - 1e8) would give 1.  The reference sums in rank order. */
 static float value_of(int rank, size_t i)
 {
     static const float v[3] = {1.0f, 1e8f, -1e8f};
