@@ -8,10 +8,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/status.h"
+#include "leader/cli.h"
 #include "leader/tokenizer.h"
 #include "leader/tokenizer_internal.h"
 #include "leader/tokenizer_utf8.h"
@@ -471,6 +474,85 @@ START_TEST(test_load_errors)
 }
 END_TEST
 
+
+/* ---- the tokenize / detokenize commands ---- */
+
+typedef struct cli_run {
+    int code;
+    char out[4096];
+} cli_run;
+
+/* Runs a command in a child with input on stdin; collects stdout and the
+ * exit code. */
+static cli_run run_cli(bool tokenize, const char *model_dir, const char *input, size_t len, int argc,
+                       char **argv)
+{
+    char in_path[8192], out_path[8192];
+    snprintf(in_path, sizeof in_path, "%s/cli_in", tmp_dir);
+    snprintf(out_path, sizeof out_path, "%s/cli_out", tmp_dir);
+    FILE *f = fopen(in_path, "wb");
+    ck_assert_ptr_nonnull(f);
+    fwrite(input, 1, len, f);
+    fclose(f);
+    fflush(stdout);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        int in = open(in_path, O_RDONLY), out = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        int devnull = open("/dev/null", O_WRONLY);
+        if (in < 0 || out < 0 || devnull < 0 || dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(devnull, 2) < 0)
+            _exit(99);
+        _exit(tokenize ? cli_tokenize(model_dir, argc, argv) : cli_detokenize(model_dir, argc, argv));
+    }
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    cli_run r = {.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1};
+    f = fopen(out_path, "rb");
+    ck_assert_ptr_nonnull(f);
+    size_t n = fread(r.out, 1, sizeof r.out - 1, f);
+    r.out[n] = '\0';
+    fclose(f);
+    return r;
+}
+
+START_TEST(test_cli)
+{
+    static const char text[] = "Hello world<|im_end|>";
+    char *none[] = {NULL}, *no_special[] = {"--no-special"}, *replace[] = {"--replace-invalid"};
+    char *skip[] = {"--skip-special-tokens"}, *bogus[] = {"--bogus"};
+
+    cli_run r = run_cli(true, qwen_dir, text, sizeof text - 1, 0, none);
+    ck_assert_int_eq(r.code, 0);
+    ck_assert_str_eq(r.out, "[9707, 1879, 151645]\n");
+    r = run_cli(true, qwen_dir, text, sizeof text - 1, 1, no_special);
+    ck_assert_int_eq(r.code, 0);
+    ck_assert_ptr_null(strstr(r.out, "151645"));
+    ck_assert_int_eq(run_cli(true, qwen_dir, "ok\xFF", 3, 0, none).code, 2);
+    r = run_cli(true, qwen_dir, "ok\xFF", 3, 1, replace);
+    ck_assert_int_eq(r.code, 0);
+    int32_t *ids;
+    size_t n;
+    ck_assert_int_eq(tokenizer_encode(qwen, "ok" UTF8_REPLACEMENT, 5, &ids, &n), NL_OK);
+    char want[256] = "[";
+    for (size_t i = 0; i < n; i++)
+        snprintf(want + strlen(want), sizeof want - strlen(want), i ? ", %d" : "%d", ids[i]);
+    strcat(want, "]\n");
+    ck_assert_str_eq(r.out, want);
+    free(ids);
+
+    static const char arr[] = "[9707, 1879, 151645]";
+    r = run_cli(false, qwen_dir, arr, sizeof arr - 1, 0, none);
+    ck_assert_int_eq(r.code, 0);
+    ck_assert_str_eq(r.out, "Hello world<|im_end|>");
+    r = run_cli(false, qwen_dir, arr, sizeof arr - 1, 1, skip);
+    ck_assert_str_eq(r.out, "Hello world");
+    ck_assert_int_eq(run_cli(false, qwen_dir, "[1, \"x\"]", 8, 0, none).code, 2);
+    ck_assert_int_eq(run_cli(false, qwen_dir, "[151669]", 8, 0, none).code, 2);
+    ck_assert_int_eq(run_cli(false, qwen_dir, "[1]", 3, 1, bogus).code, 2);
+    ck_assert_int_eq(run_cli(true, "/nonexistent", "x", 1, 0, none).code, 2);
+}
+END_TEST
+
 int main(void)
 {
     const char *env = getenv("NANOLLM_TOKENIZER_DIR");
@@ -489,6 +571,7 @@ int main(void)
 
     Suite *s = suite_create("tokenizer");
     TCase *hf = tcase_create("hugging_face_parity");
+    tcase_set_timeout(hf, 120);
     tcase_add_test(hf, test_encode_matches_hf);
     tcase_add_test(hf, test_decode_matches_hf);
     tcase_add_test(hf, test_decode_broken_utf8_matches_hf);
@@ -504,6 +587,10 @@ int main(void)
     tcase_add_test(core, test_eos_from_configs);
     tcase_add_test(core, test_load_errors);
     suite_add_tcase(s, core);
+    TCase *cli = tcase_create("cli");
+    tcase_set_timeout(cli, 120); /* each command loads the 11 MB tokenizer.json */
+    tcase_add_test(cli, test_cli);
+    suite_add_tcase(s, cli);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
