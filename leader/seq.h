@@ -1,0 +1,99 @@
+/* seq.h — one request as the scheduler and block manager see it.
+ *
+ * A seq owns its token ids (prompt followed by output), its block table, a
+ * private copy of its sampling parameters (stop strings included), the text
+ * detokenized so far (for stop strings and the result), per-token logprobs
+ * and its finish reason.  Queue membership is intrusive (prev/next) so the
+ * scheduler moves and aborts seqs in O(1) without allocating.
+ *
+ * Counters, for a seq with n_tokens ids:
+ *   num_cached   prompt tokens whose KV came from the prefix cache at the last
+ *                admission (reported as cached_tokens);
+ *   num_computed tokens whose KV is in the cache; a running seq computes
+ *                tokens[num_computed .. n_tokens) next, in chunks.
+ * A seq whose num_computed == n_tokens - 1 is decoding.
+ */
+#ifndef NL_LEADER_SEQ_H
+#define NL_LEADER_SEQ_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nanollm.h"
+
+typedef enum seq_status {
+    SEQ_WAITING = 0,
+    SEQ_RUNNING,
+    SEQ_FINISHED,
+} seq_status;
+
+typedef struct seq {
+    uint64_t id;
+    uint64_t arrival;          /* submission order                           */
+    seq_status status;
+    nl_finish_reason finish;
+
+    int32_t *tokens;           /* [cap_tokens], prompt then output           */
+    int32_t n_tokens;
+    int32_t cap_tokens;        /* prompt_len + max_tokens                    */
+    int32_t prompt_len;
+    int32_t num_cached;
+    int32_t num_computed;
+    int32_t prompt_cached;     /* num_cached at the first admission, or -1   */
+
+    int32_t *block_table;      /* [cap_blocks]                               */
+    int32_t n_blocks;
+    int32_t cap_blocks;
+    uint64_t *block_hashes;    /* [cap_blocks], chained hash of full blocks  */
+    int32_t n_hashed;          /* block_hashes[0 .. n_hashed) are valid      */
+    int32_t n_registered;      /* leading blocks offered to the prefix cache */
+
+    /* Sampling, copied at submission; stop strings are owned. */
+    nl_sampling_params params;
+    char **stop;               /* [params.n_stop]                            */
+    size_t max_stop_len;
+    uint64_t seed;             /* params.seed, or a random one               */
+
+    /* Output text (without the stopping string) and how much was streamed. */
+    char *text;
+    size_t text_len;
+    size_t text_cap;
+    size_t text_streamed;
+    void *detok;               /* the engine's streaming detokenizer         */
+
+    nl_token_logprob *logprobs; /* [max_tokens] when params.logprobs > 0     */
+    char *error;               /* finish == NL_FINISH_ERROR                  */
+    nl_result result;          /* the public view, filled when finished      */
+
+    /* Scheduler bookkeeping. */
+    struct seq *prev, *next;   /* the queue the seq is in                    */
+    int32_t num_new;           /* tokens scheduled in the current step       */
+} seq;
+
+/* Copies tokens and params and reserves room for prompt_len + max_tokens
+ * tokens and their blocks, so a step never allocates; the seq starts WAITING. */
+nl_status seq_create(uint64_t id, const int32_t *prompt, int32_t prompt_len,
+                     const nl_sampling_params *params, uint64_t seed,
+                     int32_t block_size, seq **out);
+void seq_destroy(seq *s);
+
+static inline int32_t seq_num_output(const seq *s)
+{
+    return s->n_tokens - s->prompt_len;
+}
+
+/* Appends a sampled token (room is reserved for max_tokens at creation). */
+void seq_append_token(seq *s, int32_t token);
+
+/* Appends detokenized text and looks for a stop string in the part that the
+ * new text could complete.  On a match the text is cut where the stop string
+ * begins and true is returned. */
+nl_status seq_append_text(seq *s, const char *text, size_t len, bool *stopped);
+
+/* The streamable tail of the text: everything not yet streamed except the
+ * bytes that could still turn out to begin a stop string (all of it once
+ * finished), cut at a UTF-8 character boundary.  Marks it streamed. */
+void seq_take_stream_text(seq *s, bool finished, const char **text, size_t *len);
+
+#endif

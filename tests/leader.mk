@@ -1,0 +1,13 @@
+# Leader core: block manager, scheduler, engine (through the fake runner).
+if HAVE_CHECK
+check_PROGRAMS += tests/test_block_manager tests/test_scheduler
+TESTS += tests/test_block_manager tests/test_scheduler
+tests_test_block_manager_SOURCES = tests/test_block_manager.c \
+	leader/block_manager.c leader/seq.c leader/u64map.c
+tests_test_block_manager_CFLAGS = $(TEST_CFLAGS)
+tests_test_block_manager_LDADD = libnlcommon.la $(XXHASH_LIBS) $(TEST_LIBS)
+tests_test_scheduler_SOURCES = tests/test_scheduler.c leader/fake_runner.c \
+	leader/scheduler.c leader/block_manager.c leader/seq.c leader/u64map.c
+tests_test_scheduler_CFLAGS = $(TEST_CFLAGS)
+tests_test_scheduler_LDADD = libnlcommon.la $(XXHASH_LIBS) $(TEST_LIBS)
+endif

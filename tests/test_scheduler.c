@@ -1,0 +1,356 @@
+/* test_scheduler.c — the scheduler and block manager driven by the fake
+ * runner: chunked prefill, prefix-cache hits, preemption under a tiny pool,
+ * and a randomized run of thousands of requests with invariants checked
+ * after every step and every request's tokens compared with the fake
+ * model's independent reference. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "leader/fake_runner.h"
+#include "leader/scheduler.h"
+
+/* Check's ck_assert records a mark point (a write) even when it passes;
+ * the per-step invariants run millions of times, so they only call into
+ * Check on failure. */
+#define REQUIRE(cond, ...) do { if (!(cond)) ck_abort_msg(__VA_ARGS__); } while (0)
+#define REQUIRE_EQ(a, b) REQUIRE((a) == (b), "%s == %s: %lld vs %lld", #a, #b, (long long)(a), (long long)(b))
+
+typedef struct harness {
+    block_manager *bm;
+    scheduler *sch;
+    runner *r;
+    wire_seq *ws;
+    uint64_t step_id;
+    int32_t vocab;
+    int32_t eos;          /* -1: none */
+    int32_t max_num_seqs;
+    int32_t budget;
+    int64_t prefill_steps, decode_steps;
+} harness;
+
+static void harness_open(harness *h, int32_t blocks, int32_t bs, bool caching,
+                         int32_t max_num_seqs, int32_t budget, int32_t vocab, int32_t eos)
+{
+    memset(h, 0, sizeof(*h));
+    ck_assert_int_eq(block_manager_create(blocks, bs, caching, &h->bm), NL_OK);
+    ck_assert_int_eq(scheduler_create(h->bm, max_num_seqs, budget, &h->sch), NL_OK);
+    fake_runner_options o = {.num_kv_blocks = blocks, .block_size = bs, .vocab_size = vocab};
+    ck_assert_int_eq(fake_runner_create(&o, &h->r), NL_OK);
+    h->ws = calloc((size_t)max_num_seqs, sizeof(wire_seq));
+    h->vocab = vocab;
+    h->eos = eos;
+    h->max_num_seqs = max_num_seqs;
+    h->budget = budget;
+}
+
+static void harness_close(harness *h)
+{
+    h->r->ops->destroy(h->r);
+    scheduler_destroy(h->sch);
+    block_manager_destroy(h->bm);
+    free(h->ws);
+}
+
+static seq *new_seq(uint64_t id, const int32_t *prompt, int32_t n, int32_t max_tokens,
+                    bool ignore_eos, int32_t bs)
+{
+    nl_sampling_params p;
+    memset(&p, 0, sizeof(p));
+    p.max_tokens = max_tokens;
+    p.top_p = 1.0f;
+    p.ignore_eos = ignore_eos;
+    seq *s = NULL;
+    ck_assert_int_eq(seq_create(id, prompt, n, &p, id, bs, &s), NL_OK);
+    return s;
+}
+
+/* One engine-like step; returns the batch size. */
+static int32_t harness_step(harness *h)
+{
+    const sched_batch *b = scheduler_schedule(h->sch);
+    if (b->n_seqs == 0) return 0;
+    REQUIRE((b->n_seqs) <= (h->max_num_seqs), "%s", "b->n_seqs");
+    REQUIRE((b->n_tokens) <= (h->budget), "%s", "b->n_tokens");
+    if (b->is_prefill) h->prefill_steps++; else h->decode_steps++;
+    for (int32_t i = 0; i < b->n_seqs; i++) {
+        seq *s = b->seqs[i];
+        REQUIRE_EQ(s->status, SEQ_RUNNING);
+        if (!b->is_prefill) REQUIRE_EQ(s->num_new, 1);
+        REQUIRE((s->num_computed + s->num_new) <= (s->n_tokens), "%s", "s->num_computed + s->num_new");
+        wire_seq *w = &h->ws[i];
+        memset(w, 0, sizeof(*w));
+        w->seq_id = s->id;
+        w->num_computed = s->num_computed;
+        w->num_new = s->num_new;
+        w->n_blocks = s->n_blocks;
+        w->sample = s->num_computed + s->num_new == s->n_tokens;
+        w->tokens = s->tokens + s->num_computed;
+        w->block_table = s->block_table;
+    }
+    wire_run cmd = {.kind = WIRE_RUN, .step_id = ++h->step_id, .n_seqs = b->n_seqs, .seqs = h->ws};
+    wire_reply reply;
+    nl_status st = h->r->ops->execute(h->r, &cmd, &reply);
+    REQUIRE(st == NL_OK, "%s", nl_last_error());
+    scheduler_commit(h->sch);
+    int32_t j = 0;
+    int32_t n = b->n_seqs;
+    for (int32_t i = 0; i < n; i++) {
+        seq *s = b->seqs[i];
+        if (!h->ws[i].sample) continue;
+        REQUIRE(scheduler_seq_sampled(s), "%s", "scheduler_seq_sampled(s)");
+        REQUIRE_EQ(reply.sampled[j].seq_id, s->id);
+        int32_t tok = reply.sampled[j++].token_id;
+        seq_append_token(s, tok);
+        if (!s->params.ignore_eos && tok == h->eos) scheduler_finish(h->sch, s, NL_FINISH_STOP);
+        else if (seq_num_output(s) >= s->params.max_tokens) scheduler_finish(h->sch, s, NL_FINISH_LENGTH);
+    }
+    REQUIRE_EQ(j, reply.n_sampled);
+    return n;
+}
+
+/* The tokens the fake model must have produced for s. */
+static void check_tokens(const harness *h, const seq *s)
+{
+    int32_t n_out = seq_num_output(s);
+    REQUIRE((n_out) >= (1), "%s", "n_out");
+    for (int32_t k = 0; k < n_out; k++) {
+        int32_t want = fake_runner_reference(s->tokens, s->prompt_len + k, h->vocab, false);
+        REQUIRE(s->tokens[s->prompt_len + k] == want, "seq %llu output %d: %d, want %d",
+                      (unsigned long long)s->id, k, s->tokens[s->prompt_len + k], want);
+    }
+    if (s->finish == NL_FINISH_STOP) {
+        REQUIRE_EQ(s->tokens[s->n_tokens - 1], h->eos);
+        for (int32_t k = 0; k < n_out - 1; k++) REQUIRE((s->tokens[s->prompt_len + k]) != (h->eos), "%s", "s->tokens[s->prompt_len + k]");
+    } else {
+        REQUIRE_EQ(s->finish, NL_FINISH_LENGTH);
+        REQUIRE_EQ(n_out, s->params.max_tokens);
+    }
+}
+
+START_TEST(test_chunked_prefill)
+{
+    harness h;
+    harness_open(&h, 100, 16, true, 4, 64, 1000, -1);
+    int32_t prompt[1000];
+    for (int i = 0; i < 1000; i++) prompt[i] = (i * 7) % 1000;
+    seq *s = new_seq(1, prompt, 1000, 3, true, 16);
+    scheduler_add(h.sch, s);
+    /* ceil(1000 / 64) = 16 chunks, only the last one samples. */
+    for (int step = 0; step < 16; step++) {
+        ck_assert_int_eq(seq_num_output(s), 0);
+        ck_assert_int_eq(harness_step(&h), 1);
+        ck_assert_int_eq(s->num_new, step < 15 ? 64 : 1000 - 15 * 64);
+    }
+    ck_assert_int_eq(seq_num_output(s), 1);
+    ck_assert_int_eq(h.prefill_steps, 16);
+    while (harness_step(&h)) {}
+    ck_assert_int_eq(h.decode_steps, 2);
+    ck_assert_int_eq(s->status, SEQ_FINISHED);
+    check_tokens(&h, s);
+    ck_assert_int_eq(h.bm->n_free, 100);
+    seq_destroy(s);
+    harness_close(&h);
+}
+END_TEST
+
+START_TEST(test_prefix_cache_second_request)
+{
+    harness h;
+    harness_open(&h, 200, 16, true, 8, 512, 5000, -1);
+    int32_t prompt[1000];
+    for (int i = 0; i < 1000; i++) prompt[i] = (i * 31 + 5) % 5000;
+    seq *a = new_seq(1, prompt, 1000, 4, true, 16);
+    scheduler_add(h.sch, a);
+    while (harness_step(&h)) {}
+    ck_assert_int_eq(a->prompt_cached, 0);
+    seq *b = new_seq(2, prompt, 1000, 4, true, 16);
+    scheduler_add(h.sch, b);
+    while (harness_step(&h)) {}
+    ck_assert_int_ge(b->prompt_cached, 992);
+    check_tokens(&h, a);
+    check_tokens(&h, b);
+    ck_assert_int_eq(memcmp(a->tokens, b->tokens, sizeof(int32_t) * 1004), 0);
+    seq_destroy(a);
+    seq_destroy(b);
+    harness_close(&h);
+}
+END_TEST
+
+START_TEST(test_preemption_keeps_output)
+{
+    /* 4 seqs of 20 prompt tokens + 40 output in a pool of 10 blocks
+     * (each needs 4 blocks at the end): decode must preempt. */
+    harness h;
+    harness_open(&h, 10, 16, true, 4, 256, 97, -1);
+    seq *s[4];
+    for (int k = 0; k < 4; k++) {
+        int32_t prompt[20];
+        for (int i = 0; i < 20; i++) prompt[i] = (k * 20 + i) % 97;
+        s[k] = new_seq((uint64_t)k + 1, prompt, 20, 40, true, 16);
+        scheduler_add(h.sch, s[k]);
+    }
+    while (harness_step(&h)) {}
+    ck_assert_int_gt(h.sch->total_preemptions, 0);
+    for (int k = 0; k < 4; k++) {
+        check_tokens(&h, s[k]);
+        seq_destroy(s[k]);
+    }
+    ck_assert_int_eq(h.bm->n_free, 10);
+    harness_close(&h);
+}
+END_TEST
+
+/* ---- randomized ------------------------------------------------------------- */
+
+#define N_REQ 3000
+#define N_BASE 6
+
+static uint64_t rng_state;
+static uint32_t rnd(uint32_t n)
+{
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (uint32_t)(rng_state >> 33) % n;
+}
+
+static void check_invariants(const harness *h, seq **all, int32_t n_all)
+{
+    static int32_t refs[4096];
+    memset(refs, 0, sizeof(int32_t) * (size_t)h->bm->num_blocks);
+    int32_t live = 0;
+    for (int32_t i = 0; i < n_all; i++) {
+        seq *s = all[i];
+        if (!s) continue;
+        if (s->status == SEQ_WAITING) REQUIRE_EQ(s->n_blocks, 0);
+        if (s->status == SEQ_FINISHED) REQUIRE_EQ(s->n_blocks, 0);
+        if (s->status != SEQ_FINISHED) live++;
+        for (int32_t b = 0; b < s->n_blocks; b++) refs[s->block_table[b]]++;
+        /* A running seq's table covers every token but the one just sampled. */
+        if (s->status == SEQ_RUNNING) REQUIRE((s->n_blocks * h->bm->block_size) >= (s->n_tokens - 1), "%s", "s->n_blocks * h->bm->block_size");
+    }
+    int32_t used = 0;
+    for (int32_t b = 0; b < h->bm->num_blocks; b++) {
+        REQUIRE(refs[b] == h->bm->ref[b], "block %d: %d tables, ref %d", b, refs[b], h->bm->ref[b]);
+        used += refs[b] > 0;
+    }
+    REQUIRE_EQ(used + h->bm->n_free, h->bm->num_blocks);
+    nl_status st = block_manager_check(h->bm);
+    REQUIRE(st == NL_OK, "%s", nl_last_error());
+    /* Every live seq is in exactly one queue, in the right state. */
+    int32_t queued = 0;
+    for (seq *s = h->sch->waiting.head; s; s = s->next, queued++) REQUIRE_EQ(s->status, SEQ_WAITING);
+    for (seq *s = h->sch->running.head; s; s = s->next, queued++) REQUIRE_EQ(s->status, SEQ_RUNNING);
+    REQUIRE_EQ(queued, live);
+    REQUIRE_EQ(h->sch->waiting.count + h->sch->running.count, live);
+    REQUIRE((h->sch->running.count) <= (h->max_num_seqs), "%s", "h->sch->running.count");
+}
+
+static void random_run(int32_t blocks, int32_t bs, bool caching, int32_t max_num_seqs,
+                       int32_t budget, uint64_t seed)
+{
+    rng_state = seed;
+    harness h;
+    const int32_t vocab = 64;
+    harness_open(&h, blocks, bs, caching, max_num_seqs, budget, vocab, 0);
+    int32_t base[N_BASE][200];
+    for (int k = 0; k < N_BASE; k++)
+        for (int i = 0; i < 200; i++) base[k][i] = 1 + (int32_t)rnd(vocab - 1);
+    seq **all = calloc(N_REQ, sizeof(seq *));
+    int32_t n_sub = 0, n_aborted = 0, n_done = 0;
+    int64_t steps = 0;
+    int32_t max_len = blocks * bs / 2 < 240 ? blocks * bs / 2 : 240;
+    while (n_sub < N_REQ || scheduler_has_unfinished(h.sch)) {
+        int32_t arrivals = n_sub < N_REQ ? (int32_t)rnd(4) : 0;
+        for (int32_t a = 0; a < arrivals && n_sub < N_REQ; a++) {
+            int32_t prompt[240];
+            int32_t max_tokens = 1 + (int32_t)rnd(40);
+            int32_t n = 1 + (int32_t)rnd((uint32_t)(max_len - max_tokens));
+            int32_t shared = rnd(3) ? (int32_t)rnd((uint32_t)n + 1) : 0;
+            if (shared > 200) shared = 200;
+            int k = (int)rnd(N_BASE);
+            for (int32_t i = 0; i < n; i++)
+                prompt[i] = i < shared ? base[k][i] : 1 + (int32_t)rnd(vocab - 1);
+            all[n_sub] = new_seq((uint64_t)n_sub + 1, prompt, n, max_tokens, rnd(4) == 0, bs);
+            scheduler_add(h.sch, all[n_sub]);
+            n_sub++;
+        }
+        if (rnd(50) == 0 && n_sub > 0) {
+            seq *s = all[rnd((uint32_t)n_sub)];
+            if (s->status != SEQ_FINISHED) {
+                scheduler_finish(h.sch, s, NL_FINISH_ABORT);
+                n_aborted++;
+            }
+        }
+        int32_t ran = harness_step(&h);
+        /* Pending work always makes progress. */
+        REQUIRE(ran > 0 || !scheduler_has_unfinished(h.sch),
+                      "empty step with %d waiting (head needs %d tokens), %d running, %d free blocks",
+                      h.sch->waiting.count, h.sch->waiting.head ? h.sch->waiting.head->n_tokens : -1,
+                      h.sch->running.count, h.bm->n_free);
+        steps++;
+        if (getenv("NL_TEST_TRACE") && steps % 20000 == 0)
+            fprintf(stderr, "step %lld: %d submitted, %d waiting, %d running, %d free, %lld preemptions\n",
+                    (long long)steps, n_sub, h.sch->waiting.count, h.sch->running.count, h.bm->n_free,
+                    (long long)h.sch->total_preemptions);
+        check_invariants(&h, all, n_sub);
+    }
+    for (int32_t i = 0; i < N_REQ; i++) {
+        seq *s = all[i];
+        REQUIRE_EQ(s->status, SEQ_FINISHED);
+        if (s->finish != NL_FINISH_ABORT) {
+            check_tokens(&h, s);
+            n_done++;
+        } else {
+            /* Whatever an aborted seq produced is still the model's output. */
+            for (int32_t k = 0; k < seq_num_output(s); k++)
+                REQUIRE_EQ(s->tokens[s->prompt_len + k],
+                                 fake_runner_reference(s->tokens, s->prompt_len + k, vocab, false));
+        }
+        seq_destroy(s);
+    }
+    REQUIRE_EQ(n_done + n_aborted, N_REQ);
+    REQUIRE_EQ(h.bm->n_free, blocks);
+    ck_assert_int_gt(h.sch->total_preemptions, 0);
+    ck_assert_int_gt(h.prefill_steps, 0);
+    ck_assert_int_gt(h.decode_steps, 0);
+    free(all);
+    harness_close(&h);
+}
+
+START_TEST(test_random_prefix_caching)
+{
+    random_run(40, 16, true, 8, 48, 1);
+}
+END_TEST
+
+START_TEST(test_random_no_caching)
+{
+    random_run(40, 16, false, 6, 40, 2);
+}
+END_TEST
+
+START_TEST(test_random_block32)
+{
+    random_run(24, 32, true, 16, 100, 3);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("scheduler");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_chunked_prefill);
+    tcase_add_test(tc, test_prefix_cache_second_request);
+    tcase_add_test(tc, test_preemption_keeps_output);
+    tcase_add_test(tc, test_random_prefix_caching);
+    tcase_add_test(tc, test_random_no_caching);
+    tcase_add_test(tc, test_random_block32);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
