@@ -9,6 +9,7 @@
  */
 #include "leader/bpe.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -82,23 +83,21 @@ static bool byte_is_printable(int b)
 
 /* code point -> byte, or -1; code points of the alphabet are all < 324 */
 static int16_t char_to_byte[324];
-static bool alphabet_ready;
+static pthread_once_t alphabet_once = PTHREAD_ONCE_INIT;
 
-static void alphabet_init(void)
+static void alphabet_build(void)
 {
-    if (alphabet_ready) return;
     int next = 256;
     for (int cp = 0; cp < 324; cp++) char_to_byte[cp] = -1;
     for (int b = 0; b < 256; b++) {
         if (byte_is_printable(b)) char_to_byte[b] = (int16_t)b;
         else char_to_byte[next++] = (int16_t)b;
     }
-    alphabet_ready = true;
 }
 
 bool bpe_bytelevel_decode(const char *s, size_t len, char *out, size_t *out_len)
 {
-    alphabet_init();
+    pthread_once(&alphabet_once, alphabet_build);
     const uint8_t *u = (const uint8_t *)s;
     size_t i = 0, o = 0;
     while (i < len) {
@@ -364,8 +363,9 @@ static bpe_candidate heap_pop(bpe *b)
 /* Queues the merge of symbol pos with its right neighbour, if there is one. */
 static void push_pair(bpe *b, int32_t pos)
 {
+    if (pos < 0) return;
     int32_t next = b->syms[pos].next;
-    if (pos < 0 || next < 0) return;
+    if (next < 0) return;
     uint64_t key = (uint64_t)(uint32_t)b->syms[pos].id << 32 | (uint32_t)b->syms[next].id;
     uint64_t v;
     if (!bpe_u64_map_get(&b->merges, key, &v)) return;
