@@ -20,4 +20,8 @@ libnlcuda_a_SOURCES = \
 NVCCFLAGS = -O3 -std=c++17 $(CUDA_ARCH_FLAGS) -Xcompiler -fPIC -I$(top_srcdir) -I$(top_srcdir)/include -DNL_HAVE_CUDA=1 -I$(top_builddir) $(CUDA_CPPFLAGS)
 .cu.o:
 	$(AM_V_CC)$(NVCC) $(NVCCFLAGS) -c $< -o $@
+# nvcc writes no dependency files: rebuild every kernel when a shared header changes.
+$(libnlcuda_a_OBJECTS): $(top_srcdir)/kernels/cuda/cuda_common.cuh \
+	$(top_srcdir)/kernels/cuda/cuda_backend.h $(top_srcdir)/kernels/cuda/comm_nccl.h \
+	$(top_srcdir)/kernels/kernels.h $(top_srcdir)/kernels/comm.h
 endif
