@@ -24,7 +24,7 @@ libnanollm_la_SOURCES += \
 	leader/seq.c leader/seq.h \
 	leader/block_manager.c leader/block_manager.h \
 	leader/scheduler.c leader/scheduler.h \
-	leader/engine.c leader/engine_internal.h
+	leader/engine.c leader/engine_internal.h leader/engine_open.c
 
 # Worker processes behind the shared-memory rings (the real runner).
 libnanollm_la_SOURCES += leader/worker_pool.c leader/worker_pool.h

@@ -10,4 +10,9 @@ tests_test_scheduler_SOURCES = tests/test_scheduler.c leader/fake_runner.c \
 	leader/scheduler.c leader/block_manager.c leader/seq.c leader/u64map.c
 tests_test_scheduler_CFLAGS = $(TEST_CFLAGS)
 tests_test_scheduler_LDADD = libnlcommon.la $(XXHASH_LIBS) $(TEST_LIBS)
+check_PROGRAMS += tests/test_engine
+TESTS += tests/test_engine
+tests_test_engine_SOURCES = tests/test_engine.c leader/fake_runner.c
+tests_test_engine_CFLAGS = $(TEST_CFLAGS)
+tests_test_engine_LDADD = libnanollm.la $(XXHASH_LIBS) $(TEST_LIBS) -lm
 endif

@@ -1,0 +1,534 @@
+/* test_engine.c — the public engine API over the fake runner: defaults and
+ * validation, generation against the fake model's reference tokens, EOS,
+ * logprobs, streaming, abort, prefix caching, runner failure, and (with the
+ * Qwen3 tokenizer) text prompts and stop strings. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/status.h"
+#include "leader/engine_internal.h"
+#include "leader/fake_runner.h"
+
+#define VOCAB 1000
+
+/* An engine for a model of model_vocab ids whose fake runner samples ids
+ * below vocab. */
+static nl_engine *open_fake_vocab(int32_t blocks, int32_t max_pos, const int32_t *eos, int32_t n_eos,
+                                  uint64_t fail_at, tokenizer *tok, int32_t vocab, int32_t model_vocab)
+{
+    nl_engine_config c;
+    nl_engine_config_init(&c);
+    c.max_num_seqs = 8;
+    c.max_num_batched_tokens = 128;
+    fake_runner_options o = {.num_kv_blocks = blocks, .block_size = 16, .vocab_size = vocab,
+                             .fail_at_step = fail_at};
+    runner *r;
+    ck_assert_int_eq(fake_runner_create(&o, &r), NL_OK);
+    engine_model_facts f;
+    memset(&f, 0, sizeof(f));
+    f.vocab_size = model_vocab;
+    f.max_position_embeddings = max_pos;
+    f.n_eos = n_eos;
+    for (int i = 0; i < n_eos; i++) f.eos_ids[i] = eos[i];
+    f.device_name = "fake";
+    nl_engine *e = NULL;
+    nl_status st = engine_open_with_runner(&c, &f, r, tok, &e);
+    ck_assert_msg(st == NL_OK, "%s", nl_last_error());
+    return e;
+}
+
+static nl_engine *open_fake(int32_t blocks, int32_t max_pos, const int32_t *eos, int32_t n_eos,
+                            uint64_t fail_at, tokenizer *tok, int32_t vocab)
+{
+    return open_fake_vocab(blocks, max_pos, eos, n_eos, fail_at, tok, vocab, vocab);
+}
+
+static nl_prompt tokens_prompt(const int32_t *ids, int32_t n)
+{
+    nl_prompt p;
+    memset(&p, 0, sizeof(p));
+    p.kind = NL_PROMPT_TOKENS;
+    p.token_ids = ids;
+    p.n_tokens = n;
+    return p;
+}
+
+static nl_sampling_params greedy(int32_t max_tokens)
+{
+    nl_sampling_params sp;
+    nl_sampling_params_init(&sp);
+    sp.max_tokens = max_tokens;
+    sp.temperature = 0.0f;
+    return sp;
+}
+
+/* The fake model's continuation of prompt, n tokens. */
+static void reference(const int32_t *prompt, int32_t n_prompt, int32_t n, int32_t vocab, int32_t *out)
+{
+    int32_t *all = malloc(sizeof(int32_t) * (size_t)(n_prompt + n));
+    memcpy(all, prompt, sizeof(int32_t) * (size_t)n_prompt);
+    for (int32_t k = 0; k < n; k++) {
+        all[n_prompt + k] = fake_runner_reference(all, n_prompt + k, vocab, false);
+        out[k] = all[n_prompt + k];
+    }
+    free(all);
+}
+
+START_TEST(test_config_defaults_and_validation)
+{
+    nl_engine_config c;
+    nl_engine_config_init(&c);
+    ck_assert_ptr_null(c.model_dir);
+    ck_assert_int_eq(c.tp, 1);
+    ck_assert_int_eq(c.device, NL_DEVICE_AUTO);
+    ck_assert_int_eq(c.max_num_seqs, 512);
+    ck_assert_int_eq(c.max_num_batched_tokens, 16384);
+    ck_assert_int_eq(c.block_size, 16);
+    ck_assert_float_eq(c.gpu_memory_utilization, 0.9f);
+    ck_assert(c.enable_prefix_caching);
+    ck_assert_int_eq(engine_config_validate(&c), NL_OK);
+    c.block_size = 24;
+    ck_assert_int_eq(engine_config_validate(&c), NL_ERR_INVALID_ARG);
+    ck_assert_ptr_nonnull(strstr(nl_last_error(), "block_size 24"));
+    nl_engine_config_init(&c);
+    c.gpu_memory_utilization = 1.5f;
+    ck_assert_int_eq(engine_config_validate(&c), NL_ERR_INVALID_ARG);
+    ck_assert_ptr_nonnull(strstr(nl_last_error(), "gpu_memory_utilization"));
+    nl_engine_config_init(&c);
+    c.tp = 0;
+    ck_assert_int_eq(engine_config_validate(&c), NL_ERR_INVALID_ARG);
+    nl_engine_config_init(&c);
+    c.max_num_batched_tokens = 100;
+    ck_assert_int_eq(engine_config_validate(&c), NL_ERR_INVALID_ARG);
+    ck_assert_ptr_nonnull(strstr(nl_last_error(), "max_num_batched_tokens 100"));
+    nl_sampling_params sp;
+    nl_sampling_params_init(&sp);
+    ck_assert_int_eq(sp.max_tokens, 16);
+    ck_assert_float_eq(sp.temperature, 1.0f);
+    ck_assert_float_eq(sp.top_p, 1.0f);
+}
+END_TEST
+
+START_TEST(test_generate_matches_reference)
+{
+    nl_engine *e = open_fake(64, 4096, NULL, 0, 0, NULL, VOCAB);
+    nl_engine_info info;
+    nl_engine_get_info(e, &info);
+    ck_assert_int_eq(info.max_model_len, 64 * 16); /* pool smaller than max_pos */
+    ck_assert_int_eq(info.vocab_size, VOCAB);
+    ck_assert(!info.has_tokenizer);
+    uint64_t ids[5];
+    int32_t prompts[5][300];
+    int32_t lens[5] = {1, 15, 16, 17, 300};
+    for (int k = 0; k < 5; k++) {
+        for (int i = 0; i < lens[k]; i++) prompts[k][i] = (k * 101 + i * 7) % VOCAB;
+        nl_prompt p = tokens_prompt(prompts[k], lens[k]);
+        nl_sampling_params sp = greedy(20 + k);
+        ck_assert_int_eq(nl_engine_submit(e, &p, &sp, &ids[k]), NL_OK);
+    }
+    const nl_result *res;
+    ck_assert_int_eq(nl_engine_get_result(e, ids[0], &res), NL_ERR_NOT_FOUND);
+    ck_assert_ptr_nonnull(strstr(nl_last_error(), "still running"));
+    ck_assert(nl_engine_has_unfinished(e));
+    ck_assert_int_eq(nl_engine_run_until_done(e), NL_OK);
+    ck_assert(!nl_engine_has_unfinished(e));
+    for (int k = 0; k < 5; k++) {
+        ck_assert_int_eq(nl_engine_get_result(e, ids[k], &res), NL_OK);
+        ck_assert_uint_eq(res->request_id, ids[k]);
+        ck_assert_int_eq(res->n_tokens, 20 + k);
+        ck_assert_int_eq(res->finish_reason, NL_FINISH_LENGTH);
+        ck_assert_int_eq(res->prompt_tokens, lens[k]);
+        ck_assert_ptr_null(res->text);
+        int32_t want[32];
+        reference(prompts[k], lens[k], 20 + k, VOCAB, want);
+        ck_assert_int_eq(memcmp(res->token_ids, want, sizeof(int32_t) * (size_t)(20 + k)), 0);
+        nl_engine_release(e, ids[k]);
+        ck_assert_int_eq(nl_engine_get_result(e, ids[k], &res), NL_ERR_NOT_FOUND);
+    }
+    engine_stats st;
+    engine_get_stats(e, &st);
+    ck_assert_int_eq(st.num_free_blocks, 64);
+    ck_assert_int_eq(st.output_tokens, 20 + 21 + 22 + 23 + 24);
+    nl_engine_close(e);
+}
+END_TEST
+
+START_TEST(test_submit_validation)
+{
+    nl_engine *e = open_fake(8, 100, NULL, 0, 0, NULL, VOCAB);
+    int32_t ids[120];
+    for (int i = 0; i < 120; i++) ids[i] = i;
+    nl_prompt p = tokens_prompt(ids, 10);
+    nl_sampling_params sp = greedy(5);
+    uint64_t id;
+    struct { const char *field; void (*set)(nl_sampling_params *); } cases[] = {0};
+    (void)cases;
+    nl_prompt empty = tokens_prompt(ids, 0);
+    ck_assert_int_eq(nl_engine_submit(e, &empty, &sp, &id), NL_ERR_INVALID_ARG);
+    ck_assert_ptr_nonnull(strstr(nl_last_error(), "empty"));
+    int32_t bad[2] = {1, VOCAB};
+    nl_prompt pb = tokens_prompt(bad, 2);
+    ck_assert_int_eq(nl_engine_submit(e, &pb, &sp, &id), NL_ERR_INVALID_ARG);
+    ck_assert_ptr_nonnull(strstr(nl_last_error(), "token 1000 at position 1"));
+    bad[1] = -3;
+    ck_assert_int_eq(nl_engine_submit(e, &pb, &sp, &id), NL_ERR_INVALID_ARG);
+    nl_prompt plong = tokens_prompt(ids, 96);
+    ck_assert_int_eq(nl_engine_submit(e, &plong, &sp, &id), NL_ERR_INVALID_ARG);
+    ck_assert_ptr_nonnull(strstr(nl_last_error(), "max_model_len 100"));
+    nl_sampling_params b = sp;
+    b.max_tokens = 0;
+    ck_assert_int_eq(nl_engine_submit(e, &p, &b, &id), NL_ERR_INVALID_ARG);
+    ck_assert_ptr_nonnull(strstr(nl_last_error(), "max_tokens 0"));
+    b = sp; b.temperature = -0.5f;
+    ck_assert_int_eq(nl_engine_submit(e, &p, &b, &id), NL_ERR_INVALID_ARG);
+    b = sp; b.temperature = NAN;
+    ck_assert_int_eq(nl_engine_submit(e, &p, &b, &id), NL_ERR_INVALID_ARG);
+    b = sp; b.temperature = INFINITY;
+    ck_assert_int_eq(nl_engine_submit(e, &p, &b, &id), NL_ERR_INVALID_ARG);
+    b = sp; b.top_k = -2;
+    ck_assert_int_eq(nl_engine_submit(e, &p, &b, &id), NL_ERR_INVALID_ARG);
+    b = sp; b.top_p = 0.0f;
+    ck_assert_int_eq(nl_engine_submit(e, &p, &b, &id), NL_ERR_INVALID_ARG);
+    ck_assert_ptr_nonnull(strstr(nl_last_error(), "top_p"));
+    b = sp; b.min_p = 1.5f;
+    ck_assert_int_eq(nl_engine_submit(e, &p, &b, &id), NL_ERR_INVALID_ARG);
+    b = sp; b.logprobs = 21;
+    ck_assert_int_eq(nl_engine_submit(e, &p, &b, &id), NL_ERR_INVALID_ARG);
+    const char *stops[] = {"x"};
+    b = sp; b.stop = stops; b.n_stop = 1;
+    ck_assert_int_eq(nl_engine_submit(e, &p, &b, &id), NL_ERR_UNSUPPORTED);
+    nl_prompt pt;
+    memset(&pt, 0, sizeof(pt));
+    pt.kind = NL_PROMPT_TEXT;
+    pt.text = "hello";
+    ck_assert_int_eq(nl_engine_submit(e, &pt, &sp, &id), NL_ERR_UNSUPPORTED);
+    int32_t *enc; int32_t n_enc;
+    ck_assert_int_eq(nl_engine_encode(e, "hi", &enc, &n_enc), NL_ERR_UNSUPPORTED);
+    nl_engine_close(e);
+
+    /* A request that needs more blocks than the whole pool. */
+    e = open_fake(4, 4096, NULL, 0, 0, NULL, VOCAB);
+    nl_engine_info info;
+    nl_engine_get_info(e, &info);
+    ck_assert_int_eq(info.max_model_len, 64);
+    nl_engine_close(e);
+    nl_engine_config c;
+    nl_engine_config_init(&c);
+    c.max_num_seqs = 8;
+    c.max_num_batched_tokens = 128;
+    c.max_model_len = 100; /* above the 64-token pool */
+    fake_runner_options o = {.num_kv_blocks = 4, .block_size = 16, .vocab_size = VOCAB};
+    runner *r;
+    ck_assert_int_eq(fake_runner_create(&o, &r), NL_OK);
+    engine_model_facts f = {.vocab_size = VOCAB, .max_position_embeddings = 4096, .device_name = "fake"};
+    ck_assert_int_eq(engine_open_with_runner(&c, &f, r, NULL, &e), NL_ERR_NOMEM);
+    ck_assert_ptr_nonnull(strstr(nl_last_error(), "max_model_len 100"));
+}
+END_TEST
+
+START_TEST(test_eos_and_ignore_eos)
+{
+    int32_t prompt[20];
+    for (int i = 0; i < 20; i++) prompt[i] = i * 3;
+    int32_t want[30];
+    reference(prompt, 20, 30, VOCAB, want);
+    /* Make the 4th generated token the EOS (first occurrence). */
+    int32_t eos = want[3];
+    int32_t first = 0;
+    while (want[first] != eos) first++;
+    nl_engine *e = open_fake(64, 4096, &eos, 1, 0, NULL, VOCAB);
+    nl_prompt p = tokens_prompt(prompt, 20);
+    nl_sampling_params sp = greedy(30);
+    uint64_t a, b;
+    ck_assert_int_eq(nl_engine_submit(e, &p, &sp, &a), NL_OK);
+    sp.ignore_eos = true;
+    ck_assert_int_eq(nl_engine_submit(e, &p, &sp, &b), NL_OK);
+    ck_assert_int_eq(nl_engine_run_until_done(e), NL_OK);
+    const nl_result *r;
+    ck_assert_int_eq(nl_engine_get_result(e, a, &r), NL_OK);
+    ck_assert_int_eq(r->finish_reason, NL_FINISH_STOP);
+    ck_assert_int_eq(r->n_tokens, first + 1); /* the EOS id is kept in token_ids */
+    ck_assert_int_eq(r->token_ids[first], eos);
+    ck_assert_int_eq(nl_engine_get_result(e, b, &r), NL_OK);
+    ck_assert_int_eq(r->finish_reason, NL_FINISH_LENGTH);
+    ck_assert_int_eq(r->n_tokens, 30);
+    nl_engine_close(e);
+}
+END_TEST
+
+START_TEST(test_logprobs)
+{
+    nl_engine *e = open_fake(64, 4096, NULL, 0, 0, NULL, VOCAB);
+    int32_t prompt[5] = {5, 6, 7, 8, 9};
+    nl_prompt p = tokens_prompt(prompt, 5);
+    nl_sampling_params sp = greedy(6);
+    sp.logprobs = 3;
+    uint64_t id, id0;
+    ck_assert_int_eq(nl_engine_submit(e, &p, &sp, &id), NL_OK);
+    sp.logprobs = 0;
+    ck_assert_int_eq(nl_engine_submit(e, &p, &sp, &id0), NL_OK);
+    ck_assert_int_eq(nl_engine_run_until_done(e), NL_OK);
+    const nl_result *r;
+    ck_assert_int_eq(nl_engine_get_result(e, id, &r), NL_OK);
+    ck_assert_ptr_nonnull(r->logprobs);
+    for (int k = 0; k < r->n_tokens; k++) {
+        const nl_token_logprob *lp = &r->logprobs[k];
+        ck_assert_int_eq(lp->token_id, r->token_ids[k]);
+        ck_assert_float_eq(lp->logprob, fake_runner_logprob(r->token_ids[k]));
+        ck_assert_int_eq(lp->n_top, 3);
+        for (int i = 0; i < 3; i++) {
+            ck_assert_int_eq(lp->top_ids[i], (r->token_ids[k] + i) % VOCAB);
+            ck_assert_float_eq(lp->top_logprobs[i], fake_runner_logprob((r->token_ids[k] + i) % VOCAB));
+        }
+    }
+    ck_assert_int_eq(nl_engine_get_result(e, id0, &r), NL_OK);
+    ck_assert_ptr_null(r->logprobs);
+    nl_engine_close(e);
+}
+END_TEST
+
+typedef struct stream_log {
+    int32_t ids[4][64];
+    int32_t n[4];
+    int32_t finished[4];
+    int32_t calls;
+} stream_log;
+
+static void on_stream(void *user, uint64_t id, const int32_t *new_ids, int32_t n_new,
+                      const char *text_delta, bool finished)
+{
+    stream_log *log = user;
+    log->calls++;
+    ck_assert_uint_le(id, 4);
+    ck_assert_int_eq(log->finished[id - 1], 0);
+    ck_assert_ptr_nonnull(text_delta);
+    for (int32_t i = 0; i < n_new; i++) log->ids[id - 1][log->n[id - 1]++] = new_ids[i];
+    if (finished) log->finished[id - 1] = 1;
+}
+
+START_TEST(test_streaming_and_abort)
+{
+    nl_engine *e = open_fake(64, 4096, NULL, 0, 0, NULL, VOCAB);
+    stream_log log;
+    memset(&log, 0, sizeof(log));
+    nl_engine_set_stream_callback(e, on_stream, &log);
+    int32_t prompt[4][40];
+    uint64_t ids[4];
+    for (int k = 0; k < 4; k++) {
+        for (int i = 0; i < 40; i++) prompt[k][i] = (k * 13 + i) % VOCAB;
+        nl_prompt p = tokens_prompt(prompt[k], 40);
+        nl_sampling_params sp = greedy(30);
+        sp.seed = 42;
+        sp.has_seed = true;
+        ck_assert_int_eq(nl_engine_submit(e, &p, &sp, &ids[k]), NL_OK);
+        ck_assert_uint_eq(ids[k], (uint64_t)k + 1);
+    }
+    for (int s = 0; s < 5; s++) ck_assert_int_eq(nl_engine_step(e), NL_OK);
+    ck_assert_int_eq(nl_engine_abort(e, ids[2]), NL_OK);
+    ck_assert_int_eq(nl_engine_abort(e, 999), NL_ERR_NOT_FOUND);
+    ck_assert_int_eq(nl_engine_run_until_done(e), NL_OK);
+    const nl_result *r;
+    ck_assert_int_eq(nl_engine_get_result(e, ids[2], &r), NL_OK);
+    ck_assert_int_eq(r->finish_reason, NL_FINISH_ABORT);
+    ck_assert_int_lt(r->n_tokens, 30);
+    ck_assert_int_eq(log.finished[2], 0);
+    for (int k = 0; k < 4; k++) {
+        ck_assert_int_eq(nl_engine_get_result(e, ids[k], &r), NL_OK);
+        ck_assert_int_eq(log.n[k], r->n_tokens);
+        ck_assert_int_eq(memcmp(log.ids[k], r->token_ids, sizeof(int32_t) * (size_t)r->n_tokens), 0);
+        if (k != 2) ck_assert_int_eq(log.finished[k], 1);
+    }
+    engine_stats st;
+    engine_get_stats(e, &st);
+    ck_assert_int_eq(st.num_free_blocks, 64);
+    nl_engine_close(e);
+}
+END_TEST
+
+START_TEST(test_prefix_cache_through_engine)
+{
+    nl_engine *e = open_fake(200, 4096, NULL, 0, 0, NULL, VOCAB);
+    int32_t prompt[1000];
+    for (int i = 0; i < 1000; i++) prompt[i] = (i * 37 + 11) % VOCAB;
+    nl_prompt p = tokens_prompt(prompt, 1000);
+    nl_sampling_params sp = greedy(8);
+    uint64_t a, b;
+    ck_assert_int_eq(nl_engine_submit(e, &p, &sp, &a), NL_OK);
+    ck_assert_int_eq(nl_engine_run_until_done(e), NL_OK);
+    ck_assert_int_eq(nl_engine_submit(e, &p, &sp, &b), NL_OK);
+    ck_assert_int_eq(nl_engine_run_until_done(e), NL_OK);
+    const nl_result *ra, *rb;
+    ck_assert_int_eq(nl_engine_get_result(e, a, &ra), NL_OK);
+    ck_assert_int_eq(nl_engine_get_result(e, b, &rb), NL_OK);
+    ck_assert_int_eq(ra->cached_tokens, 0);
+    ck_assert_int_ge(rb->cached_tokens, 992);
+    ck_assert_int_eq(memcmp(ra->token_ids, rb->token_ids, sizeof(int32_t) * 8), 0);
+    int32_t want[8];
+    reference(prompt, 1000, 8, VOCAB, want);
+    ck_assert_int_eq(memcmp(rb->token_ids, want, sizeof(want)), 0);
+    nl_engine_close(e);
+}
+END_TEST
+
+START_TEST(test_runner_failure_stops_engine)
+{
+    nl_engine *e = open_fake(64, 4096, NULL, 0, 3, NULL, VOCAB);
+    int32_t prompt[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+    nl_prompt p = tokens_prompt(prompt, 10);
+    nl_sampling_params sp = greedy(10);
+    uint64_t a, b;
+    ck_assert_int_eq(nl_engine_submit(e, &p, &sp, &a), NL_OK);
+    ck_assert_int_eq(nl_engine_submit(e, &p, &sp, &b), NL_OK);
+    ck_assert_int_eq(nl_engine_run_until_done(e), NL_ERR_WORKER);
+    ck_assert_ptr_nonnull(strstr(nl_last_error(), "injected failure at step 3"));
+    const nl_result *r;
+    ck_assert_int_eq(nl_engine_get_result(e, a, &r), NL_OK);
+    ck_assert_int_eq(r->finish_reason, NL_FINISH_ERROR);
+    ck_assert_ptr_nonnull(strstr(r->error, "injected failure"));
+    ck_assert_int_eq(r->n_tokens, 2);
+    ck_assert(!nl_engine_has_unfinished(e));
+    ck_assert_int_eq(nl_engine_step(e), NL_ERR_WORKER);
+    ck_assert_ptr_nonnull(strstr(nl_last_error(), "earlier failure"));
+    ck_assert_int_eq(nl_engine_submit(e, &p, &sp, &a), NL_ERR_WORKER);
+    nl_engine_close(e);
+}
+END_TEST
+
+/* ---- with the Qwen3 tokenizer ------------------------------------------------ */
+
+static tokenizer *load_tokenizer(void)
+{
+    char dir[4096];
+    const char *env = getenv("NANOLLM_TOKENIZER_DIR");
+    if (env) snprintf(dir, sizeof(dir), "%s", env);
+    else snprintf(dir, sizeof(dir), "%s/.cache/nanollm/tokenizer-qwen3", getenv("HOME") ? getenv("HOME") : ".");
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/tokenizer.json", dir);
+    if (access(path, R_OK) != 0) return NULL;
+    tokenizer *t = NULL;
+    ck_assert_int_eq(tokenizer_load(dir, &t), NL_OK);
+    return t;
+}
+
+typedef struct text_log {
+    char text[8192];
+    size_t len;
+} text_log;
+
+static void on_text(void *user, uint64_t id, const int32_t *new_ids, int32_t n_new,
+                    const char *text_delta, bool finished)
+{
+    text_log *log = user;
+    size_t n = strlen(text_delta);
+    ck_assert_uint_lt(log->len + n, sizeof(log->text));
+    memcpy(log->text + log->len, text_delta, n);
+    log->len += n;
+    log->text[log->len] = '\0';
+}
+
+START_TEST(test_text_and_stop_strings)
+{
+    tokenizer *t = load_tokenizer();
+    if (!t) {
+        fprintf(stderr, "test_text_and_stop_strings: no Qwen3 tokenizer, skipped\n");
+        return;
+    }
+    /* Keep sampled ids below the special tokens so the text is plain. */
+    nl_engine *e = open_fake_vocab(256, 40960, NULL, 0, 0, t, 151643, 151936);
+    text_log log;
+    memset(&log, 0, sizeof(log));
+    nl_engine_set_stream_callback(e, on_text, &log);
+    nl_prompt p;
+    memset(&p, 0, sizeof(p));
+    p.kind = NL_PROMPT_TEXT;
+    p.text = "The quick brown fox";
+    nl_sampling_params sp = greedy(40);
+    uint64_t a;
+    ck_assert_int_eq(nl_engine_submit(e, &p, &sp, &a), NL_OK);
+    ck_assert_int_eq(nl_engine_run_until_done(e), NL_OK);
+    const nl_result *r;
+    ck_assert_int_eq(nl_engine_get_result(e, a, &r), NL_OK);
+    int32_t *ids; int32_t n;
+    ck_assert_int_eq(nl_engine_encode(e, "The quick brown fox", &ids, &n), NL_OK);
+    ck_assert_int_eq(r->prompt_tokens, n);
+    int32_t want[40];
+    reference(ids, n, 40, 151643, want);
+    free(ids);
+    ck_assert_int_eq(memcmp(r->token_ids, want, sizeof(want)), 0);
+    char *decoded;
+    ck_assert_int_eq(nl_engine_decode(e, r->token_ids, r->n_tokens, &decoded), NL_OK);
+    ck_assert_str_eq(r->text, decoded);
+    ck_assert_str_eq(log.text, decoded);
+    /* A stop string from the middle of that text: the same prompt now ends
+     * right before its first occurrence. */
+    size_t full = strlen(decoded);
+    ck_assert_uint_gt(full, 40);
+    size_t at = full / 2;
+    while (at > 0 && ((unsigned char)decoded[at] & 0xC0) == 0x80) at--;
+    char stop[8];
+    size_t sl = 0;
+    while (sl < 5 && at + sl < full) stop[sl] = decoded[at + sl], sl++;
+    while (at + sl < full && ((unsigned char)decoded[at + sl] & 0xC0) == 0x80) stop[sl] = decoded[at + sl], sl++;
+    stop[sl] = '\0';
+    size_t first = (size_t)(strstr(decoded, stop) - decoded);
+    const char *stops[2] = {"\x01never", stop};
+    sp.stop = stops;
+    sp.n_stop = 2;
+    memset(&log, 0, sizeof(log));
+    uint64_t b;
+    ck_assert_int_eq(nl_engine_submit(e, &p, &sp, &b), NL_OK);
+    ck_assert_int_eq(nl_engine_run_until_done(e), NL_OK);
+    ck_assert_int_eq(nl_engine_get_result(e, b, &r), NL_OK);
+    ck_assert_int_eq(r->finish_reason, NL_FINISH_STOP);
+    ck_assert_uint_eq(strlen(r->text), first);
+    ck_assert_int_eq(strncmp(r->text, decoded, first), 0);
+    ck_assert_str_eq(log.text, r->text);
+    ck_assert_int_lt(r->n_tokens, 40);
+    ck_assert_int_eq(memcmp(r->token_ids, want, sizeof(int32_t) * (size_t)r->n_tokens), 0);
+    free(decoded);
+
+    /* A chat prompt goes through the template. */
+    nl_chat_message msgs[1] = {{"user", "Hi"}};
+    nl_prompt pc;
+    memset(&pc, 0, sizeof(pc));
+    pc.kind = NL_PROMPT_CHAT;
+    pc.messages = msgs;
+    pc.n_messages = 1;
+    pc.enable_thinking = true;
+    nl_sampling_params sp2 = greedy(2);
+    uint64_t c;
+    nl_status cst = nl_engine_submit(e, &pc, &sp2, &c);
+    ck_assert_msg(cst == NL_OK, "%s", nl_last_error());
+    ck_assert_int_eq(nl_engine_run_until_done(e), NL_OK);
+    ck_assert_int_eq(nl_engine_get_result(e, c, &r), NL_OK);
+    /* <|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n */
+    ck_assert_int_eq(r->prompt_tokens, 9);
+    nl_engine_close(e);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("engine");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_config_defaults_and_validation);
+    tcase_add_test(tc, test_generate_matches_reference);
+    tcase_add_test(tc, test_submit_validation);
+    tcase_add_test(tc, test_eos_and_ignore_eos);
+    tcase_add_test(tc, test_logprobs);
+    tcase_add_test(tc, test_streaming_and_abort);
+    tcase_add_test(tc, test_prefix_cache_through_engine);
+    tcase_add_test(tc, test_runner_failure_stops_engine);
+    tcase_add_test(tc, test_text_and_stop_strings);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
