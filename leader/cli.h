@@ -21,4 +21,48 @@ int cli_detokenize(const char *model_dir, int argc, char **argv);
  * and shape overrides; --help lists them). */
 int cli_mkmodel(int argc, char **argv);
 
+/* ---- engine commands (nanollm-launch generate | batch | bench) ----------- */
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "nanollm.h"
+
+/* Each gets the engine configuration built from the global options (its
+ * model_dir NULL selects the demo model) and the arguments after its name. */
+int cli_generate(const nl_engine_config *config, int argc, char **argv);
+int cli_batch(const nl_engine_config *config, int argc, char **argv);
+int cli_bench(const nl_engine_config *config, int argc, char **argv);
+
+/* Shared option parsing (cli_common.c).  Options take "--name VALUE" or
+ * "--name=VALUE"; a bad value prints a message naming the option and
+ * makes the command exit 2. */
+#define CLI_MAX_STOP 16
+
+typedef struct cli_sampling {
+    nl_sampling_params params;
+    const char *stop[CLI_MAX_STOP];
+} cli_sampling;
+
+void cli_sampling_init(cli_sampling *s);
+/* argv[*i] is a sampling option: consumes it (and its value).  Returns 1
+ * when consumed, 0 when argv[*i] is not a sampling option, -1 after
+ * printing an error. */
+int cli_sampling_option(int argc, char **argv, int *i, cli_sampling *s);
+
+/* argv[*i] is --name or --name=VALUE: returns 1 and sets *value (advancing
+ * *i past a separate value), 0 when it is another argument, -1 (message
+ * printed) when the value is missing. */
+int cli_option(int argc, char **argv, int *i, const char *name, const char **value);
+/* Parses an integer/float value of option name in [lo, hi]; false (with a
+ * message) when it is not one. */
+bool cli_parse_int(const char *name, const char *text, int64_t lo, int64_t hi, int64_t *out);
+bool cli_parse_float(const char *name, const char *text, double lo, double hi, double *out);
+
+/* Prints the engine's failure ("nanollm-launch: <what>: <message>"). */
+void cli_report(const char *what);
+/* A note on stderr when the engine runs the built-in demo model. */
+void cli_demo_note(const nl_engine *engine);
+double cli_now(void);
+
 #endif /* NL_LEADER_CLI_H */

@@ -18,6 +18,8 @@
 #include "leader/engine_internal.h"
 #include "leader/worker_pool.h"
 
+#define ENGINE_CPU_KV_BYTES_DEFAULT ((int64_t)1 << 30)
+
 /* Whether a GPU is visible, without initialising CUDA in this process: the
  * driver lists its GPUs under /proc, and CUDA_VISIBLE_DEVICES may hide them. */
 static bool gpu_visible(void)
@@ -95,7 +97,11 @@ nl_status nl_engine_open(const nl_engine_config *config, nl_engine **out)
 
     int32_t max_len = mc.max_position_embeddings;
     if (config->max_model_len > 0 && config->max_model_len < max_len) max_len = config->max_model_len;
+    /* On the CPU the KV cache is ordinary memory that the worker touches
+     * when it starts: a fixed default keeps start-up fast and predictable;
+     * NANOLLM_CPU_KV_BYTES or --num-kv-blocks size it for bigger jobs. */
     const char *kv_env = getenv("NANOLLM_CPU_KV_BYTES");
+    int64_t cpu_kv_bytes = kv_env ? strtoll(kv_env, NULL, 10) : ENGINE_CPU_KV_BYTES_DEFAULT;
     worker_pool_params wp = {
         .model_dir = dir,
         .tp = config->tp,
@@ -103,7 +109,7 @@ nl_status nl_engine_open(const nl_engine_config *config, nl_engine **out)
         .block_size = config->block_size,
         .num_kv_blocks = config->num_kv_blocks,
         .gpu_memory_utilization = config->gpu_memory_utilization,
-        .cpu_kv_bytes = kv_env ? strtoll(kv_env, NULL, 10) : 0,
+        .cpu_kv_bytes = cpu_kv_bytes,
         .max_num_seqs = config->max_num_seqs,
         .max_num_batched_tokens = config->max_num_batched_tokens,
         .max_model_len = max_len,

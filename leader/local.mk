@@ -6,7 +6,8 @@ libnanollm_la_LIBADD = libnlcommon.la libnlipc.la $(JANSSON_LIBS) $(PCRE2_LIBS) 
 libnanollm_la_LDFLAGS = -version-info 0:0:0
 
 bin_PROGRAMS += nanollm-launch
-nanollm_launch_SOURCES = leader/launch_main.c
+nanollm_launch_SOURCES = leader/launch_main.c leader/cli_common.c \
+	leader/cli_generate.c leader/cli_batch.c leader/cli_bench.c
 # Linked statically against the in-tree library so the build tree's program
 # is a real binary that finds nanollm-worker beside itself.
 nanollm_launch_LDADD = libnanollm.la
