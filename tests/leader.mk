@@ -15,4 +15,10 @@ TESTS += tests/test_engine
 tests_test_engine_SOURCES = tests/test_engine.c leader/fake_runner.c
 tests_test_engine_CFLAGS = $(TEST_CFLAGS)
 tests_test_engine_LDADD = libnanollm.la $(XXHASH_LIBS) $(TEST_LIBS) -lm
+check_PROGRAMS += tests/test_launch
+TESTS += tests/test_launch
+tests_test_launch_SOURCES = tests/test_launch.c
+tests_test_launch_CFLAGS = $(TEST_CFLAGS) $(JANSSON_CFLAGS)
+tests_test_launch_LDADD = $(JANSSON_LIBS) $(TEST_LIBS)
+EXTRA_tests_test_launch_DEPENDENCIES = nanollm-launch nanollm-worker
 endif

@@ -1,0 +1,218 @@
+/* test_launch.c — nanollm-launch as a user runs it: bad usage exits 2 with a
+ * message naming the culprit (no model needed), and, with the Qwen3
+ * tokenizer present, a batch job over the demo model whose output keeps the
+ * input order and isolates bad lines. */
+#include <check.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char out_path[64], err_path[64];
+static char err_text[8192], out_text[65536];
+
+static void slurp(const char *path, char *buf, size_t cap)
+{
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(buf, 1, cap - 1, f) : 0;
+    buf[n] = '\0';
+    if (f) fclose(f);
+}
+
+/* Runs nanollm-launch with args (NULL-terminated); returns its exit code. */
+static int launch(const char *const *args)
+{
+    const char *prog = getenv("NANOLLM_LAUNCH");
+    ck_assert_msg(prog != NULL, "NANOLLM_LAUNCH is not set");
+    strcpy(out_path, "/tmp/nl-launch-out-XXXXXX");
+    strcpy(err_path, "/tmp/nl-launch-err-XXXXXX");
+    int out_fd = mkstemp(out_path), err_fd = mkstemp(err_path);
+    ck_assert(out_fd >= 0 && err_fd >= 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        dup2(out_fd, 1);
+        dup2(err_fd, 2);
+        int null_fd = open("/dev/null", O_RDONLY);
+        dup2(null_fd, 0);
+        const char *argv[64] = {prog};
+        int n = 1;
+        for (; args[n - 1]; n++) argv[n] = args[n - 1];
+        argv[n] = NULL;
+        execv(prog, (char *const *)argv);
+        _exit(127);
+    }
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    close(out_fd);
+    close(err_fd);
+    slurp(out_path, out_text, sizeof(out_text));
+    slurp(err_path, err_text, sizeof(err_text));
+    unlink(out_path);
+    unlink(err_path);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+static void expect_usage(const char *const *args, const char *needle)
+{
+    int rc = launch(args);
+    ck_assert_msg(rc == 2, "exit %d for %s (stderr: %s)", rc, needle, err_text);
+    ck_assert_msg(strstr(err_text, needle) != NULL, "stderr lacks '%s': %s", needle, err_text);
+}
+
+START_TEST(test_bad_usage)
+{
+    expect_usage((const char *[]){"--bogus", "generate", "x", NULL}, "--bogus");
+    expect_usage((const char *[]){NULL}, "no command");
+    expect_usage((const char *[]){"frob", NULL}, "frob");
+    expect_usage((const char *[]){"--tp", "0", "generate", "x", NULL}, "--tp");
+    expect_usage((const char *[]){"--tp=abc", "generate", "x", NULL}, "'abc'");
+    expect_usage((const char *[]){"--block-size", "24", "generate", "x", NULL}, "--block-size");
+    expect_usage((const char *[]){"--device", "gpu", "generate", "x", NULL}, "--device");
+    expect_usage((const char *[]){"--gpu-memory-utilization", "0", "generate", "x", NULL},
+                 "--gpu-memory-utilization");
+    expect_usage((const char *[]){"--max-num-seqs", "20", "--max-num-batched-tokens", "10", "generate", "x", NULL},
+                 "--max-num-batched-tokens");
+    expect_usage((const char *[]){"--model", NULL}, "needs a value");
+    expect_usage((const char *[]){"generate", NULL}, "no PROMPT");
+    expect_usage((const char *[]){"generate", "--temperature", "-1", "x", NULL}, "--temperature");
+    expect_usage((const char *[]){"generate", "--top-p", "0", "x", NULL}, "--top-p");
+    expect_usage((const char *[]){"generate", "--max-tokens", NULL}, "--max-tokens");
+    expect_usage((const char *[]){"generate", "--seed", "-4", "x", NULL}, "--seed");
+    expect_usage((const char *[]){"generate", "--stop", "", "x", NULL}, "--stop");
+    expect_usage((const char *[]){"generate", "--frobnicate", "x", NULL}, "--frobnicate");
+    expect_usage((const char *[]){"batch", "--output", "/tmp/x.jsonl", NULL}, "--input");
+    expect_usage((const char *[]){"batch", "--input", "/nonexistent/in.jsonl", "--output", "/tmp/x.jsonl", NULL},
+                 "/nonexistent/in.jsonl");
+    expect_usage((const char *[]){"bench", "--num-seqs", "0", NULL}, "--num-seqs");
+    expect_usage((const char *[]){"bench", "--workload", "/nonexistent/w.jsonl", NULL}, "/nonexistent/w.jsonl");
+    ck_assert_int_eq(launch((const char *[]){"--help", NULL}), 0);
+    ck_assert_ptr_nonnull(strstr(out_text, "usage: nanollm-launch"));
+    ck_assert_ptr_nonnull(strstr(out_text, "--no-prefix-caching"));
+}
+END_TEST
+
+static bool have_tokenizer(void)
+{
+    char path[4096];
+    const char *env = getenv("NANOLLM_TOKENIZER_DIR");
+    if (env) snprintf(path, sizeof(path), "%s/tokenizer.json", env);
+    else snprintf(path, sizeof(path), "%s/.cache/nanollm/tokenizer-qwen3/tokenizer.json", getenv("HOME"));
+    return access(path, R_OK) == 0;
+}
+
+START_TEST(test_batch_demo_model)
+{
+    if (!have_tokenizer()) {
+        fprintf(stderr, "test_batch_demo_model: no Qwen3 tokenizer, skipped\n");
+        return;
+    }
+    setenv("NANOLLM_CPU_KV_BYTES", "67108864", 1);
+    char in[] = "/tmp/nl-batch-in-XXXXXX", outp[] = "/tmp/nl-batch-out-XXXXXX";
+    int fd = mkstemp(in);
+    const char *lines =
+        "{\"id\": \"a\", \"prompt\": \"Hello there\", \"max_tokens\": 4, \"temperature\": 0}\n"
+        "this is not json\n"
+        "{\"prompt_token_ids\": [1, 2, 3], \"max_tokens\": 3, \"logprobs\": 2, \"temperature\": 0}\n"
+        "{\"prompt\": \"x\", \"max_tokens\": \"many\"}\n"
+        "{\"prompt_token_ids\": [1, 2], \"max_tokens\": 100000000}\n"
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"max_tokens\": 2, \"seed\": 7}\n"
+        "{\"prompt\": \"Hello there\", \"max_tokens\": 4, \"temperature\": 0, \"id\": 70}\n"
+        "{\"prompt\": \"a\", \"foo\": 1}\n";
+    ck_assert_int_eq(write(fd, lines, strlen(lines)), (ssize_t)strlen(lines));
+    close(fd);
+    int ofd = mkstemp(outp);
+    close(ofd);
+    int rc = launch((const char *[]){"--device", "cpu", "batch", "--input", in, "--output", outp, NULL});
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, err_text);
+    ck_assert_ptr_nonnull(strstr(err_text, "8 requests (4 rejected)"));
+    ck_assert_ptr_nonnull(strstr(err_text, "demo model"));
+    FILE *f = fopen(outp, "r");
+    json_t *o[9] = {0};
+    char *line = NULL;
+    size_t cap = 0;
+    int n = 0;
+    while (n < 9 && getline(&line, &cap, f) > 0) {
+        json_error_t e;
+        o[n] = json_loads(line, 0, &e);
+        ck_assert_msg(o[n] != NULL, "output line %d: %s", n + 1, e.text);
+        n++;
+    }
+    free(line);
+    fclose(f);
+    unlink(in);
+    unlink(outp);
+    ck_assert_int_eq(n, 8);
+    /* Input order, ids given or the 0-based line number. */
+    ck_assert_str_eq(json_string_value(json_object_get(o[0], "id")), "a");
+    for (int k = 1; k < 6; k++) ck_assert_int_eq(json_integer_value(json_object_get(o[k], "id")), k);
+    ck_assert_int_eq(json_integer_value(json_object_get(o[6], "id")), 70);
+    ck_assert_int_eq(json_integer_value(json_object_get(o[7], "id")), 7);
+    const int bad[] = {1, 3, 4, 7};
+    const char *why[] = {"bad JSON", "max_tokens", "max_model_len", "unknown field \"foo\""};
+    for (int k = 0; k < 4; k++) {
+        json_t *b = o[bad[k]];
+        ck_assert_str_eq(json_string_value(json_object_get(b, "finish_reason")), "error");
+        const char *msg = json_string_value(json_object_get(b, "error"));
+        ck_assert_msg(msg && strstr(msg, why[k]), "line %d error: %s", bad[k] + 1, msg ? msg : "(none)");
+    }
+    /* Good lines: lengths, text, logprobs, greedy repeatability. */
+    ck_assert_str_eq(json_string_value(json_object_get(o[0], "finish_reason")), "length");
+    ck_assert_int_eq(json_array_size(json_object_get(o[0], "token_ids")), 4);
+    ck_assert(json_is_string(json_object_get(o[0], "text")));
+    ck_assert_int_eq(json_integer_value(json_object_get(o[0], "prompt_tokens")), 2);
+    ck_assert(json_equal(json_object_get(o[0], "token_ids"), json_object_get(o[6], "token_ids")));
+    json_t *lps = json_object_get(o[2], "logprobs");
+    ck_assert_int_eq(json_array_size(lps), 3);
+    for (size_t k = 0; k < 3; k++) {
+        json_t *lp = json_array_get(lps, k);
+        ck_assert_int_eq(json_integer_value(json_object_get(lp, "token_id")),
+                         json_integer_value(json_array_get(json_object_get(o[2], "token_ids"), k)));
+        ck_assert(json_real_value(json_object_get(lp, "logprob")) <= 0.0);
+        json_t *top = json_object_get(lp, "top");
+        ck_assert_int_eq(json_array_size(top), 2);
+        /* Greedy: the chosen token is the most likely one. */
+        ck_assert_int_eq(json_integer_value(json_array_get(json_array_get(top, 0), 0)),
+                         json_integer_value(json_object_get(lp, "token_id")));
+    }
+    ck_assert_ptr_null(json_object_get(o[0], "logprobs"));
+    /* Chat: <|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n */
+    ck_assert_int_eq(json_integer_value(json_object_get(o[5], "prompt_tokens")), 9);
+    ck_assert_int_eq(json_array_size(json_object_get(o[5], "token_ids")), 2);
+    for (int k = 0; k < 8; k++) json_decref(o[k]);
+}
+END_TEST
+
+START_TEST(test_generate_demo_model)
+{
+    if (!have_tokenizer()) return;
+    setenv("NANOLLM_CPU_KV_BYTES", "67108864", 1);
+    int rc = launch((const char *[]){"--device", "cpu", "generate", "--max-tokens", "3", "--temperature", "0",
+                                     "Hello", "World", NULL});
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, err_text);
+    ck_assert_ptr_nonnull(strstr(err_text, "its text is noise"));
+    ck_assert_ptr_nonnull(strstr(out_text, "=== [1] Hello\n"));
+    ck_assert_ptr_nonnull(strstr(out_text, "=== [2] World\n"));
+    ck_assert_ptr_nonnull(strstr(err_text, "3 generated, finish: length"));
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("launch");
+    TCase *tc = tcase_create("cli");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_bad_usage);
+    tcase_add_test(tc, test_batch_demo_model);
+    tcase_add_test(tc, test_generate_demo_model);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
