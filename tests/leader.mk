@@ -22,3 +22,8 @@ tests_test_launch_CFLAGS = $(TEST_CFLAGS) $(JANSSON_CFLAGS)
 tests_test_launch_LDADD = $(JANSSON_LIBS) $(TEST_LIBS)
 EXTRA_tests_test_launch_DEPENDENCIES = nanollm-launch nanollm-worker
 endif
+
+# The leader's own cost per step (bench/RESULTS.md), built with the tests.
+check_PROGRAMS += bench/leader_overhead
+bench_leader_overhead_SOURCES = bench/leader_overhead.c leader/fake_runner.c
+bench_leader_overhead_LDADD = libnanollm.la $(XXHASH_LIBS)
