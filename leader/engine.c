@@ -425,6 +425,11 @@ static nl_status stream(nl_engine *e, seq *s, int32_t token, bool finished)
     const char *text;
     size_t len;
     seq_take_stream_text(s, finished, &text, &len);
+    if (len == 0 || text + len == s->text + s->text_len) {
+        /* Already NUL-terminated in the seq: no copy. */
+        e->stream_cb(e->stream_user, s->id, &token, 1, len ? text : "", finished);
+        return NL_OK;
+    }
     if (len + 1 > e->stream_cap) {
         size_t cap = e->stream_cap;
         while (cap < len + 1) cap *= 2;
