@@ -6,7 +6,7 @@ tests_test_block_manager_SOURCES = tests/test_block_manager.c \
 	leader/block_manager.c leader/seq.c leader/u64map.c
 tests_test_block_manager_CFLAGS = $(TEST_CFLAGS)
 tests_test_block_manager_LDADD = libnlcommon.la $(XXHASH_LIBS) $(TEST_LIBS)
-tests_test_scheduler_SOURCES = tests/test_scheduler.c leader/fake_runner.c \
+tests_test_scheduler_SOURCES = tests/test_scheduler.c leader/fake_runner.c leader/fake_runner.h \
 	leader/scheduler.c leader/block_manager.c leader/seq.c leader/u64map.c
 tests_test_scheduler_CFLAGS = $(TEST_CFLAGS)
 tests_test_scheduler_LDADD = libnlcommon.la $(XXHASH_LIBS) $(TEST_LIBS)

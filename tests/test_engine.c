@@ -491,6 +491,24 @@ START_TEST(test_text_and_stop_strings)
     ck_assert_int_eq(memcmp(r->token_ids, want, sizeof(int32_t) * (size_t)r->n_tokens), 0);
     free(decoded);
 
+    /* Ids past the tokenizer's vocabulary (embedding padding) render as no
+     * text instead of failing the request. */
+    nl_engine_close(e);
+    t = load_tokenizer();
+    e = open_fake_vocab(256, 40960, NULL, 0, 0, t, 151936, 151936);
+    int32_t short_prompt[3] = {1, 2, 3};
+    nl_prompt pp = tokens_prompt(short_prompt, 3);
+    nl_sampling_params sp3 = greedy(3000);
+    uint64_t pad;
+    ck_assert_int_eq(nl_engine_submit(e, &pp, &sp3, &pad), NL_OK);
+    nl_status pst = nl_engine_run_until_done(e);
+    ck_assert_msg(pst == NL_OK, "%s", nl_last_error());
+    ck_assert_int_eq(nl_engine_get_result(e, pad, &r), NL_OK);
+    int n_pad = 0;
+    for (int k = 0; k < r->n_tokens; k++) n_pad += r->token_ids[k] >= tokenizer_vocab_size(t);
+    ck_assert_int_gt(n_pad, 0);
+    ck_assert_int_eq(r->n_tokens, 3000);
+
     /* A chat prompt goes through the template. */
     nl_chat_message msgs[1] = {{"user", "Hi"}};
     nl_prompt pc;
