@@ -131,7 +131,8 @@ typedef struct nl_result {
 typedef struct nl_engine nl_engine;
 
 /* Called once a step for each request that produced tokens.  text_delta
- * holds only complete UTF-8 (a token ending mid-character waits). */
+ * holds only complete UTF-8 (a token ending mid-character waits).  The
+ * callback may call nl_engine_abort(), but not step, submit or release. */
 typedef void (*nl_stream_callback)(void *user, uint64_t request_id,
                                    const int32_t *new_ids, int32_t n_new,
                                    const char *text_delta, bool finished);

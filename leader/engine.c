@@ -484,7 +484,8 @@ static nl_status postprocess(nl_engine *e, seq *s, const wire_sampled *sm)
         NL_TRY(seq_append_text(s, delta, len, &stopped));
     }
     if (e->stream_cb) NL_TRY(stream(e, s, sm->token_id, finish != NL_FINISH_NONE));
-    if (finish != NL_FINISH_NONE) finish_seq(e, s, finish);
+    /* The callback may have aborted it. */
+    if (finish != NL_FINISH_NONE && s->status != SEQ_FINISHED) finish_seq(e, s, finish);
     return NL_OK;
 }
 
@@ -561,6 +562,7 @@ nl_status nl_engine_step(nl_engine *e)
                                            (unsigned long long)cmd.step_id, j - 1, sm->token_id,
                                            (unsigned long long)sm->seq_id, (unsigned long long)s->id,
                                            e->facts.vocab_size));
+        if (s->status == SEQ_FINISHED) continue; /* aborted by a stream callback this step */
         if (s->prompt_cached >= 0 && seq_num_output(s) == 0) e->stats.cached_tokens += s->prompt_cached;
         st = postprocess(e, s, sm);
         if (st != NL_OK) return fail_engine(e, st);

@@ -349,6 +349,44 @@ START_TEST(test_streaming_and_abort)
 }
 END_TEST
 
+typedef struct abort_ctx {
+    nl_engine *e;
+    int32_t seen;
+} abort_ctx;
+
+static void abort_on_third(void *user, uint64_t id, const int32_t *new_ids, int32_t n_new,
+                           const char *text_delta, bool finished)
+{
+    abort_ctx *a = user;
+    if (id == 1 && ++a->seen == 3) ck_assert_int_eq(nl_engine_abort(a->e, 1), NL_OK);
+}
+
+START_TEST(test_abort_from_callback)
+{
+    nl_engine *e = open_fake(64, 4096, NULL, 0, 0, NULL, VOCAB);
+    abort_ctx a = {e, 0};
+    nl_engine_set_stream_callback(e, abort_on_third, &a);
+    int32_t prompt[8] = {8, 7, 6, 5, 4, 3, 2, 1};
+    nl_prompt p = tokens_prompt(prompt, 8);
+    nl_sampling_params sp = greedy(10);
+    uint64_t x, y;
+    ck_assert_int_eq(nl_engine_submit(e, &p, &sp, &x), NL_OK);
+    ck_assert_int_eq(nl_engine_submit(e, &p, &sp, &y), NL_OK);
+    ck_assert_int_eq(nl_engine_run_until_done(e), NL_OK);
+    const nl_result *r;
+    ck_assert_int_eq(nl_engine_get_result(e, x, &r), NL_OK);
+    ck_assert_int_eq(r->finish_reason, NL_FINISH_ABORT);
+    ck_assert_int_eq(r->n_tokens, 3);
+    ck_assert_int_eq(nl_engine_get_result(e, y, &r), NL_OK);
+    ck_assert_int_eq(r->finish_reason, NL_FINISH_LENGTH);
+    ck_assert_int_eq(r->n_tokens, 10);
+    engine_stats st;
+    engine_get_stats(e, &st);
+    ck_assert_int_eq(st.num_free_blocks, 64);
+    nl_engine_close(e);
+}
+END_TEST
+
 START_TEST(test_prefix_cache_through_engine)
 {
     nl_engine *e = open_fake(200, 4096, NULL, 0, 0, NULL, VOCAB);
@@ -540,6 +578,7 @@ int main(void)
     tcase_add_test(tc, test_eos_and_ignore_eos);
     tcase_add_test(tc, test_logprobs);
     tcase_add_test(tc, test_streaming_and_abort);
+    tcase_add_test(tc, test_abort_from_callback);
     tcase_add_test(tc, test_prefix_cache_through_engine);
     tcase_add_test(tc, test_runner_failure_stops_engine);
     tcase_add_test(tc, test_text_and_stop_strings);
