@@ -4,7 +4,9 @@
  * a warm-up, timed around a stream synchronisation, with the bytes or flops
  * it moved, so it can be set against the GPU's ceilings.
  *
- * Usage: bench_cuda_ops [iterations]   (prints a Markdown table)
+ * Usage: bench_cuda_ops [iterations] [attention]   (prints a Markdown table;
+ * "attention" times only the attention shapes).  NL_ATTN_GENERIC=1 in the
+ * environment times the backend's generic attention kernel instead.
  */
 #include "config.h"
 
@@ -64,24 +66,32 @@ static void *dev_ints(const int32_t *h, size_t n)
         (now() - t0_) / iters;                                                      \
     })
 
-static void bench_decode(int n_seqs, int ctx, int hq, int hk, int hd, int bs)
+/* host_max > ctx: the batch carries that maximum context and a block table
+ * row stride to match, as a CUDA-graph capture at max_model_len does. */
+static void bench_decode(int n_seqs, int ctx, int hq, int hk, int hd, int bs, int host_max)
 {
     int blocks_per = (ctx + bs - 1) / bs, nb = n_seqs * blocks_per;
+    int max_ctx = host_max > ctx ? host_max : ctx, stride = (max_ctx + bs - 1) / bs;
     size_t cache = (size_t)nb * bs * hk * hd * 2;
     void *kc = dev_alloc(cache), *vc = dev_alloc(cache);
     void *qkv = dev_alloc((size_t)n_seqs * (hq + 2 * hk) * hd * 2);
     void *out = dev_alloc((size_t)n_seqs * hq * hd * 2);
     int32_t *cu = malloc((n_seqs + 1) * 4), *cl = malloc(n_seqs * 4);
-    int32_t *tab = malloc((size_t)nb * 4);
+    int32_t *tab = calloc((size_t)n_seqs * stride, 4);
     for (int s = 0; s <= n_seqs; s++) cu[s] = s;
     for (int s = 0; s < n_seqs; s++) cl[s] = ctx;
-    for (int i = 0; i < nb; i++) tab[i] = (i * 7919) % nb;
-    nl_attn_batch b = {n_seqs, n_seqs, 1, ctx, blocks_per, bs, true,
-                       dev_ints(cu, n_seqs + 1), dev_ints(cl, n_seqs), dev_ints(tab, nb)};
+    for (int s = 0; s < n_seqs; s++)
+        for (int i = 0; i < blocks_per; i++)
+            tab[(size_t)s * stride + i] = ((s * blocks_per + i) * 7919) % nb;
+    nl_attn_batch b = {n_seqs, n_seqs, 1, max_ctx, stride, bs, true,
+                       dev_ints(cu, n_seqs + 1), dev_ints(cl, n_seqs),
+                       dev_ints(tab, (size_t)n_seqs * stride)};
     double t = TIME(be->ops->attention(be, out, qkv, kc, vc, &b, hq, hk, hd, 0.088f));
     double bytes = 2.0 * n_seqs * ctx * hk * hd * 2;
-    printf("| decode attention | %d seqs x ctx %d, hq %d hk %d hd %d | %.1f us | %.0f GB/s |\n",
-           n_seqs, ctx, hq, hk, hd, t * 1e6, bytes / t / 1e9);
+    char extra[48] = "";
+    if (max_ctx > ctx) snprintf(extra, sizeof extra, ", host max %d", max_ctx);
+    printf("| decode attention | %d seqs x ctx %d, hq %d hk %d hd %d%s | %.1f us | %.0f GB/s |\n",
+           n_seqs, ctx, hq, hk, hd, extra, t * 1e6, bytes / t / 1e9);
     be->ops->free(be, kc);
     be->ops->free(be, vc);
     be->ops->free(be, qkv);
@@ -116,6 +126,9 @@ static void bench_prefill(int n_seqs, int len, int hq, int hk, int hd, int bs)
     be->ops->free(be, vc);
     be->ops->free(be, qkv);
     be->ops->free(be, out);
+    be->ops->free(be, (void *)b.cu_seqlens_q);
+    be->ops->free(be, (void *)b.context_lens);
+    be->ops->free(be, (void *)b.block_tables);
     free(cu);
     free(cl);
     free(tab);
@@ -179,13 +192,27 @@ int main(int argc, char **argv)
     }
     if (nl_backend_cuda_create(0, &be) != NL_OK) die("backend");
     printf("| op | shape | time | rate |\n| --- | --- | --- | --- |\n");
-    bench_decode(1, 8192, 32, 8, 128, 16);
-    bench_decode(64, 1024, 32, 8, 128, 16);
-    bench_decode(256, 1024, 32, 8, 128, 16);
-    bench_decode(64, 4096, 32, 8, 128, 16);
-    bench_decode(128, 2048, 16, 8, 128, 16);
+    bench_decode(1, 8192, 32, 8, 128, 16, 0);
+    bench_decode(64, 1024, 32, 8, 128, 16, 0);
+    bench_decode(256, 1024, 32, 8, 128, 16, 0);
+    bench_decode(64, 4096, 32, 8, 128, 16, 0);
+    bench_decode(128, 2048, 16, 8, 128, 16, 0);
+    /* Qwen3-0.6B decode shapes of the throughput benchmark */
+    bench_decode(256, 1000, 16, 8, 128, 16, 0);
+    bench_decode(64, 2000, 16, 8, 128, 16, 0);
+    bench_decode(16, 1000, 16, 8, 128, 16, 0);
+    bench_decode(1, 2000, 16, 8, 128, 16, 0);
+    bench_decode(256, 1000, 16, 8, 128, 16, 4096);
+    bench_decode(16, 1000, 16, 8, 128, 16, 40960);
+    bench_decode(64, 1024, 14, 2, 64, 16, 0);
     bench_prefill(1, 4096, 32, 8, 128, 16);
     bench_prefill(8, 512, 32, 8, 128, 16);
+    bench_prefill(4, 1024, 16, 8, 128, 16);
+    bench_prefill(1, 4096, 14, 2, 64, 16);
+    if (argc > 2 && strcmp(argv[2], "attention") == 0) {
+        nl_backend_destroy(be);
+        return 0;
+    }
     bench_gemm("linear qkv", 1, 6144, 4096, false);
     bench_gemm("linear qkv", 64, 6144, 4096, false);
     bench_gemm("linear qkv", 4096, 6144, 4096, false);

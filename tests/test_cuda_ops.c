@@ -391,6 +391,10 @@ END_TEST
 
 /* ---- attention over a paged cache ------------------------------------------------- */
 
+/* > 0: the batch carries host maxima this many blocks past every context and
+ * block-table rows padded with block 0, as a CUDA-graph capture does. */
+static int attn_extra_blocks;
+
 /* Sequences with q_len new tokens each on top of prefix cached tokens; the
  * cache holds random K/V in randomly placed blocks. */
 static void check_attention(int n_seqs, const int *q_lens, const int *prefix, int hq, int hk,
@@ -409,6 +413,10 @@ static void check_attention(int n_seqs, const int *q_lens, const int *prefix, in
         if (nb > max_blocks) max_blocks = nb;
         total_blocks += nb;
         if (q_lens[s] != 1) all_decode = false;
+    }
+    if (attn_extra_blocks > 0) {
+        max_blocks += attn_extra_blocks;
+        max_ctx = max_blocks * bs;
     }
     int num_blocks = total_blocks + 3;
     /* a random permutation of the blocks, handed out in order */
@@ -481,6 +489,11 @@ START_TEST(test_attention_decode)
     check_attention(4, q, p2, 14, 2, 64, 16, "decode long");
     int p3[] = {2047};
     check_attention(1, q, p3, 32, 8, 128, 16, "decode single seq");
+    attn_extra_blocks = 300;
+    check_attention(8, q, p1, 16, 8, 128, 16, "decode graph maxima");
+    check_attention(4, q, p2, 32, 8, 64, 16, "decode graph maxima");
+    check_attention(4, q, p2, 16, 1, 128, 16, "decode graph maxima MQA");
+    attn_extra_blocks = 0;
 }
 END_TEST
 

@@ -1,9 +1,11 @@
-/* attention.cu — causal GQA attention over the paged KV cache, for prefill
- * (varlen, with a cached prefix) and decode (split-K along the context plus a
- * merge kernel).
+/* attention.cu — the attention op's entry point, which checks the arguments
+ * and picks a kernel (attention_decode.cu for all-decode batches,
+ * attention_prefill.cu otherwise), plus the first, generic CUDA-core kernel
+ * for both cases, kept as the reference the specialised kernels are measured
+ * against (NL_ATTN_GENERIC=1 in the environment selects it).
  *
- * One kernel serves both.  A block owns one kv head of one sequence and a set
- * of "rows", each a (query token, query head of the group) pair; rows are
+ * Generic kernel: a block owns one kv head of one sequence and a set of
+ * "rows", each a (query token, query head of the group) pair; rows are
  * token-major so a K/V tile loaded into shared memory once serves every
  * query head of the group and several tokens.  The block walks 64-token K/V
  * tiles gathered through the block table, with an online softmax in the
@@ -14,17 +16,19 @@
  * Prefill: grid.x tiles the new tokens of each sequence; one pass over the
  * keys up to the block's last position.  Decode: one token per sequence, and
  * grid.x splits the context into chunks whose partial (o, m, l) go to the
- * backend's scratch; kernel_attn_merge combines them.  The split count comes
- * from the host's max_context_len so that the grid fills the GPU.
+ * backend's scratch; kernel_attn_merge combines them.  Each block sizes its
+ * split from its sequence's own context length.
  */
 #include <math.h>
 
-#include "kernels/cuda/cuda_common.cuh"
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cuda/attention.cuh"
 
 #define ATTN_WARPS 4
 #define ATTN_BK 64               /* keys per tile                             */
 #define ATTN_MIN_SPLIT_TILES 4   /* a decode split covers at least 256 keys   */
-#define LOG2E 1.4426950408889634f
 
 typedef struct attn_params {
     bf16 *out;                /* [n, hq * hd]                                */
@@ -263,28 +267,16 @@ static nl_status launch_rpw(cuda_backend *be, attn_params *p, int rpw, int n_seq
     }
 }
 
-nl_status cuda_attention(cuda_backend *be, void *out, const void *qkv, const void *k_cache,
-                         const void *v_cache, const nl_attn_batch *b, int32_t hq, int32_t hk,
-                         int32_t hd, float scale)
+nl_status cuda_attention_generic(cuda_backend *be, bf16 *out, const bf16 *qkv,
+                                 const bf16 *k_cache, const bf16 *v_cache, const nl_attn_batch *b,
+                                 int hq, int hk, int hd, float scale)
 {
-    if (b->n_seqs <= 0 || b->n_tokens <= 0) return NL_OK;
-    if (hk <= 0 || hq % hk != 0)
-        return nl_error(NL_ERR_INVALID_ARG, "cuda: attention heads hq=%d not a multiple of hk=%d",
-                        hq, hk);
-    if (hd != 64 && hd != 128)
-        return nl_error(NL_ERR_UNSUPPORTED, "cuda: attention head_dim %d (supported: 64, 128)", hd);
     int group = hq / hk;
-    if (group > ATTN_WARPS * 8)
-        return nl_error(NL_ERR_UNSUPPORTED, "cuda: attention group of %d query heads per kv head "
-                        "(at most %d)", group, ATTN_WARPS * 8);
-    if (b->block_size <= 0)
-        return nl_error(NL_ERR_INVALID_ARG, "cuda: attention block_size %d", b->block_size);
-
     attn_params p;
-    p.out = (bf16 *)out;
-    p.qkv = (const bf16 *)qkv;
-    p.k_cache = (const bf16 *)k_cache;
-    p.v_cache = (const bf16 *)v_cache;
+    p.out = out;
+    p.qkv = qkv;
+    p.k_cache = k_cache;
+    p.v_cache = v_cache;
     p.cu_seqlens_q = b->cu_seqlens_q;
     p.context_lens = b->context_lens;
     p.block_tables = b->block_tables;
@@ -294,7 +286,7 @@ nl_status cuda_attention(cuda_backend *be, void *out, const void *qkv, const voi
     p.group = group;
     p.block_size = b->block_size;
     p.max_blocks_per_seq = b->max_blocks_per_seq;
-    p.scale_log2 = scale * LOG2E;
+    p.scale_log2 = scale * NL_LOG2E;
     p.n_splits = 1;
 
     int rpw;
@@ -331,4 +323,39 @@ nl_status cuda_attention(cuda_backend *be, void *out, const void *qkv, const voi
         NL_CUDA_CHECK_LAUNCH();
     }
     return NL_OK;
+}
+
+/* NL_ATTN_GENERIC=1 selects the generic kernel (read once). */
+static bool use_generic(void)
+{
+    static int cached = -1;
+    if (cached < 0) {
+        const char *v = getenv("NL_ATTN_GENERIC");
+        cached = v && strcmp(v, "0") != 0 && v[0] != '\0';
+    }
+    return cached != 0;
+}
+
+nl_status cuda_attention(cuda_backend *be, void *out, const void *qkv, const void *k_cache,
+                         const void *v_cache, const nl_attn_batch *b, int32_t hq, int32_t hk,
+                         int32_t hd, float scale)
+{
+    if (b->n_seqs <= 0 || b->n_tokens <= 0) return NL_OK;
+    if (hk <= 0 || hq % hk != 0)
+        return nl_error(NL_ERR_INVALID_ARG, "cuda: attention heads hq=%d not a multiple of hk=%d",
+                        hq, hk);
+    if (hd != 64 && hd != 128)
+        return nl_error(NL_ERR_UNSUPPORTED, "cuda: attention head_dim %d (supported: 64, 128)", hd);
+    if (b->block_size <= 0)
+        return nl_error(NL_ERR_INVALID_ARG, "cuda: attention block_size %d", b->block_size);
+    bf16 *o = (bf16 *)out;
+    const bf16 *q = (const bf16 *)qkv, *kc = (const bf16 *)k_cache, *vc = (const bf16 *)v_cache;
+    if (use_generic()) {
+        if (hq / hk > ATTN_WARPS * 8)
+            return nl_error(NL_ERR_UNSUPPORTED, "cuda: attention group of %d query heads per kv "
+                            "head (at most %d)", hq / hk, ATTN_WARPS * 8);
+        return cuda_attention_generic(be, o, q, kc, vc, b, hq, hk, hd, scale);
+    }
+    if (b->all_decode) return cuda_attention_decode(be, o, q, kc, vc, b, hq, hk, hd, scale);
+    return cuda_attention_prefill(be, o, q, kc, vc, b, hq, hk, hd, scale);
 }

@@ -1,0 +1,80 @@
+/* attention.cuh — the entry points the attention kernel files export to the
+ * dispatcher in attention.cu, and the small PTX helpers they share (16-byte
+ * cp.async, ldmatrix, bf16 mma.sync).  Every entry point has already had its
+ * arguments checked by cuda_attention.
+ */
+#ifndef NL_KERNELS_CUDA_ATTENTION_CUH
+#define NL_KERNELS_CUDA_ATTENTION_CUH
+
+#include "kernels/cuda/cuda_common.cuh"
+
+#define NL_LOG2E 1.4426950408889634f
+
+/* Decode (every q_len == 1), GQA groups of any size, head_dim 64 or 128:
+ * one block per (context split, sequence, kv head, group slice). */
+nl_status cuda_attention_decode(cuda_backend *be, bf16 *out, const bf16 *qkv, const bf16 *k_cache,
+                                const bf16 *v_cache, const nl_attn_batch *b, int hq, int hk,
+                                int hd, float scale);
+
+/* Prefill and mixed batches on tensor cores, head_dim 64 or 128. */
+nl_status cuda_attention_prefill(cuda_backend *be, bf16 *out, const bf16 *qkv,
+                                 const bf16 *k_cache, const bf16 *v_cache, const nl_attn_batch *b,
+                                 int hq, int hk, int hd, float scale);
+
+/* The first CUDA-core kernel for both cases; kept as a reference path
+ * (NL_ATTN_GENERIC=1) to compare the specialised kernels against. */
+nl_status cuda_attention_generic(cuda_backend *be, bf16 *out, const bf16 *qkv,
+                                 const bf16 *k_cache, const bf16 *v_cache, const nl_attn_batch *b,
+                                 int hq, int hk, int hd, float scale);
+
+static __device__ __forceinline__ void attn_cp_async16(void *smem, const void *gmem)
+{
+    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
+}
+
+static __device__ __forceinline__ void attn_cp_async_commit(void)
+{
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+
+template <int N>
+static __device__ __forceinline__ void attn_cp_async_wait(void)
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+/* Four 8x8 bf16 matrices; lane l gives the row address of matrix l / 8. */
+static __device__ __forceinline__ void attn_ldsm_x4(uint32_t r[4], const bf16 *p)
+{
+    unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+
+static __device__ __forceinline__ void attn_ldsm_x4_trans(uint32_t r[4], const bf16 *p)
+{
+    unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+
+/* c[16x8] += a[16x16] * b[16x8], bf16 inputs, fp32 accumulators. */
+static __device__ __forceinline__ void attn_mma_bf16(float c[4], const uint32_t a[4], uint32_t b0,
+                                                     uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+static __device__ __forceinline__ uint32_t attn_pack_bf16(float lo, float hi)
+{
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *(uint32_t *)&v;
+}
+
+#endif

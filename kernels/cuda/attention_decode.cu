@@ -1,0 +1,343 @@
+/* attention_decode.cu — decode attention (one new token per sequence) over the
+ * paged KV cache, built to run at the HBM copy rate.
+ *
+ * A block owns one (context split, sequence, kv head) and up to G query heads
+ * of that kv head's group, so every K/V byte is read from memory once.  Each
+ * token's head row (hd bf16 = hd / 8 16-byte pieces) is read by hd / 8
+ * lanes, one piece each; a warp thus covers 32 / (hd / 8) tokens per load and
+ * unrolls U loads of K and of V before using any, which keeps U * 32 bytes per
+ * lane in flight.  Each group of lanes keeps its own online softmax state
+ * (base-2 domain, fp32); the block merges its groups in shared memory.
+ *
+ * Splits have a fixed size in keys ("chunk") and the grid is launched for the
+ * host's maximum context; a block reads its sequence's true length from
+ * context_lens and exits when its split starts past it.  That keeps CUDA
+ * graph replays (captured with max_context_len = max_model_len) correct and
+ * cheap, and makes padding rows (context 1, any block) harmless.  With more
+ * than one split, blocks write unnormalised partials (o, m, l) and
+ * kernel_decode_merge combines the splits that exist for each sequence.
+ */
+#include <math.h>
+
+#include "kernels/cuda/attention.cuh"
+
+#define DEC_WARPS 4
+#define DEC_MIN_CHUNK 256   /* keys per split when the context is split      */
+#define DEC_MAX_SPLITS 256
+#define DEC_WAVES 16        /* at most this many blocks per SM in the grid   */
+
+typedef struct dec_params {
+    bf16 *out;                /* [n, hq * hd]                                */
+    const bf16 *qkv;          /* [n, (hq + 2 hk) * hd]                       */
+    const bf16 *k_cache;      /* [num_blocks, block_size, hk, hd]           */
+    const bf16 *v_cache;
+    const int32_t *cu_seqlens_q;
+    const int32_t *context_lens;
+    const int32_t *block_tables;
+    float *part_o;            /* [n_seqs * hq * n_splits, hd]                */
+    float *part_ml;           /* [n_seqs * hq * n_splits, 2]                 */
+    int hq, hk, group, n_slices;
+    int block_size, block_shift; /* block_shift < 0: not a power of two       */
+    int max_blocks_per_seq;
+    int n_splits, chunk;
+    float scale_log2;
+} dec_params;
+
+static __device__ __forceinline__ void dec_unpack(uint4 v, float f[8])
+{
+    const __nv_bfloat162 *h = (const __nv_bfloat162 *)&v;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        float2 t = __bfloat1622float2(h[i]);
+        f[2 * i] = t.x;
+        f[2 * i + 1] = t.y;
+    }
+}
+
+static __device__ __forceinline__ uint4 dec_load(const bf16 *p)
+{
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
+template <int HD, int G, int U>
+__global__ void __launch_bounds__(DEC_WARPS * 32) kernel_decode(dec_params p)
+{
+    constexpr int LPT = HD / 8;             /* lanes per token               */
+    constexpr int TPW = 32 / LPT;           /* tokens per warp per load      */
+    constexpr int PARTS = DEC_WARPS * TPW;  /* softmax states per block      */
+    constexpr int STEP = PARTS * U;         /* keys per loop iteration       */
+    __shared__ float sh_o[PARTS][G][HD];
+    __shared__ float sh_m[PARTS][G], sh_l[PARTS][G];
+
+    const int split = blockIdx.x, seq = blockIdx.y;
+    const int kvh = blockIdx.z / p.n_slices, slice = blockIdx.z % p.n_slices;
+    const int ctx = p.context_lens[seq];
+    const int k_begin = split * p.chunk;
+    const int k_end = min(ctx, k_begin + p.chunk);
+    if (k_begin >= k_end) return;
+
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int sub = lane / LPT, li = lane % LPT;
+    const int part = warp * TPW + sub;
+    const int tok = p.cu_seqlens_q[seq];
+    const int h0 = kvh * p.group + slice * G; /* first query head served   */
+    const int nh = min(G, p.group - slice * G);
+
+    float q[G][8];
+    const bf16 *qrow = p.qkv + (size_t)tok * (p.hq + 2 * p.hk) * HD;
+#pragma unroll
+    for (int gi = 0; gi < G; gi++) {
+        if (gi < nh) {
+            dec_unpack(*(const uint4 *)(qrow + (size_t)(h0 + gi) * HD + li * 8), q[gi]);
+#pragma unroll
+            for (int i = 0; i < 8; i++) q[gi][i] *= p.scale_log2;
+        } else {
+#pragma unroll
+            for (int i = 0; i < 8; i++) q[gi][i] = 0.0f;
+        }
+    }
+
+    float m[G], l[G], o[G][8];
+#pragma unroll
+    for (int gi = 0; gi < G; gi++) {
+        m[gi] = -INFINITY;
+        l[gi] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 8; i++) o[gi][i] = 0.0f;
+    }
+
+    const int32_t *table = p.block_tables + (size_t)seq * p.max_blocks_per_seq;
+    const size_t row_stride = (size_t)p.hk * HD;
+    const size_t head_off = (size_t)kvh * HD + li * 8;
+
+    for (int base = k_begin; base < k_end; base += STEP) {
+        uint4 kr[U], vr[U];
+        bool ok[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int key = base + (warp * U + u) * TPW + sub;
+            ok[u] = key < k_end;
+            kr[u] = vr[u] = make_uint4(0, 0, 0, 0);
+            if (ok[u]) {
+                int bi, bo;
+                if (p.block_shift >= 0) {
+                    bi = key >> p.block_shift;
+                    bo = key & (p.block_size - 1);
+                } else {
+                    bi = key / p.block_size;
+                    bo = key - bi * p.block_size;
+                }
+                const size_t slot = (size_t)table[bi] * p.block_size + bo;
+                const size_t off = slot * row_stride + head_off;
+                kr[u] = dec_load(p.k_cache + off);
+                vr[u] = dec_load(p.v_cache + off);
+            }
+        }
+
+        float s[U][G];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            float kf[8];
+            dec_unpack(kr[u], kf);
+#pragma unroll
+            for (int gi = 0; gi < G; gi++) {
+                float acc = 0.0f;
+#pragma unroll
+                for (int i = 0; i < 8; i++) acc = fmaf(q[gi][i], kf[i], acc);
+                s[u][gi] = acc;
+            }
+        }
+        /* Sum over the token's lanes; xor offsets below LPT stay inside it. */
+#pragma unroll
+        for (int off = LPT / 2; off > 0; off >>= 1)
+#pragma unroll
+            for (int u = 0; u < U; u++)
+#pragma unroll
+                for (int gi = 0; gi < G; gi++)
+                    s[u][gi] += __shfl_xor_sync(0xffffffffu, s[u][gi], off);
+
+        float m_use[G];
+#pragma unroll
+        for (int gi = 0; gi < G; gi++) {
+            float mx = -INFINITY;
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                if (!ok[u]) s[u][gi] = -INFINITY;
+                mx = fmaxf(mx, s[u][gi]);
+            }
+            const float m_new = fmaxf(m[gi], mx);
+            /* No visible key yet: keep everything at zero without NaNs. */
+            m_use[gi] = m_new == -INFINITY ? 0.0f : m_new;
+            const float alpha = exp2f(m[gi] - m_use[gi]);
+            m[gi] = m_new;
+            l[gi] *= alpha;
+#pragma unroll
+            for (int i = 0; i < 8; i++) o[gi][i] *= alpha;
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            float vf[8];
+            dec_unpack(vr[u], vf);
+#pragma unroll
+            for (int gi = 0; gi < G; gi++) {
+                const float pr = exp2f(s[u][gi] - m_use[gi]);
+                l[gi] += pr;
+#pragma unroll
+                for (int i = 0; i < 8; i++) o[gi][i] = fmaf(pr, vf[i], o[gi][i]);
+            }
+        }
+    }
+
+#pragma unroll
+    for (int gi = 0; gi < G; gi++) {
+#pragma unroll
+        for (int i = 0; i < 8; i++) sh_o[part][gi][li * 8 + i] = o[gi][i];
+        if (li == 0) {
+            sh_m[part][gi] = m[gi];
+            sh_l[part][gi] = l[gi];
+        }
+    }
+    __syncthreads();
+
+    for (int idx = threadIdx.x; idx < nh * HD; idx += blockDim.x) {
+        const int gi = idx / HD, d = idx % HD;
+        float mx = -INFINITY;
+#pragma unroll
+        for (int pp = 0; pp < PARTS; pp++) mx = fmaxf(mx, sh_m[pp][gi]);
+        float sum_l = 0.0f, sum_o = 0.0f;
+        if (mx != -INFINITY) {
+#pragma unroll
+            for (int pp = 0; pp < PARTS; pp++) {
+                const float w = exp2f(sh_m[pp][gi] - mx);
+                sum_l = fmaf(w, sh_l[pp][gi], sum_l);
+                sum_o = fmaf(w, sh_o[pp][gi][d], sum_o);
+            }
+        }
+        const int h = h0 + gi;
+        if (p.n_splits == 1) {
+            const float inv = sum_l > 0.0f ? 1.0f / sum_l : 0.0f;
+            p.out[((size_t)tok * p.hq + h) * HD + d] = __float2bfloat16(sum_o * inv);
+        } else {
+            const size_t row = ((size_t)seq * p.hq + h) * p.n_splits + split;
+            p.part_o[row * HD + d] = sum_o;
+            if (d == 0) {
+                p.part_ml[row * 2] = mx;
+                p.part_ml[row * 2 + 1] = sum_l;
+            }
+        }
+    }
+}
+
+/* One block per (sequence, query head): rescales the partials of the splits
+ * that this sequence's true context produced to their common maximum. */
+__global__ void kernel_decode_merge(dec_params p, int hd)
+{
+    const int seq = blockIdx.x / p.hq, h = blockIdx.x % p.hq;
+    const int ctx = p.context_lens[seq];
+    const int n_act = min(p.n_splits, (ctx + p.chunk - 1) / p.chunk);
+    const size_t row0 = ((size_t)seq * p.hq + h) * p.n_splits;
+    const float *ml = p.part_ml + row0 * 2;
+    float mx = -INFINITY;
+    for (int s = 0; s < n_act; s++) mx = fmaxf(mx, ml[2 * s]);
+    float sum_l = 0.0f;
+    if (mx != -INFINITY)
+        for (int s = 0; s < n_act; s++) sum_l += exp2f(ml[2 * s] - mx) * ml[2 * s + 1];
+    const float inv = sum_l > 0.0f ? 1.0f / sum_l : 0.0f;
+    bf16 *dst = p.out + ((size_t)p.cu_seqlens_q[seq] * p.hq + h) * hd;
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float acc = 0.0f;
+        if (mx != -INFINITY)
+            for (int s = 0; s < n_act; s++)
+                acc += exp2f(ml[2 * s] - mx) * p.part_o[(row0 + s) * hd + d];
+        dst[d] = __float2bfloat16(acc * inv);
+    }
+}
+
+template <int HD, int G>
+static nl_status launch_decode(cuda_backend *be, const dec_params *p, int n_seqs)
+{
+    /* Fewer loads in flight for wide groups keeps q and o in registers. */
+    constexpr int U = G <= 2 ? 8 : G == 4 ? 4 : 2;
+    dim3 grid(p->n_splits, n_seqs, p->hk * p->n_slices);
+    kernel_decode<HD, G, U><<<grid, DEC_WARPS * 32, 0, be->stream>>>(*p);
+    NL_CUDA_CHECK_LAUNCH();
+    return NL_OK;
+}
+
+template <int HD>
+static nl_status launch_decode_g(cuda_backend *be, const dec_params *p, int g, int n_seqs)
+{
+    switch (g) {
+    case 1: return launch_decode<HD, 1>(be, p, n_seqs);
+    case 2: return launch_decode<HD, 2>(be, p, n_seqs);
+    case 4: return launch_decode<HD, 4>(be, p, n_seqs);
+    default: return launch_decode<HD, 8>(be, p, n_seqs);
+    }
+}
+
+nl_status cuda_attention_decode(cuda_backend *be, bf16 *out, const bf16 *qkv, const bf16 *k_cache,
+                                const bf16 *v_cache, const nl_attn_batch *b, int hq, int hk,
+                                int hd, float scale)
+{
+    const int group = hq / hk;
+    /* A block serves up to 8 query heads; larger groups take slices. */
+    const int g = group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : 8;
+
+    dec_params p;
+    p.out = out;
+    p.qkv = qkv;
+    p.k_cache = k_cache;
+    p.v_cache = v_cache;
+    p.cu_seqlens_q = b->cu_seqlens_q;
+    p.context_lens = b->context_lens;
+    p.block_tables = b->block_tables;
+    p.hq = hq;
+    p.hk = hk;
+    p.group = group;
+    p.n_slices = (group + g - 1) / g;
+    p.block_size = b->block_size;
+    p.block_shift = -1;
+    for (int s = 0; s < 31; s++)
+        if ((1 << s) == b->block_size) p.block_shift = s;
+    p.max_blocks_per_seq = b->max_blocks_per_seq;
+    p.scale_log2 = scale * NL_LOG2E;
+
+    /* Split the context only when the sequences alone leave SMs idle; the
+     * split count covers the host's maximum context, bounded so that blocks
+     * that find nothing to do stay a small cost. */
+    const int blocks = b->n_seqs * hk * p.n_slices;
+    int n_splits = 1;
+    if (blocks < 2 * be->num_sms && b->max_context_len > DEC_MIN_CHUNK) {
+        n_splits = (b->max_context_len + DEC_MIN_CHUNK - 1) / DEC_MIN_CHUNK;
+        const int cap = (DEC_WAVES * be->num_sms + blocks - 1) / blocks;
+        if (n_splits > cap) n_splits = cap;
+        if (n_splits > DEC_MAX_SPLITS) n_splits = DEC_MAX_SPLITS;
+        const size_t per_split = (size_t)b->n_seqs * hq * (hd + 2);
+        const size_t fit = be->attn_scratch_floats / per_split;
+        if ((size_t)n_splits > fit) n_splits = (int)fit;
+        if (n_splits < 1) n_splits = 1;
+    }
+    p.n_splits = n_splits;
+    if (n_splits == 1) {
+        p.chunk = 1 << 30; /* the whole context, whatever the host said     */
+    } else {
+        int chunk = (b->max_context_len + n_splits - 1) / n_splits;
+        p.chunk = (chunk + 63) / 64 * 64;
+    }
+    p.part_o = be->attn_scratch;
+    p.part_ml = be->attn_scratch + (size_t)b->n_seqs * hq * n_splits * hd;
+
+    if (hd == 64)
+        NL_TRY(launch_decode_g<64>(be, &p, g, b->n_seqs));
+    else
+        NL_TRY(launch_decode_g<128>(be, &p, g, b->n_seqs));
+    if (n_splits > 1) {
+        kernel_decode_merge<<<b->n_seqs * hq, hd, 0, be->stream>>>(p, hd);
+        NL_CUDA_CHECK_LAUNCH();
+    }
+    return NL_OK;
+}
