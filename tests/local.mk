@@ -20,3 +20,4 @@ include tests/leader.mk
 include tests/models.mk
 include tests/cuda.mk
 include tests/tokenizer.mk
+include tests/e2e.mk
