@@ -5,6 +5,10 @@ TESTS += tests/test_cpu_ops
 tests_test_cpu_ops_SOURCES = tests/test_cpu_ops.c
 tests_test_cpu_ops_CFLAGS = $(TEST_CFLAGS)
 tests_test_cpu_ops_LDADD = libnlkernels.la libnlcommon.la $(OPENBLAS_LIBS) $(TEST_LIBS) -lm
+if HAVE_CUDA
+# nl_cuda_device_count() lives in the CUDA backend when it is built.
+tests_test_cpu_ops_LDADD += libnlcuda.a $(CUDA_LIBS) -lstdc++
+endif
 endif
 
 if HAVE_CHECK
