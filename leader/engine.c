@@ -195,14 +195,18 @@ nl_status engine_open_with_runner(const nl_engine_config *config,
     e->next_id = 1;
     *out = e;
     return NL_OK;
-fail:
+fail:;
+    /* Destroying the runner shuts the workers down, which clears the
+     * thread's error: keep the reason the open failed. */
+    char why[600];
+    snprintf(why, sizeof why, "%s", nl_last_error());
     if (e) {
         nl_engine_close(e);
     } else {
         if (r) r->ops->destroy(r);
         if (tok) tokenizer_destroy(tok);
     }
-    return st;
+    return nl_error(st, "%s", why);
 }
 
 void nl_engine_close(nl_engine *e)
