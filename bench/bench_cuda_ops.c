@@ -4,8 +4,8 @@
  * a warm-up, timed around a stream synchronisation, with the bytes or flops
  * it moved, so it can be set against the GPU's ceilings.
  *
- * Usage: bench_cuda_ops [iterations] [attention]   (prints a Markdown table;
- * "attention" times only the attention shapes).  NL_ATTN_GENERIC=1 in the
+ * Usage: bench_cuda_ops [iterations] [attention|sample]   (prints a Markdown
+ * table; "attention" or "sample" times only those shapes).  NL_ATTN_GENERIC=1 in the
  * environment times the backend's generic attention kernel instead.
  */
 #include "config.h"
@@ -149,7 +149,7 @@ static void bench_gemm(const char *name, int n, int rows, int cols, bool f32)
     be->ops->free(be, out);
 }
 
-static void bench_sample(int m, int vocab, float temperature, int top_k, float top_p)
+static void bench_sample(int m, int vocab, float temperature, int top_k, float top_p, int n_logprobs)
 {
     float *h = malloc((size_t)m * vocab * 4);
     for (size_t i = 0; i < (size_t)m * vocab; i++) h[i] = (float)(rand() % 20000) / 1000.0f;
@@ -162,7 +162,7 @@ static void bench_sample(int m, int vocab, float temperature, int top_k, float t
         r[i].top_k = top_k;
         r[i].top_p = top_p;
         r[i].seed = i;
-        r[i].n_logprobs = 5;
+        r[i].n_logprobs = n_logprobs;
     }
     be->ops->alloc(be, m * sizeof *r, &rows);
     be->ops->upload(be, rows, r, m * sizeof *r);
@@ -171,8 +171,9 @@ static void bench_sample(int m, int vocab, float temperature, int top_k, float t
     be->ops->alloc(be, (size_t)m * NL_MAX_LOGPROBS * 4, &tids);
     be->ops->alloc(be, (size_t)m * NL_MAX_LOGPROBS * 4, &tlps);
     double t = TIME(be->ops->sample(be, logits, m, vocab, rows, ids, lps, tids, tlps));
-    printf("| sample | m %d, vocab %d, T %.1f top_k %d top_p %.2f, 5 logprobs | %.1f us | |\n", m,
-           vocab, temperature, top_k, top_p, t * 1e6);
+    printf("| sample | m %d, vocab %d, T %.1f top_k %d top_p %.2f, %d logprobs | %.1f us | %.0f GB/s "
+           "logits |\n", m, vocab, temperature, top_k, top_p, n_logprobs, t * 1e6,
+           4.0 * m * vocab / t / 1e9);
     be->ops->free(be, logits);
     be->ops->free(be, rows);
     be->ops->free(be, ids);
@@ -192,6 +193,8 @@ int main(int argc, char **argv)
     }
     if (nl_backend_cuda_create(0, &be) != NL_OK) die("backend");
     printf("| op | shape | time | rate |\n| --- | --- | --- | --- |\n");
+    bool only_sample = argc > 2 && strcmp(argv[2], "sample") == 0;
+    if (only_sample) goto sample;
     bench_decode(1, 8192, 32, 8, 128, 16, 0);
     bench_decode(64, 1024, 32, 8, 128, 16, 0);
     bench_decode(256, 1024, 32, 8, 128, 16, 0);
@@ -219,9 +222,16 @@ int main(int argc, char **argv)
     bench_gemm("linear gate_up", 256, 24576, 4096, false);
     bench_gemm("linear down", 256, 4096, 12288, false);
     bench_gemm("linear_f32 lm_head", 64, 151936, 4096, true);
-    bench_sample(64, 151936, 0.0f, 0, 1.0f);
-    bench_sample(64, 151936, 1.0f, 0, 1.0f);
-    bench_sample(64, 151936, 0.7f, 50, 0.9f);
+sample:
+    bench_sample(64, 151936, 0.0f, 0, 1.0f, 5);
+    bench_sample(64, 151936, 1.0f, 0, 1.0f, 5);
+    bench_sample(64, 151936, 0.7f, 50, 0.9f, 5);
+    /* the throughput benchmark's rows: uncut, no logprobs */
+    bench_sample(256, 151936, 0.6f, 0, 1.0f, 0);
+    bench_sample(64, 151936, 0.6f, 0, 1.0f, 0);
+    bench_sample(8, 151936, 0.6f, 0, 1.0f, 0);
+    bench_sample(256, 151936, 0.0f, 0, 1.0f, 0);
+    bench_sample(256, 151936, 0.6f, 50, 0.9f, 0);
     nl_backend_destroy(be);
     return 0;
 }

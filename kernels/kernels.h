@@ -20,6 +20,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <math.h>
 #include <stdint.h>
 
 #include "common/dtype.h"
@@ -52,15 +53,24 @@ typedef struct nl_attn_batch {
  *
  * The sampler is defined exactly so that backends agree and a seeded request
  * gives the same tokens whatever it is batched with:
- *   logprobs reported = log_softmax(raw logits) (before temperature);
+ *   logprobs reported = log_softmax(raw logits) (before temperature); the
+ *   chosen token's is always reported, the top-N only when n_logprobs > 0;
  *   temperature == 0  -> argmax (lowest id on ties);
- *   otherwise p = softmax(logits / temperature); keep the top_k most likely
- *   (top_k <= 0: all); keep the smallest prefix of the descending order whose
- *   mass, renormalised over the top_k kept, reaches top_p (always at least
- *   one; top_p == 1: all); drop tokens with
- *   p < min_p * p_max; then with u = nl_rng_uniform(seed, offset) walk the
- *   kept tokens in descending p (ties: lower id first) and take the first
- *   whose cumulative renormalised mass exceeds u. */
+ *   otherwise p = softmax(logits / temperature), and the kept set is cut
+ *   from the order "p descending, lower id first on ties":
+ *     top_k > 0 keeps the first top_k tokens of that order (so a tie at the
+ *       boundary keeps the lower ids);
+ *     top_p < 1 then keeps the shortest prefix of that order, within the
+ *       top_k kept, whose mass renormalised over them reaches top_p (always
+ *       at least one token; tied tokens are taken in id order);
+ *     min_p > 0 then drops every token with p < min_p * p_max;
+ *   and the kept token with the largest p_i / E_i wins (lowest id on ties),
+ *   E_i = -log1p(-v_i) an Exp(1) variable from v_i = nl_rng_race_uniform()
+ *   of (seed, offset, i).  This exponential race picks token i with
+ *   probability p_i / sum of kept p, needs no order when no filter is active
+ *   (top_k <= 0 or >= vocab, top_p >= 1, min_p <= 0), and splits across
+ *   threads freely: it is an argmax.  Backends compare the race in log
+ *   form, nl_race_score(logit, 1 / temperature, v) = logit / T - ln E. */
 typedef struct nl_sample_row {
     float temperature;
     float top_p;
@@ -169,8 +179,11 @@ static inline void nl_backend_destroy(nl_backend *be)
     if (be) be->ops->destroy(be);
 }
 
-/* Counter-based generator shared by all backends: a uniform in [0, 1) from
- * (seed, offset), so a token's randomness depends on its request alone. */
+/* Counter-based generator shared by all backends: the sampler's randomness
+ * for a token depends on (seed, offset, token id) alone, so it does not
+ * depend on the batch, the backend or how a row is split across threads.
+ * Everything up to the uniform is integer arithmetic or exact conversions,
+ * bit-identical on host and device. */
 #ifdef __CUDACC__
 #define NL_HOST_DEVICE __host__ __device__
 #else
@@ -183,10 +196,30 @@ static inline NL_HOST_DEVICE uint64_t nl_rng_mix(uint64_t z)
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     return z ^ (z >> 31);
 }
-static inline NL_HOST_DEVICE float nl_rng_uniform(uint64_t seed, uint64_t offset)
+/* The key of one sampling step of one request. */
+static inline NL_HOST_DEVICE uint64_t nl_rng_row_key(uint64_t seed, uint64_t offset)
 {
-    uint64_t r = nl_rng_mix(nl_rng_mix(seed) ^ offset);
-    return (float)(r >> 40) * (1.0f / 16777216.0f); /* 24 bits: exact in fp32 */
+    return nl_rng_mix(nl_rng_mix(seed) ^ offset);
+}
+/* 32 random bits for token i: output i + 1 of the SplitMix64 stream whose
+ * state starts at key. */
+static inline NL_HOST_DEVICE uint32_t nl_rng_race_bits(uint64_t key, uint32_t i)
+{
+    return (uint32_t)(nl_rng_mix(key + (uint64_t)i * 0x9e3779b97f4a7c15ull) >> 32);
+}
+/* v in [2^-32, 1 - 2^-24] from 32 bits, by exact conversions only: the
+ * smallest v keep 32-bit resolution because E = -log1p(-v) ~ v is where the
+ * race is decided (the winner of a flat 150k-token row has E ~ 1e-5); v never
+ * reaches 0 (E = 0 would win whatever p) nor 1 (E = inf would never win). */
+static inline NL_HOST_DEVICE float nl_rng_race_uniform(uint32_t bits)
+{
+    return bits >= (1u << 24) ? (float)(bits >> 8) * (1.0f / 16777216.0f)
+                              : (float)(bits | 1u) * (1.0f / 4294967296.0f);
+}
+/* The race in log form: ln(p_i / E_i) up to a constant of the row. */
+static inline NL_HOST_DEVICE float nl_race_score(float logit, float inv_t, float v)
+{
+    return logit * inv_t - logf(-log1pf(-v));
 }
 
 #endif

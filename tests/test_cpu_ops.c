@@ -455,18 +455,66 @@ START_TEST(test_sample_rejects_bad_params)
 }
 END_TEST
 
-START_TEST(test_rng_uniform)
+START_TEST(test_rng_race_uniform)
 {
-    /* in [0, 1), deterministic, mean about 1/2 */
-    double sum = 0;
-    for (uint64_t i = 0; i < 10000; i++) {
-        float u = nl_rng_uniform(42, i);
-        ck_assert(u >= 0.0f && u < 1.0f);
-        ck_assert_float_eq(u, nl_rng_uniform(42, i));
-        sum += u;
+    /* v in (0, 1), deterministic, mean 1/2; E = -log1p(-v) has mean 1 */
+    double sum = 0, sum_e = 0;
+    uint64_t key = nl_rng_row_key(42, 7);
+    ck_assert(key != nl_rng_row_key(42, 8) && key != nl_rng_row_key(43, 7));
+    for (uint32_t i = 0; i < 100000; i++) {
+        float v = nl_rng_race_uniform(nl_rng_race_bits(key, i));
+        ck_assert(v > 0.0f && v < 1.0f);
+        ck_assert_float_eq(v, nl_rng_race_uniform(nl_rng_race_bits(key, i)));
+        sum += v;
+        sum_e += -log1p(-(double)v);
     }
-    ck_assert(fabs(sum / 10000 - 0.5) < 0.01);
+    ck_assert(fabs(sum / 100000 - 0.5) < 0.005);
+    ck_assert(fabs(sum_e / 100000 - 1.0) < 0.01);
+    /* the extremes of the 32 bits: never 0, never 1, smallest v exact */
+    ck_assert_float_eq(nl_rng_race_uniform(0), 1.0f / 4294967296.0f);
+    ck_assert_float_eq(nl_rng_race_uniform(2), 3.0f / 4294967296.0f);
+    ck_assert_float_eq(nl_rng_race_uniform(0xffffffffu), 1.0f - 1.0f / 16777216.0f);
+    /* SplitMix64: token i's bits are output i + 1 of the stream from key */
+    uint64_t z = key + 2 * 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    ck_assert_uint_eq(nl_rng_race_bits(key, 1), (uint32_t)((z ^ (z >> 31)) >> 32));
     ck_assert_int_eq(nl_cuda_device_count() >= 0, 1);
+}
+END_TEST
+
+/* The race itself, recomputed here in double from the definition: the
+ * unfiltered path picks argmax p_i / E_i, and so does the sorted path with a
+ * top_k that drops only the least likely token (unless that one won). */
+START_TEST(test_sample_race_definition)
+{
+    enum { V = 3000, M = 8 };
+    float *l = rand_array(M * V);
+    for (int i = 0; i < M * V; i++) l[i] *= 4;
+    nl_sample_row rows[M];
+    for (int r = 0; r < M; r++)
+        rows[r] = (nl_sample_row){.temperature = 0.5f + 0.25f * r, .top_p = 1.0f,
+                                  .seed = 77 + r, .offset = 3 * r};
+    sample_out plain, wide;
+    run_sample(l, M, V, rows, &plain);
+    for (int r = 0; r < M; r++) rows[r].top_k = V - 1;
+    run_sample(l, M, V, rows, &wide);
+    for (int r = 0; r < M; r++) {
+        uint64_t key = nl_rng_row_key(rows[r].seed, rows[r].offset);
+        double best = -INFINITY;
+        int want = -1;
+        for (int i = 0; i < V; i++) {
+            double v = nl_rng_race_uniform(nl_rng_race_bits(key, (uint32_t)i));
+            double s = l[r * V + i] / (double)rows[r].temperature - log(-log1p(-v));
+            if (s > best) best = s, want = i;
+        }
+        int last = 0;
+        for (int i = 1; i < V; i++)
+            if (l[r * V + i] <= l[r * V + last]) last = i;
+        ck_assert_int_eq(plain.ids[r], want);
+        if (want != last) ck_assert_int_eq(wide.ids[r], want);
+    }
+    free(l);
 }
 END_TEST
 
@@ -491,7 +539,8 @@ static Suite *cpu_ops_suite(void)
     tcase_add_test(ts, test_sample_topk1_seed_and_batch_independence);
     tcase_add_test(ts, test_sample_distribution);
     tcase_add_test(ts, test_sample_rejects_bad_params);
-    tcase_add_test(ts, test_rng_uniform);
+    tcase_add_test(ts, test_rng_race_uniform);
+    tcase_add_test(ts, test_sample_race_definition);
     suite_add_tcase(s, ts);
     return s;
 }

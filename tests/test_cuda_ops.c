@@ -5,7 +5,8 @@
  * same numbers and the comparison measures only the GPU's bf16 activations
  * and its summation order: ‖gpu − cpu‖ / ‖cpu‖ must stay under 1e-2.  The
  * sampler must pick the CPU's ids except where the CPU's choice sits at a
- * near-tie (checked with a double-precision walk of the same procedure).
+ * near-tie (checked with a double-precision run of the same procedure: a
+ * cut's threshold or the race's top two scores).
  * Skipped (77) without a GPU.
  */
 #include "config.h"
@@ -548,9 +549,10 @@ static int by_rank(const void *a, const void *b)
     return ia - ib;
 }
 
-/* The smallest distance, relative to the mass, between a quantity the
- * procedure compares and its threshold; tiny means the CPU's choice could
- * flip with summation order. */
+/* The smallest distance between a quantity the procedure compares and its
+ * threshold (masses relative to the kept mass; race scores, which are logs,
+ * relative to their size); tiny means the CPU's choice could flip with
+ * summation order or a last-place rounding of a logarithm. */
 static double tie_margin(const float *l, int vocab, const nl_sample_row *sr, int *order)
 {
     (void)cmp_desc_logit;
@@ -559,7 +561,6 @@ static double tie_margin(const float *l, int vocab, const nl_sample_row *sr, int
     qsort(order, vocab, sizeof *order, by_rank);
     double inv_t = 1.0 / sr->temperature, lmax = l[order[0]], margin = 1.0;
     int kept = sr->top_k > 0 && sr->top_k < vocab ? sr->top_k : vocab;
-    if (kept < vocab && l[order[kept]] == l[order[kept - 1]]) margin = 0.0;
     double mass = 0.0;
     for (int i = 0; i < kept; i++) mass += exp((l[order[i]] - lmax) * inv_t);
     if (sr->top_p < 1.0f) {
@@ -579,13 +580,19 @@ static double tie_margin(const float *l, int vocab, const nl_sample_row *sr, int
         if (i < kept) margin = fmin(margin, fabs(exp((l[order[i]] - lmax) * inv_t) - sr->min_p));
         kept = i;
     }
-    double total = 0.0, cum = 0.0, u = nl_rng_uniform(sr->seed, sr->offset);
-    for (int i = 0; i < kept; i++) total += exp((l[order[i]] - lmax) * inv_t);
+    uint64_t key = nl_rng_row_key(sr->seed, sr->offset);
+    double best = -INFINITY, second = -INFINITY;
     for (int i = 0; i < kept; i++) {
-        cum += exp((l[order[i]] - lmax) * inv_t);
-        margin = fmin(margin, fabs(cum / total - u));
-        if (cum / total > u) break;
+        double v = nl_rng_race_uniform(nl_rng_race_bits(key, (uint32_t)order[i]));
+        double score = l[order[i]] * inv_t - log(-log1p(-v));
+        if (score > best) {
+            second = best;
+            best = score;
+        } else if (score > second) {
+            second = score;
+        }
     }
+    if (kept > 1) margin = fmin(margin, (best - second) / (1.0 + fabs(best)));
     return margin;
 }
 
@@ -597,17 +604,20 @@ static void check_sample(int m, int vocab, float spread, bool ties)
         if (ties) logits[i] = roundf(logits[i] * 2.0f) / 2.0f;
     }
     nl_sample_row *rows = calloc(m, sizeof *rows);
-    static const float temps[] = {0.0f, 1.0f, 0.7f, 1.5f, 0.0f, 1.0f, 0.3f, 1.0f};
-    static const int topk[] = {0, 0, 50, 0, 0, 1, 20, 0};
-    static const float topp[] = {1.0f, 1.0f, 0.9f, 0.5f, 1.0f, 1.0f, 1.0f, 0.95f};
-    static const float minp[] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.05f, 0.1f};
-    static const int nlp[] = {0, 5, 20, 1, 20, 0, 3, 0};
+    /* greedy, uncut races (with and without logprobs, top_k past the
+     * vocabulary) and every cut */
+    enum { PATTERNS = 10 };
+    static const float temps[PATTERNS] = {0.0f, 1.0f, 0.7f, 1.5f, 0.0f, 1.0f, 0.3f, 1.0f, 0.6f, 2.0f};
+    static const int topk[PATTERNS] = {0, 0, 50, 0, 0, 1, 20, 0, 0, 1 << 30};
+    static const float topp[PATTERNS] = {1.0f, 1.0f, 0.9f, 0.5f, 1.0f, 1.0f, 1.0f, 0.95f, 1.0f, 1.0f};
+    static const float minp[PATTERNS] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.05f, 0.1f, 0.0f, 0.0f};
+    static const int nlp[PATTERNS] = {0, 5, 20, 1, 20, 0, 3, 0, 0, 0};
     for (int r = 0; r < m; r++) {
-        rows[r].temperature = temps[r % 8];
-        rows[r].top_k = topk[r % 8];
-        rows[r].top_p = topp[r % 8];
-        rows[r].min_p = minp[r % 8];
-        rows[r].n_logprobs = nlp[r % 8];
+        rows[r].temperature = temps[r % PATTERNS];
+        rows[r].top_k = topk[r % PATTERNS];
+        rows[r].top_p = topp[r % PATTERNS];
+        rows[r].min_p = minp[r % PATTERNS];
+        rows[r].n_logprobs = nlp[r % PATTERNS];
         rows[r].seed = 1000 + r / 8;
         rows[r].offset = r;
     }
@@ -650,8 +660,12 @@ static void check_sample(int m, int vocab, float spread, bool ties)
         ck_assert_int_lt(ig[r], vocab);
         ck_assert_msg(fabsf(lg[r] - (l[ig[r]] - (l[ic[r]] - lc[r]))) < 1e-3,
                       "row %d chosen logprob %g", r, lg[r]);
-        for (int j = 0; j < rows[r].n_logprobs; j++) {
+        for (int j = 0; j < NL_MAX_LOGPROBS; j++) {
             size_t k = (size_t)r * NL_MAX_LOGPROBS + j;
+            if (j >= rows[r].n_logprobs) { /* unused entries read as none */
+                ck_assert_int_eq(tig[k], -1);
+                continue;
+            }
             ck_assert_msg(tig[k] == tic[k] || l[tig[k]] == l[tic[k]],
                           "row %d top %d: cuda %d, cpu %d", r, j, tig[k], tic[k]);
             double d = fabs((double)tlg[k] - tlc[k]);
@@ -685,6 +699,8 @@ static void check_sample(int m, int vocab, float spread, bool ties)
 START_TEST(test_sample)
 {
     check_sample(64, 151936, 3.0f, false);
+    check_sample(256, 151936, 0.5f, false); /* the throughput benchmark's batch */
+    check_sample(3, 1001, 1.0f, false);     /* odd vocabulary: unaligned rows */
     check_sample(48, 1000, 1.0f, false);
     check_sample(32, 5000, 2.0f, true);
     check_sample(16, 32000, 0.05f, false); /* nearly flat: long kept prefixes */

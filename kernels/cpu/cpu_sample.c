@@ -1,10 +1,11 @@
 /* cpu_sample.c — the CPU sampler: exactly the procedure of kernels.h.
  *
  * Per row: log_softmax of the raw logits for the reported logprobs (sums in
- * double); argmax at temperature 0; otherwise the row is put in descending
- * order (ties: lower id first) by a stable radix sort of the logits, and
- * top-k, top-p, min-p and the seeded walk run over that order in double.
- * Ordering by logit equals ordering by p = softmax(logits / T) for T > 0.
+ * double); argmax at temperature 0; otherwise the exponential race over the
+ * kept tokens.  Only top_k and top_p need the row in order: then it is put in
+ * descending order (ties: lower id first) by a stable radix sort of the
+ * logits, and the cuts are made over that order in double.  Ordering by logit
+ * equals ordering by p = softmax(logits / T) for T > 0.
  *
  * top_p is measured on the distribution renormalised over the top_k kept
  * tokens (as vLLM does); min_p compares with the most likely token, which
@@ -65,15 +66,37 @@ struct sample_ctx {
     bool failed;
 };
 
-static int32_t sample_walk(const float *l, int32_t vocab, const nl_sample_row *sr,
+/* The race over ids[0, n) (ids == NULL: over 0..n-1) whose p relative to
+ * the most likely token is at least min_ratio. */
+static int32_t race(const float *l, const int32_t *ids, int32_t n, const nl_sample_row *sr,
+                    float lmax, double min_ratio)
+{
+    float inv_t = 1.0f / sr->temperature;
+    uint64_t key = nl_rng_row_key(sr->seed, sr->offset);
+    float best = -INFINITY;
+    int32_t chosen = -1;
+    for (int32_t k = 0; k < n; k++) {
+        int32_t i = ids ? ids[k] : k;
+        if (min_ratio > 0.0 && exp(((double)l[i] - lmax) / sr->temperature) < min_ratio) continue;
+        float score = nl_race_score(l[i], inv_t, nl_rng_race_uniform(nl_rng_race_bits(key, (uint32_t)i)));
+        if (chosen < 0 || score > best || (score == best && i < chosen)) {
+            best = score;
+            chosen = i;
+        }
+    }
+    return chosen;
+}
+
+/* The kept prefix of order[] after top_k and top_p. */
+static int32_t kept_prefix(const float *l, int32_t vocab, const nl_sample_row *sr,
                            const int32_t *order)
 {
     double inv_t = 1.0 / sr->temperature, lmax = l[order[0]];
     int32_t kept = sr->top_k > 0 && sr->top_k < vocab ? sr->top_k : vocab;
-    /* p relative to the most likely token: ratios are all that matter. */
-    double mass = 0.0;
-    for (int32_t i = 0; i < kept; i++) mass += exp((l[order[i]] - lmax) * inv_t);
     if (sr->top_p < 1.0f) {
+        /* p relative to the most likely token: ratios are all that matter. */
+        double mass = 0.0;
+        for (int32_t i = 0; i < kept; i++) mass += exp((l[order[i]] - lmax) * inv_t);
         double cum = 0.0, target = (double)sr->top_p * mass;
         int32_t i = 0;
         while (i < kept) {
@@ -83,19 +106,7 @@ static int32_t sample_walk(const float *l, int32_t vocab, const nl_sample_row *s
         }
         kept = i;
     }
-    if (sr->min_p > 0.0f) {
-        int32_t i = 1; /* the top token has p == p_max */
-        while (i < kept && exp((l[order[i]] - lmax) * inv_t) >= (double)sr->min_p) i++;
-        kept = i;
-    }
-    double total = 0.0;
-    for (int32_t i = 0; i < kept; i++) total += exp((l[order[i]] - lmax) * inv_t);
-    double u = nl_rng_uniform(sr->seed, sr->offset), cum = 0.0;
-    for (int32_t i = 0; i < kept; i++) {
-        cum += exp((l[order[i]] - lmax) * inv_t);
-        if (cum / total > u) return order[i];
-    }
-    return order[kept - 1]; /* rounding left the sum a hair under u */
+    return kept;
 }
 
 static void sample_task(void *ctx_, int64_t begin, int64_t end)
@@ -142,7 +153,10 @@ static void sample_task(void *ctx_, int64_t begin, int64_t end)
         }
 
         int32_t chosen = best;
-        if (sr->temperature > 0.0f) {
+        bool cuts = (sr->top_k > 0 && sr->top_k < vocab) || sr->top_p < 1.0f;
+        if (sr->temperature > 0.0f && !cuts) {
+            chosen = race(l, NULL, vocab, sr, lmax, sr->min_p);
+        } else if (sr->temperature > 0.0f) {
             if (!order) {
                 order = malloc(sizeof(int32_t) * (size_t)vocab);
                 tmp_ids = malloc(sizeof(int32_t) * (size_t)vocab);
@@ -154,7 +168,7 @@ static void sample_task(void *ctx_, int64_t begin, int64_t end)
                 }
             }
             sort_descending(l, vocab, order, keys, tmp_ids, tmp_keys);
-            chosen = sample_walk(l, vocab, sr, order);
+            chosen = race(l, order, kept_prefix(l, vocab, sr, order), sr, lmax, sr->min_p);
         }
         c->ids[r] = chosen;
         c->logprobs[r] = (float)(l[chosen] - lse);

@@ -1,17 +1,31 @@
 /* sample.cu — the sampler of kernels.h on the GPU: log-softmax, top-N
- * logprobs, greedy argmax and seeded temperature / top-k / top-p / min-p
- * sampling, one block per logits row.
+ * logprobs, greedy argmax and the seeded exponential race with optional
+ * top-k / top-p / min-p cuts.
  *
- * Every cut the sampler makes is a prefix of one order: logits descending,
- * lower id first on ties (p is monotone in the logit).  So instead of sorting
- * a 150k-entry row, each cut is found by a radix search on the logit's
- * order-preserving 32-bit key: four 8-bit passes, each a shared-memory
- * histogram of the weight (1 for a count, exp((l - max) / T) for a mass) of
- * the tokens still matching the key prefix, narrow to the one key at which
- * the running total crosses the target; ties on that key are then walked in
- * id order.  top_k is a count crossing, top_p a mass crossing, min_p a
- * threshold, and the sample itself the mass crossing at u * kept mass inside
- * the kept prefix.  As on the CPU, top_p is measured after top_k has cut.  Only the block's own row is read; no scratch memory.
+ * Two kernels.  kernel_sample_scan reads every row once, split into several
+ * blocks per row so that even a small batch fills the GPU: each block reduces
+ * its slice to a partial (max, sum of exp) of the raw logits, the argmax, and
+ * -- for rows with no cut -- the best (race score, id) of the slice.  The
+ * race and the softmax share that single pass; a token whose score cannot
+ * beat its thread's best so far skips the logarithms (see race_visit).
+ * kernel_sample_finish, one block per row, combines a row's partials, which
+ * is all a greedy or uncut row needs.
+ *
+ * Rows with cuts or top-N logprobs are finished by the block reading the row
+ * again.  Every cut the sampler makes is a prefix of one order: logits
+ * descending, lower id first on ties (p is monotone in the logit).  So
+ * instead of sorting a 150k-entry row, each cut is found by a radix search on
+ * the logit's order-preserving 32-bit key: four 8-bit passes, each a
+ * shared-memory histogram of the weight (1 for a count, exp((l - max) / T)
+ * for a mass) of the tokens still matching the key prefix, narrow to the one
+ * key at which the running total crosses the target; ties on that key are
+ * then walked in id order.  top_k is a count crossing, top_p a mass crossing
+ * (measured after top_k has cut, as on the CPU), min_p a threshold; the race
+ * then runs over the tokens kept.
+ *
+ * The partials live in the backend's attention scratch: attention and
+ * sampling are ordered on the one stream, and attention's partials are dead
+ * once its own combine kernel has run.
  */
 #include <math.h>
 
@@ -263,29 +277,187 @@ static __device__ bool find_crossing(const row_view &v, float target, bool stric
     return true;
 }
 
+
+/* ---- the single pass -------------------------------------------------------- */
+
+#define SCAN_THREADS 256
+#define SCAN_MAX_SPLITS 64
+#define SCAN_MIN_CHUNK 1024 /* logits per block, at least */
+#define LN2 0.693147182f
+
+static __device__ __forceinline__ bool row_has_cuts(const nl_sample_row &sp, int vocab)
+{
+    return (sp.top_k > 0 && sp.top_k < vocab) || sp.top_p < 1.0f || sp.min_p > 0.0f;
+}
+
+/* What one thread, block or row slice has seen.  sum is of exp(l - max);
+ * argmax and race_id take the lowest id on ties, as the definition does. */
+struct scan_part {
+    float max, sum;
+    int argmax;
+    float race;   /* best race score, -inf before any */
+    int race_id;  /* NO_ID before any                 */
+};
+
+static __device__ __forceinline__ scan_part scan_merge(scan_part a, scan_part b)
+{
+    scan_part o;
+    o.max = fmaxf(a.max, b.max);
+    o.sum = a.sum * expf(a.max - o.max) + b.sum * expf(b.max - o.max);
+    o.argmax = a.max > b.max || (a.max == b.max && a.argmax < b.argmax) ? a.argmax : b.argmax;
+    bool ra = a.race > b.race || (a.race == b.race && a.race_id < b.race_id);
+    o.race = ra ? a.race : b.race;
+    o.race_id = ra ? a.race_id : b.race_id;
+    return o;
+}
+
+static __device__ __forceinline__ scan_part warp_merge(scan_part p)
+{
+    for (int o = 16; o > 0; o >>= 1) {
+        scan_part q;
+        q.max = __shfl_xor_sync(0xffffffffu, p.max, o);
+        q.sum = __shfl_xor_sync(0xffffffffu, p.sum, o);
+        q.argmax = __shfl_xor_sync(0xffffffffu, p.argmax, o);
+        q.race = __shfl_xor_sync(0xffffffffu, p.race, o);
+        q.race_id = __shfl_xor_sync(0xffffffffu, p.race_id, o);
+        p = scan_merge(p, q);
+    }
+    return p;
+}
+
+static __device__ __forceinline__ scan_part scan_empty(void)
+{
+    /* -FLT_MAX rather than -inf: exp(l - max) stays 0, never NaN, for l = -inf */
+    return scan_part{-3.402823466e38f, 0.0f, NO_ID, -INFINITY, NO_ID};
+}
+
+/* Token i in the race.  Its score is x - ln E with x = l / T, and
+ * E = -log1p(-v) >= v >= 2^-(1 + clz(bits)), so x + ln2 (1 + clz) bounds it
+ * (32 ln2 whatever the bits): the hash and the logarithms run only when that
+ * bound reaches the thread's best.  The slack covers float rounding of the
+ * score, so skipping never changes the winner. */
+static __device__ __forceinline__ void race_visit(scan_part &p, float l, int i, float inv_t,
+                                                  uint64_t key)
+{
+    float x = l * inv_t;
+    float slack = 0.01f + fabsf(x) * 1e-6f;
+    if (x + (32.0f * LN2) + slack < p.race) return;
+    uint32_t bits = nl_rng_race_bits(key, (uint32_t)i);
+    if (x + LN2 * (float)(1 + __clz(bits | 1u)) + slack < p.race) return;
+    float score = nl_race_score(l, inv_t, nl_rng_race_uniform(bits));
+    if (score > p.race || (score == p.race && i < p.race_id)) {
+        p.race = score;
+        p.race_id = i;
+    }
+}
+
+static __device__ __forceinline__ void scan_visit(scan_part &p, float l, int i, bool race,
+                                                  float inv_t, uint64_t key)
+{
+    if (l > p.max) {
+        p.sum = p.sum * expf(p.max - l) + 1.0f;
+        p.max = l;
+        p.argmax = i;
+    } else {
+        p.sum += expf(l - p.max);
+    }
+    if (race) race_visit(p, l, i, inv_t, key);
+}
+
+/* grid (splits, m): block (s, r) reduces logits [s chunk, (s + 1) chunk) of
+ * row r into parts[r * splits + s]. */
+__global__ void __launch_bounds__(SCAN_THREADS)
+    kernel_sample_scan(const float *logits, int vocab, const nl_sample_row *rows, int chunk,
+                       bool vec4, scan_part *parts)
+{
+    __shared__ scan_part warp_parts[SCAN_THREADS / 32];
+    const int r = blockIdx.y;
+    const nl_sample_row sp = rows[r];
+    const bool race = sp.temperature > 0.0f && !row_has_cuts(sp, vocab);
+    const float inv_t = race ? 1.0f / sp.temperature : 1.0f;
+    const uint64_t key = nl_rng_row_key(sp.seed, sp.offset);
+    const float *row = logits + (size_t)r * vocab;
+    const int begin = blockIdx.x * chunk, end = min(vocab, begin + chunk);
+
+    scan_part p = scan_empty();
+    if (vec4) {
+        /* begin and end are multiples of 4: two 16-byte loads in flight per
+         * thread before any arithmetic */
+        const float4 *q = reinterpret_cast<const float4 *>(row + begin);
+        const int n4 = (end - begin) >> 2, B = blockDim.x;
+        for (int j = threadIdx.x; j < n4; j += 2 * B) {
+            float4 a = __ldg(q + j);
+            bool has_b = j + B < n4;
+            float4 b = has_b ? __ldg(q + j + B) : a;
+            int i = begin + 4 * j;
+            scan_visit(p, a.x, i, race, inv_t, key);
+            scan_visit(p, a.y, i + 1, race, inv_t, key);
+            scan_visit(p, a.z, i + 2, race, inv_t, key);
+            scan_visit(p, a.w, i + 3, race, inv_t, key);
+            if (has_b) {
+                i += 4 * B;
+                scan_visit(p, b.x, i, race, inv_t, key);
+                scan_visit(p, b.y, i + 1, race, inv_t, key);
+                scan_visit(p, b.z, i + 2, race, inv_t, key);
+                scan_visit(p, b.w, i + 3, race, inv_t, key);
+            }
+        }
+    } else {
+        for (int i = begin + threadIdx.x; i < end; i += blockDim.x)
+            scan_visit(p, __ldg(row + i), i, race, inv_t, key);
+    }
+    p = warp_merge(p);
+    if ((threadIdx.x & 31) == 0) warp_parts[threadIdx.x >> 5] = p;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        p = threadIdx.x < (blockDim.x >> 5) ? warp_parts[threadIdx.x] : scan_empty();
+        p = warp_merge(p);
+        if (threadIdx.x == 0) parts[(size_t)r * gridDim.x + blockIdx.x] = p;
+    }
+}
+
+/* ---- finishing a row -------------------------------------------------------- */
+
+/* The race over the tokens a cut row keeps: the block's argmax of (score, -id). */
+static __device__ int race_over_kept(const row_view &v, const nl_sample_row &sp,
+                                     sample_shared *sh)
+{
+    const uint64_t key = nl_rng_row_key(sp.seed, sp.offset);
+    unsigned long long best = 0;
+    for (int i = threadIdx.x; i < v.vocab; i += blockDim.x) {
+        float l = v.row[i];
+        if (!v.takes_part(order_key(l), i, l)) continue;
+        /* + 0.0f: -0 and +0 are one score, as in a float comparison */
+        float score = nl_race_score(l, v.inv_t, nl_rng_race_uniform(nl_rng_race_bits(key, i))) + 0.0f;
+        unsigned long long c = ((unsigned long long)order_key(score) << 32) | (uint32_t)(NO_ID - i);
+        best = c > best ? c : best;
+    }
+    best = block_max_u64(best, sh);
+    return NO_ID - (int)(uint32_t)(best & 0xffffffffu);
+}
+
 __global__ void __launch_bounds__(SAMPLE_THREADS)
-    kernel_sample(const float *logits, int vocab, const nl_sample_row *rows, int32_t *ids,
-                  float *logprobs, int32_t *top_ids, float *top_logprobs)
+    kernel_sample_finish(const float *logits, int vocab, const nl_sample_row *rows,
+                         const scan_part *parts, int splits, int32_t *ids, float *logprobs,
+                         int32_t *top_ids, float *top_logprobs)
 {
     __shared__ sample_shared sh;
+    __shared__ scan_part whole;
     const int r = blockIdx.x;
     const float *row = logits + (size_t)r * vocab;
     const nl_sample_row sp = rows[r];
 
-    /* Argmax, lowest id on ties: the max of (key, ~id). */
-    unsigned long long best = 0;
-    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
-        unsigned long long c =
-            ((unsigned long long)order_key(row[i]) << 32) | (uint32_t)(NO_ID - i);
-        best = c > best ? c : best;
+    if (threadIdx.x < 32) {
+        scan_part p = scan_empty();
+        for (int s = threadIdx.x; s < splits; s += 32)
+            p = scan_merge(p, parts[(size_t)r * splits + s]);
+        p = warp_merge(p);
+        if (threadIdx.x == 0) whole = p;
     }
-    best = block_max_u64(best, &sh);
-    const int argmax = NO_ID - (int)(uint32_t)(best & 0xffffffffu);
+    __syncthreads();
+    const int argmax = whole.argmax == NO_ID ? 0 : whole.argmax; /* NO_ID: all -inf */
     const float lmax = row[argmax];
-
-    float se = 0.0f;
-    for (int i = threadIdx.x; i < vocab; i += blockDim.x) se += expf(row[i] - lmax);
-    const float lse = lmax + logf(block_sum(se, &sh));
+    const float lse = whole.max + logf(whole.sum);
 
     row_view v;
     v.row = row;
@@ -332,10 +504,15 @@ __global__ void __launch_bounds__(SAMPLE_THREADS)
             }
         }
         __syncthreads();
+    } else if (threadIdx.x < NL_MAX_LOGPROBS) {
+        top_ids[(size_t)r * NL_MAX_LOGPROBS + threadIdx.x] = -1;
+        top_logprobs[(size_t)r * NL_MAX_LOGPROBS + threadIdx.x] = 0.0f;
     }
 
     int chosen = argmax;
-    if (sp.temperature > 0.0f) {
+    if (sp.temperature > 0.0f && !row_has_cuts(sp, vocab)) {
+        chosen = whole.race_id;
+    } else if (sp.temperature > 0.0f) {
         v.inv_t = 1.0f / sp.temperature;
         cut c;
         if (sp.top_k > 0 && sp.top_k < vocab && find_crossing(v, (float)sp.top_k, false, &c, &sh))
@@ -353,24 +530,7 @@ __global__ void __launch_bounds__(SAMPLE_THREADS)
             if (find_crossing(v, sp.top_p * z, false, &c, &sh)) v.limit = earlier(v.limit, c);
         }
         v.min_ratio = sp.min_p > 0.0f ? sp.min_p : 0.0f;
-
-        float kept = 0.0f;
-        int last = NO_ID; /* the kept token latest in the order, as a fallback */
-        unsigned long long worst = ~0ull;
-        for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
-            float l = row[i];
-            uint32_t k = order_key(l);
-            if (!v.takes_part(k, i, l)) continue;
-            kept += v.weight(l);
-            unsigned long long c2 = ((unsigned long long)k << 32) | (uint32_t)(NO_ID - i);
-            worst = c2 < worst ? c2 : worst;
-        }
-        kept = block_sum(kept, &sh);
-        worst = ~block_max_u64(~worst, &sh);
-        last = NO_ID - (int)(uint32_t)(worst & 0xffffffffu);
-
-        float u = nl_rng_uniform(sp.seed, sp.offset);
-        chosen = find_crossing(v, u * kept, true, &c, &sh) ? c.id : last;
+        chosen = race_over_kept(v, sp, &sh);
     }
     if (threadIdx.x == 0) {
         ids[r] = chosen;
@@ -385,8 +545,25 @@ nl_status cuda_sample(cuda_backend *be, const float *logits, int32_t m, int32_t 
     if (m <= 0) return NL_OK;
     if (vocab <= 0 || vocab >= NO_ID)
         return nl_error(NL_ERR_INVALID_ARG, "cuda: sample vocab %d", vocab);
-    kernel_sample<<<m, SAMPLE_THREADS, 0, be->stream>>>(logits, vocab, rows, ids, logprobs,
-                                                        top_ids, top_logprobs);
+    if (m > 65535) return nl_error(NL_ERR_INVALID_ARG, "cuda: sample %d rows (limit 65535)", m);
+    /* About four blocks per SM in all, each at least SCAN_MIN_CHUNK logits. */
+    int splits = (4 * be->num_sms + m - 1) / m;
+    splits = min(splits, min(SCAN_MAX_SPLITS, (vocab + SCAN_MIN_CHUNK - 1) / SCAN_MIN_CHUNK));
+    size_t fit = be->attn_scratch_floats * sizeof(float) / ((size_t)m * sizeof(scan_part));
+    if ((size_t)splits > fit) splits = (int)fit;
+    if (splits < 1)
+        return nl_error(NL_ERR_INVALID_ARG, "cuda: sample %d rows need more scratch than %zu bytes",
+                        m, be->attn_scratch_floats * sizeof(float));
+    int chunk = ((vocab + splits - 1) / splits + 3) & ~3;
+    splits = (vocab + chunk - 1) / chunk;
+    bool vec4 = vocab % 4 == 0 && ((uintptr_t)logits & 15) == 0;
+    scan_part *parts = reinterpret_cast<scan_part *>(be->attn_scratch);
+    kernel_sample_scan<<<dim3(splits, m), SCAN_THREADS, 0, be->stream>>>(logits, vocab, rows, chunk,
+                                                                        vec4, parts);
+    NL_CUDA_CHECK_LAUNCH();
+    kernel_sample_finish<<<m, SAMPLE_THREADS, 0, be->stream>>>(logits, vocab, rows, parts, splits,
+                                                               ids, logprobs, top_ids,
+                                                               top_logprobs);
     NL_CUDA_CHECK_LAUNCH();
     return NL_OK;
 }
