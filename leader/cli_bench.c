@@ -156,11 +156,11 @@ int cli_bench(const nl_engine_config *config, int argc, char **argv)
     }
 
     nl_engine *engine = NULL;
-    if (nl_engine_open(config, &engine) != NL_OK) {
-        cli_report("opening the engine");
+    int open_rc = cli_open_engine(config, &engine);
+    if (open_rc != 0) {
         for (int32_t k = 0; k < n; k++) free(reqs[k].ids);
         free(reqs);
-        return 1;
+        return open_rc;
     }
     cli_demo_note(engine);
     nl_engine_info info;

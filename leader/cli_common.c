@@ -138,6 +138,14 @@ void cli_report(const char *what)
     fprintf(stderr, "nanollm-launch: %s: %s\n", what, nl_last_error());
 }
 
+int cli_open_engine(const nl_engine_config *config, nl_engine **engine)
+{
+    nl_status status = nl_engine_open(config, engine);
+    if (status == NL_OK) return 0;
+    cli_report("opening the engine");
+    return status == NL_ERR_IO || status == NL_ERR_FORMAT ? 2 : 1;
+}
+
 void cli_demo_note(const nl_engine *engine)
 {
     nl_engine_info info;

@@ -64,10 +64,10 @@ int cli_generate(const nl_engine_config *config, int argc, char **argv)
     }
 
     nl_engine *engine = NULL;
-    if (nl_engine_open(config, &engine) != NL_OK) {
-        cli_report("opening the engine");
+    int open_rc = cli_open_engine(config, &engine);
+    if (open_rc != 0) {
         free(prompts);
-        return 1;
+        return open_rc;
     }
     cli_demo_note(engine);
     int rc = 0;

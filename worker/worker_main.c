@@ -9,7 +9,11 @@
  */
 #include "config.h"
 
+#include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "kernels/kernels.h"
@@ -41,10 +45,20 @@ static nl_status make_backend(real_worker *w, const worker_env *env)
     return nl_backend_cpu_create(threads > 0 ? threads : 1, &w->be);
 }
 
+/* One GPU needs no communicator, but NANOLLM_NCCL=1 makes a single worker
+ * build and use an NCCL one anyway, so the NCCL path can be exercised on a
+ * machine with one GPU. */
+static bool nccl_forced(void)
+{
+    const char *v = getenv("NANOLLM_NCCL");
+    return v && strcmp(v, "1") == 0;
+}
+
 static nl_status make_comm(real_worker *w, worker_env *env)
 {
     const worker_config *cfg = env->config;
-    if (cfg->device != NL_DEVICE_CUDA || cfg->tp == 1) return worker_comm_cpu_create(env, &w->comm);
+    if (cfg->device != NL_DEVICE_CUDA || (cfg->tp == 1 && !nccl_forced()))
+        return worker_comm_cpu_create(env, &w->comm);
 #ifdef NL_HAVE_CUDA
     uint8_t id[NL_NCCL_UNIQUE_ID_BYTES];
     if (env->rank == 0) {
@@ -53,7 +67,9 @@ static nl_status make_comm(real_worker *w, worker_env *env)
     } else {
         NL_TRY(worker_wait_nccl_id(env, id, sizeof id));
     }
-    return nl_comm_nccl_create(env->rank, cfg->tp, id, w->be, &w->comm);
+    NL_TRY(nl_comm_nccl_create(env->rank, cfg->tp, id, w->be, &w->comm));
+    if (env->rank == 0) fprintf(stderr, "nanollm: NCCL communicator of %d rank(s) ready\n", cfg->tp);
+    return NL_OK;
 #else
     return nl_error(NL_ERR_UNSUPPORTED, "worker rank %d: this build has no NCCL", env->rank);
 #endif
