@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/model_config.h"
 #include "common/model_tensors.h"
@@ -58,7 +59,50 @@ typedef struct model_runner {
     int32_t n_graphs;
     int32_t graph_size[GRAPH_MAX_SIZES];
     nl_graph *graph[GRAPH_MAX_SIZES];
+
+    /* NANOLLM_PROFILE=1: where a worker's time goes, per kind of step.  The
+     * phases are separated by synchronisations, so profiling slows steps a
+     * little; it is off by default. */
+    bool profile;
+    struct step_profile {
+        int64_t steps, tokens;
+        double prep_s, forward_s, sample_s;
+    } prof[3]; /* PROFILE_PREFILL, PROFILE_DECODE_GRAPH, PROFILE_DECODE_EAGER */
 } model_runner;
+
+enum { PROFILE_PREFILL, PROFILE_DECODE_GRAPH, PROFILE_DECODE_EAGER };
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Closes the current phase: waits for the device, returns the seconds since
+ * *mark and moves the mark. */
+static double profile_lap(model_runner *r, double *mark)
+{
+    r->be->ops->synchronize(r->be);
+    double t = now_s(), d = t - *mark;
+    *mark = t;
+    return d;
+}
+
+static void profile_report(const model_runner *r)
+{
+    static const char *names[3] = {"prefill", "decode (graph)", "decode (eager)"};
+    for (int k = 0; k < 3; k++) {
+        const struct step_profile *p = &r->prof[k];
+        if (p->steps == 0) continue;
+        fprintf(stderr,
+                "nanollm: profile rank %d %-15s %7lld steps %9lld tokens: prep %.3f s, forward "
+                "%.3f s, sample %.3f s (%.1f us/step)\n",
+                r->p.rank, names[k], (long long)p->steps, (long long)p->tokens, p->prep_s,
+                p->forward_s, p->sample_s,
+                1e6 * (p->prep_s + p->forward_s + p->sample_s) / (double)p->steps);
+    }
+}
 
 int32_t model_runner_num_kv_blocks(const model_runner *r)
 {
@@ -107,6 +151,7 @@ static void free_pair(model_runner *r, void *dev, void *host)
 void model_runner_destroy(model_runner *r)
 {
     if (!r) return;
+    if (r->profile) profile_report(r);
     for (int32_t g = 0; g < r->n_graphs; g++)
         if (r->graph[g]) r->be->ops->graph_destroy(r->be, r->graph[g]);
     free_pair(r, r->d_ids, r->h_ids);
@@ -327,6 +372,8 @@ nl_status model_runner_create(const model_runner_params *params, nl_backend *be,
     model_runner *r = calloc(1, sizeof *r);
     if (!r) return nl_error(NL_ERR_NOMEM, "model runner: no memory");
     r->p = *params;
+    const char *profile = getenv("NANOLLM_PROFILE");
+    r->profile = profile && strcmp(profile, "1") == 0;
     r->be = be;
     r->comm = comm;
     nl_status st = runner_init(r);
@@ -439,17 +486,26 @@ static nl_status execute(model_runner *r, const wire_run *cmd, wire_reply *reply
         }
     }
 
+    double mark = r->profile ? now_s() : 0;
+    struct step_profile *prof = &r->prof[!all_decode ? PROFILE_PREFILL
+                                         : g >= 0  ? PROFILE_DECODE_GRAPH
+                                                   : PROFILE_DECODE_EAGER];
+    prof->steps++;
+    prof->tokens += n_tokens;
     qwen_inputs in;
     if (g >= 0) {
         int32_t size = r->graph_size[g];
         for (int32_t s = n_seqs; s < size; s++) pad_seq(r, s, s, stride);
         NL_TRY(upload_inputs(r, size, size, stride, 1, r->p.max_model_len, true, size, &in));
+        if (r->profile) prof->prep_s += profile_lap(r, &mark);
         NL_TRY(be->ops->graph_launch(be, r->graph[g]));
         n_logits = size;
     } else {
         NL_TRY(upload_inputs(r, n_tokens, n_seqs, stride, max_q, max_ctx, all_decode, n_logits, &in));
+        if (r->profile) prof->prep_s += profile_lap(r, &mark);
         NL_TRY(qwen_forward(be, r->comm, r->w, r->s, &in));
     }
+    if (r->profile) prof->forward_s += profile_lap(r, &mark);
 
     if (r->p.rank != 0 || !reply) return be->ops->synchronize(be);
     reply->n_sampled = 0;
@@ -464,6 +520,7 @@ static nl_status execute(model_runner *r, const wire_run *cmd, wire_reply *reply
     NL_TRY(be->ops->download(be, r->h_top_ids, r->d_top_ids, m * NL_MAX_LOGPROBS * sizeof(int32_t)));
     NL_TRY(be->ops->download(be, r->h_top_lp, r->d_top_lp, m * NL_MAX_LOGPROBS * sizeof(float)));
     NL_TRY(be->ops->synchronize(be));
+    if (r->profile) prof->sample_s += profile_lap(r, &mark);
 
     /* row k of the logits is the k-th sampling seq, or seq k under a graph */
     int32_t k = 0;
