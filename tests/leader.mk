@@ -14,7 +14,7 @@ check_PROGRAMS += tests/test_engine
 TESTS += tests/test_engine
 tests_test_engine_SOURCES = tests/test_engine.c leader/fake_runner.c
 tests_test_engine_CFLAGS = $(TEST_CFLAGS)
-tests_test_engine_LDADD = libnanollm.la $(XXHASH_LIBS) $(TEST_LIBS) -lm
+tests_test_engine_LDADD = libnlleader.la $(XXHASH_LIBS) $(TEST_LIBS) -lm
 check_PROGRAMS += tests/test_launch
 TESTS += tests/test_launch
 tests_test_launch_SOURCES = tests/test_launch.c
@@ -26,4 +26,4 @@ endif
 # The leader's own cost per step (bench/RESULTS.md), built with the tests.
 check_PROGRAMS += bench/leader_overhead
 bench_leader_overhead_SOURCES = bench/leader_overhead.c leader/fake_runner.c
-bench_leader_overhead_LDADD = libnanollm.la $(XXHASH_LIBS)
+bench_leader_overhead_LDADD = libnlleader.la $(XXHASH_LIBS)

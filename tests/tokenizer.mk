@@ -1,7 +1,7 @@
 # Tokenizer tests (Hugging Face parity, chat template) and the speed bench.
 noinst_PROGRAMS += bench/tokenizer_bench
 bench_tokenizer_bench_SOURCES = bench/tokenizer_bench.c
-bench_tokenizer_bench_LDADD = libnanollm.la
+bench_tokenizer_bench_LDADD = libnlleader.la
 
 EXTRA_DIST += tests/golden/make_tokenizer_golden.py tests/golden/make_tokenizer_corpus.py \
 	tests/golden/make_tokenizer_bench_text.py tests/golden/tokenizer_bench_hf.py \
@@ -13,8 +13,8 @@ check_PROGRAMS += tests/test_tokenizer tests/test_chat_template
 TESTS += tests/test_tokenizer tests/test_chat_template
 tests_test_tokenizer_SOURCES = tests/test_tokenizer.c
 tests_test_tokenizer_CFLAGS = $(TEST_CFLAGS)
-tests_test_tokenizer_LDADD = libnanollm.la $(JANSSON_LIBS) $(TEST_LIBS)
+tests_test_tokenizer_LDADD = libnlleader.la $(JANSSON_LIBS) $(TEST_LIBS)
 tests_test_chat_template_SOURCES = tests/test_chat_template.c
 tests_test_chat_template_CFLAGS = $(TEST_CFLAGS)
-tests_test_chat_template_LDADD = libnanollm.la $(TEST_LIBS)
+tests_test_chat_template_LDADD = libnlleader.la $(TEST_LIBS)
 endif
