@@ -36,7 +36,7 @@ libnlleader_la_SOURCES += \
 	leader/engine.c leader/engine_internal.h leader/engine_open.c
 
 # Worker processes behind the shared-memory rings (the real runner).
-libnlleader_la_SOURCES += leader/worker_pool.c leader/worker_pool.h
+libnlleader_la_SOURCES += leader/runner.h leader/worker_pool.c leader/worker_pool.h
 
 # Tokenizer: byte-level BPE, pre-tokenizer, chat template, streaming decode, CLI.
 libnlleader_la_SOURCES += \

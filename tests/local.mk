@@ -21,3 +21,8 @@ include tests/models.mk
 include tests/cuda.mk
 include tests/tokenizer.mk
 include tests/e2e.mk
+
+# Scripts run on a GPU machine (golden files, parity, benchmarks) and the
+# results they produced.
+EXTRA_DIST += tests/golden/gpu_e2e.sh tests/golden/gpu_checks.sh \
+	tests/golden/gpu_parity.py tests/golden/hf_load_check.py bench/RESULTS.md
