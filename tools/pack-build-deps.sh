@@ -9,7 +9,8 @@
 # The shared libraries are not packed: the link names their sonames
 # (-l:libjansson.so.4), which the other machine's run-time packages provide.
 # utf8proc, Check and subunit are packed as static archives, since such a
-# machine may lack them altogether.  The pkg-config files locate the folder
+# machine may lack them altogether (their folder holds no .so, so -l picks
+# the archives).  The pkg-config files locate the folder
 # through ${pcfiledir}, so it can move.
 set -eu
 dest=$1
@@ -28,7 +29,7 @@ pc() { # name version libs
 pc jansson 2.14 -l:libjansson.so.4
 pc libpcre2-8 10.42 -l:libpcre2-8.so.0
 pc libxxhash 0.8.1 -l:libxxhash.so.0
-pc libutf8proc 2.6.0 '${root}/lib/libutf8proc.a'
+pc libutf8proc 2.6.0 '-L${root}/lib -lutf8proc'
 pc openblas 0.3.21 -l:libopenblas.so.0
-pc check 0.15.2 '${root}/lib/libcheck_pic.a ${root}/lib/libsubunit.a -lrt -lm -pthread'
+pc check 0.15.2 '-L${root}/lib -lcheck_pic -lsubunit -lrt -lm -pthread'
 echo "build dependencies packed in $dest"
