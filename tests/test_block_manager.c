@@ -6,6 +6,7 @@
 #include <xxhash.h>
 
 #include "leader/block_manager.h"
+#include "tests/check_run.h"
 
 static nl_sampling_params params(int32_t max_tokens)
 {
@@ -376,9 +377,5 @@ int main(void)
     tcase_add_test(tc, test_no_prefix_caching);
     tcase_add_test(tc, test_u64map_churn);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(s);
 }

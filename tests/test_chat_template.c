@@ -9,6 +9,7 @@
 
 #include "common/status.h"
 #include "leader/chat_template.h"
+#include "tests/check_run.h"
 
 /* Fragments carrying each family's markers (not whole templates). */
 static const char qwen3_src[] =
@@ -130,9 +131,5 @@ int main(void)
     tcase_add_test(tc, test_chatml_families);
     tcase_add_test(tc, test_refusals);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return check_run(s);
 }

@@ -12,6 +12,7 @@
 
 #include "common/dtype.h"
 #include "kernels/kernels.h"
+#include "tests/check_run.h"
 
 static nl_backend *be;
 
@@ -547,9 +548,5 @@ static Suite *cpu_ops_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(cpu_ops_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return check_run(cpu_ops_suite());
 }

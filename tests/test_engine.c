@@ -12,6 +12,7 @@
 #include "common/status.h"
 #include "leader/engine_internal.h"
 #include "leader/fake_runner.h"
+#include "tests/check_run.h"
 
 #define VOCAB 1000
 
@@ -583,9 +584,5 @@ int main(void)
     tcase_add_test(tc, test_runner_failure_stops_engine);
     tcase_add_test(tc, test_text_and_stop_strings);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(s);
 }

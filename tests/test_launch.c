@@ -12,6 +12,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "tests/check_run.h"
+
 static char out_path[64], err_path[64];
 static char err_text[8192], out_text[65536];
 
@@ -210,9 +212,5 @@ int main(void)
     tcase_add_test(tc, test_batch_demo_model);
     tcase_add_test(tc, test_generate_demo_model);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(s);
 }

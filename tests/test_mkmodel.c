@@ -22,6 +22,7 @@
 #include "leader/cli.h"
 #include "leader/demo_model.h"
 #include "leader/mkmodel.h"
+#include "tests/check_run.h"
 
 static char tmpdir[64];
 
@@ -577,9 +578,5 @@ static Suite *mkmodel_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(mkmodel_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(mkmodel_suite());
 }

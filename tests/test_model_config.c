@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "common/model_config.h"
+#include "tests/check_run.h"
 
 /* config.json of Qwen/Qwen3-0.6B on the hub. */
 static const char *qwen3_06b =
@@ -336,9 +337,5 @@ static Suite *model_config_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(model_config_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(model_config_suite());
 }

@@ -34,6 +34,7 @@
 #include "kernels/kernels.h"
 #include "leader/cli.h"
 #include "worker/model_runner.h"
+#include "tests/check_run.h"
 
 #define N_PROMPTS 3
 #define N_STEPS 12
@@ -458,9 +459,5 @@ int main(int argc, char **argv)
     tcase_add_test(tc, test_rejects_bad_commands);
     tcase_add_test(tc, test_rejects_tp_not_dividing);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return check_run(s);
 }

@@ -11,6 +11,7 @@
 
 #include "ipc/ring.h"
 #include "ipc/wire.h"
+#include "tests/check_run.h"
 
 /* Check records every passing ck_assert (a write per call); hot loops use
  * this instead so thousands of iterations stay fast. */
@@ -304,9 +305,5 @@ int main(void)
     tcase_add_test(tc, test_wait_gives_up_when_check_fails);
     tcase_add_test(tc, test_attach_checks_header);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(s);
 }

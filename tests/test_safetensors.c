@@ -18,6 +18,7 @@
 
 #include "common/dtype.h"
 #include "common/safetensors.h"
+#include "tests/check_run.h"
 
 static char tmpdir[64];
 
@@ -399,9 +400,5 @@ static Suite *safetensors_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(safetensors_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(safetensors_suite());
 }

@@ -10,6 +10,7 @@
 
 #include "leader/fake_runner.h"
 #include "leader/scheduler.h"
+#include "tests/check_run.h"
 
 /* Check's ck_assert records a mark point (a write) even when it passes;
  * the per-step invariants run millions of times, so they only call into
@@ -348,9 +349,5 @@ int main(void)
     tcase_add_test(tc, test_random_no_caching);
     tcase_add_test(tc, test_random_block32);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(s);
 }

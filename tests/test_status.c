@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "common/status.h"
+#include "tests/check_run.h"
 
 START_TEST(test_error_records_message)
 {
@@ -42,9 +43,5 @@ int main(void)
     tcase_add_test(tc, test_error_records_message);
     tcase_add_test(tc, test_error_is_per_thread);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return check_run(s);
 }

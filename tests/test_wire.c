@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "ipc/wire.h"
+#include "tests/check_run.h"
 
 /* Check records every passing ck_assert (a write per call); hot loops use
  * this instead so thousands of iterations stay fast. */
@@ -353,9 +354,5 @@ int main(void)
     tcase_add_test(tc, test_malformed_commands);
     tcase_add_test(tc, test_fuzz_decoders);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(s);
 }

@@ -20,6 +20,7 @@
 #include "common/dtype.h"
 #include "kernels/comm_shm.h"
 #include "leader/worker_pool.h"
+#include "tests/check_run.h"
 
 #ifndef FAKE_WORKER_PATH
 #error "FAKE_WORKER_PATH must name the fake worker program"
@@ -435,9 +436,5 @@ int main(void)
     tcase_add_test(tc, test_kill_all);
     tcase_add_test(tc, test_comm_shm_all_reduce_and_gather);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(s);
 }

@@ -14,6 +14,7 @@
 
 #include "leader/mkmodel.h"
 #include "leader/worker_pool.h"
+#include "tests/check_run.h"
 
 enum { N_SEQS = 2, N_DECODE = 4 };
 
@@ -136,9 +137,5 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_tp1_and_tp2_agree);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(s);
 }
