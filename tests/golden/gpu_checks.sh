@@ -4,8 +4,8 @@
 # (BIN_DIR as for gpu_e2e.sh.)  1. the throughput benchmark with the per-step
 # profile (NANOLLM_PROFILE=1); 2. the NCCL path on one GPU (NANOLLM_NCCL=1)
 # must give the tokens of the plain run; 3. compute-sanitizer memcheck over a
-# short batch on the tiny model, workers included; 4. greedy parity of the
-# tiny model against transformers.
+# short batch on the tiny model, workers included; 4. greedy parity against
+# transformers of the tiny preset and of the golden fixtures' models.
 set -uo pipefail
 bin=$(cd "$1" && pwd); out=$2
 export NCCL_NVLS_ENABLE=0
@@ -41,6 +41,15 @@ compute-sanitizer --tool memcheck --target-processes all --print-limit 20 \
     --output /tmp/short_out.jsonl >"$out/memcheck.txt" 2>&1
 echo "memcheck exit $?"; grep -E "ERROR SUMMARY|Invalid|batch:" "$out/memcheck.txt" | head
 
-echo "== 4. tiny model parity"
-"$launch" --model /tmp/tiny --device cuda batch --input /tmp/prompts.jsonl --output "$out/tiny_out.jsonl" 2>/dev/null
-python3 "$here/gpu_parity.py" compare /tmp/tiny /tmp/prompts.jsonl "$out/tiny_out.jsonl" 2>&1 | grep -E "^parity|FAIL"
+echo "== 4. parity of the tiny preset and the golden fixtures' models"
+"$launch" --model /tmp/tiny --device cuda batch --input /tmp/prompts.jsonl --output /tmp/tiny_out.jsonl 2>/dev/null
+python3 "$here/gpu_parity.py" compare /tmp/tiny /tmp/prompts.jsonl /tmp/tiny_out.jsonl 2>&1 | grep -E "^parity|FAIL"
+for golden in "$here"/../fixtures/golden/*.json; do
+    name=$(basename "$golden" .json)
+    read -r vocab args < <(python3 -c 'import json,sys; a=json.load(open(sys.argv[1]))["mkmodel_args"]; print(a[a.index("--vocab")+1], " ".join(a))' "$golden")
+    "$launch" mkmodel --out "/tmp/$name" $args >/dev/null
+    python3 "$here/gpu_parity.py" prompts "/tmp/$name.prompts" --n 16 --vocab "$vocab" --max-tokens 32
+    "$launch" --model "/tmp/$name" --device cuda batch --input "/tmp/$name.prompts" \
+        --output "/tmp/$name.out" 2>"/tmp/$name.err" || tail -2 "/tmp/$name.err"
+    python3 "$here/gpu_parity.py" compare "/tmp/$name" "/tmp/$name.prompts" "/tmp/$name.out" 2>&1 | grep -E "^parity|FAIL"
+done

@@ -5,7 +5,8 @@
 # shared library the machine lacks, and nanovllm-bench.jsonl.  It makes a
 # random-weight model of PRESET's shape (default qwen3-0.6b), checks greedy
 # parity against transformers in bf16 with CUDA graphs on and off and prefix
-# caching off, then runs the throughput benchmark.
+# caching off (MODES="graphs eager noprefix" picks a subset), then runs the
+# throughput benchmark.
 set -uo pipefail
 bin=$(cd "$1" && pwd); out=$2; preset=${3:-qwen3-0.6b}
 export NCCL_NVLS_ENABLE=0
@@ -18,7 +19,9 @@ mkdir -p "$out"
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv >"$out/gpu.txt"
 /usr/bin/time -f "mkmodel %e s" "$launch" mkmodel --preset "$preset" --out "$model" 2>&1 | tail -2
 python3 "$here/gpu_parity.py" prompts /tmp/prompts.jsonl --n 32
-for mode in graphs eager noprefix; do
+outs=()
+for mode in ${MODES:-graphs eager noprefix}; do
+    outs+=("$out/out_$mode.jsonl")
     flags=()
     [ "$mode" = eager ] && flags=(--enforce-eager)
     [ "$mode" = noprefix ] && flags=(--no-prefix-caching)
@@ -26,8 +29,7 @@ for mode in graphs eager noprefix; do
         batch --input /tmp/prompts.jsonl --output "$out/out_$mode.jsonl" 2>"$out/err_$mode.txt"
     echo "batch $mode exit $?"; tail -3 "$out/err_$mode.txt"
 done
-python3 "$here/gpu_parity.py" compare "$model" /tmp/prompts.jsonl \
-    "$out/out_graphs.jsonl" "$out/out_eager.jsonl" "$out/out_noprefix.jsonl" >"$out/parity.txt" 2>&1
+python3 "$here/gpu_parity.py" compare "$model" /tmp/prompts.jsonl "${outs[@]}" >"$out/parity.txt" 2>&1
 echo "parity exit $?"; grep -E "^parity|FAIL" "$out/parity.txt" | head -20
 if [ -f "$bin/nanovllm-bench.jsonl" ]; then
     "$launch" --model "$model" --device cuda bench --workload "$bin/nanovllm-bench.jsonl" 2>&1 | tee "$out/bench.txt" | tail -5
