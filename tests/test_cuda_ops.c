@@ -364,12 +364,17 @@ START_TEST(test_qk_norm_rope)
     check_rope(5, 32, 8, 128, false, 10000.0f);
     check_rope(7, 14, 2, 64, false, 1000000.0f);
     check_rope(3, 16, 1, 64, true, 10000.0f);
+    /* the other head dims attention takes: the demo model's 32, 80, 96, 256 */
+    check_rope(9, 4, 2, 32, true, 1000000.0f);
+    check_rope(5, 10, 2, 80, true, 10000.0f);
+    check_rope(5, 12, 4, 96, false, 1000000.0f);
+    check_rope(4, 8, 2, 256, true, 1000000.0f);
 }
 END_TEST
 
-START_TEST(test_store_kv)
+static void check_store_kv(int hq, int hk, int hd)
 {
-    int n = 37, hq = 16, hk = 8, hd = 128, bs = 16, blocks = 8;
+    int n = 37, bs = 16, blocks = 8;
     size_t cache = (size_t)blocks * bs * hk * hd;
     float *q = rand_bf16((size_t)n * (hq + 2 * hk) * hd, 1.0f), *zero = calloc(cache, 4);
     int32_t slots[37];
@@ -379,14 +384,25 @@ START_TEST(test_store_kv)
     raw ps = raw_from(slots, sizeof slots);
     OK_BOTH(cpu->ops->store_kv(cpu, kc.c, vc.c, pq.c, ps.c, n, hq, hk, hd, bs),
             gpu->ops->store_kv(gpu, kc.g, vc.g, pq.g, ps.g, n, hq, hk, hd, bs));
-    expect_close(kc, "store_kv k cache (skipping slot -1)");
-    expect_close(vc, "store_kv v cache");
+    char what[96];
+    snprintf(what, sizeof what, "store_kv k cache (skipping slot -1) hd=%d", hd);
+    expect_close(kc, what);
+    snprintf(what, sizeof what, "store_kv v cache hd=%d", hd);
+    expect_close(vc, what);
     pair_free(pq);
     pair_free(kc);
     pair_free(vc);
     raw_free(ps);
     free(q);
     free(zero);
+}
+
+START_TEST(test_store_kv)
+{
+    check_store_kv(16, 8, 128);
+    check_store_kv(4, 2, 32);
+    check_store_kv(10, 2, 80);
+    check_store_kv(8, 2, 256);
 }
 END_TEST
 
@@ -395,6 +411,9 @@ END_TEST
 /* > 0: the batch carries host maxima this many blocks past every context and
  * block-table rows padded with block 0, as a CUDA-graph capture does. */
 static int attn_extra_blocks;
+/* >= 0: sequences from this index on are a graph's padding rows: context 1
+ * and a block-table row of block 0 (a block other sequences use). */
+static int attn_pad_from = -1;
 
 /* Sequences with q_len new tokens each on top of prefix cached tokens; the
  * cache holds random K/V in randomly placed blocks. */
@@ -431,6 +450,11 @@ static void check_attention(int n_seqs, const int *q_lens, const int *prefix, in
     int32_t *table = calloc((size_t)n_seqs * max_blocks, sizeof *table);
     for (int s = 0, next = 0; s < n_seqs; s++)
         for (int b = 0; b < (ctx[s] + bs - 1) / bs; b++) table[s * max_blocks + b] = perm[next++];
+    if (attn_pad_from >= 0)
+        for (int s = attn_pad_from; s < n_seqs; s++) {
+            ck_assert_int_eq(ctx[s], 1);
+            table[s * max_blocks] = 0;
+        }
 
     int n = cu[n_seqs];
     size_t cache = (size_t)num_blocks * bs * hk * hd, width = (size_t)(hq + 2 * hk) * hd;
@@ -474,6 +498,18 @@ START_TEST(test_attention_prefill)
     check_attention(1, q2, p2, 16, 8, 128, 16, "prefill long");
     int q3[] = {3, 1, 64}, p3[] = {61, 0, 64}; /* mixed: a decode row among prefills */
     check_attention(3, q3, p3, 32, 8, 128, 16, "mixed");
+    /* every head_dim with a kernel of its own: the demo model's 4/2 x 32,
+     * odd k-steps (80), and 256's narrower tiles */
+    check_attention(5, q1, p1, 4, 2, 32, 16, "prefill");
+    check_attention(5, q1, p1, 8, 8, 80, 16, "prefill");
+    check_attention(5, q1, p1, 12, 4, 96, 16, "prefill");
+    check_attention(5, q1, p1, 8, 2, 256, 16, "prefill");
+    check_attention(1, q2, p2, 16, 4, 256, 16, "prefill long");
+    check_attention(3, q3, p3, 4, 2, 32, 16, "mixed");
+    check_attention(3, q3, p3, 10, 2, 80, 32, "mixed");
+    /* no kernel of its own: the generic kernel */
+    check_attention(5, q1, p1, 8, 2, 72, 16, "prefill generic");
+    check_attention(3, q3, p3, 4, 4, 200, 16, "mixed generic");
 }
 END_TEST
 
@@ -495,6 +531,69 @@ START_TEST(test_attention_decode)
     check_attention(4, q, p2, 32, 8, 64, 16, "decode graph maxima");
     check_attention(4, q, p2, 16, 1, 128, 16, "decode graph maxima MQA");
     attn_extra_blocks = 0;
+
+    /* every head_dim with a kernel of its own */
+    check_attention(8, q, p1, 4, 2, 32, 16, "decode block edges");
+    check_attention(8, q, p1, 10, 2, 80, 16, "decode block edges");
+    check_attention(8, q, p1, 12, 4, 96, 16, "decode block edges");
+    check_attention(8, q, p1, 8, 2, 256, 16, "decode block edges");
+    check_attention(4, q, p2, 4, 2, 32, 16, "decode long split-K");
+    check_attention(4, q, p2, 8, 8, 80, 16, "decode long split-K");
+    check_attention(4, q, p2, 32, 8, 96, 32, "decode long split-K");
+    check_attention(4, q, p2, 16, 2, 256, 16, "decode long split-K");
+    /* no kernel of its own: the generic kernel */
+    check_attention(8, q, p1, 8, 2, 72, 16, "decode generic");
+    check_attention(4, q, p2, 4, 4, 200, 16, "decode long generic");
+}
+END_TEST
+
+/* Small batches under a graph captured at max_model_len: the host says
+ * 40960, the device contexts are ~1000 (several splits live) or 1 (padding
+ * rows), and a longer one (3000) must still merge every live split; 40
+ * sequences of 8 kv heads are enough blocks to run unsplit. */
+START_TEST(test_attention_decode_graph_small)
+{
+    int q[64], p[64];
+    for (int s = 0; s < 64; s++) {
+        q[s] = 1;
+        p[s] = 900 + (int)(rnext() % 200);
+    }
+    p[3] = 2999;
+    p[5] = 255;
+    p[6] = 256;
+    attn_extra_blocks = 40960 / 16 - 3000 / 16;
+    check_attention(16, q, p, 16, 8, 128, 16, "decode graph small batch");
+    check_attention(8, q, p, 4, 2, 32, 16, "decode graph small batch");
+    check_attention(8, q, p, 16, 2, 256, 16, "decode graph small batch");
+    p[14] = p[15] = 0; /* the last two rows pad the batch */
+    attn_pad_from = 14;
+    check_attention(16, q, p, 16, 8, 128, 16, "decode graph small batch + padding");
+    attn_pad_from = -1;
+    for (int s = 0; s < 40; s++) p[s] = 200 + s;
+    check_attention(40, q, p, 16, 8, 128, 16, "decode graph 40 seqs");
+    attn_extra_blocks = 0;
+}
+END_TEST
+
+/* Head dims are refused by value when no kernel can take them. */
+START_TEST(test_attention_head_dim_refused)
+{
+    static const int bad[] = {36, 264, 4};
+    int32_t cu[2] = {0, 1}, ctx[1] = {1}, tab[1] = {0};
+    raw rcu = raw_from(cu, sizeof cu), rctx = raw_from(ctx, sizeof ctx);
+    raw rtab = raw_from(tab, sizeof tab);
+    nl_attn_batch b = {1, 1, 1, 1, 1, 16, true, rcu.g, rctx.g, rtab.g};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        nl_status st = gpu->ops->attention(gpu, NULL, NULL, NULL, NULL, &b, 2, 1, bad[i], 0.1f);
+        ck_assert_int_eq(st, NL_ERR_UNSUPPORTED);
+        char want[16];
+        snprintf(want, sizeof want, "head_dim %d", bad[i]);
+        ck_assert_msg(strstr(nl_last_error(), want), "message '%s' lacks '%s'", nl_last_error(),
+                      want);
+    }
+    raw_free(rcu);
+    raw_free(rctx);
+    raw_free(rtab);
 }
 END_TEST
 
@@ -824,6 +923,8 @@ int main(void)
     tcase_add_test(tc, test_store_kv);
     tcase_add_test(tc, test_attention_prefill);
     tcase_add_test(tc, test_attention_decode);
+    tcase_add_test(tc, test_attention_decode_graph_small);
+    tcase_add_test(tc, test_attention_head_dim_refused);
     tcase_add_test(tc, test_graph_replay);
     tcase_add_test(tc, test_sample);
     tcase_add_test(tc, test_nccl);

@@ -1,6 +1,6 @@
 /* attention.cu — the attention op's entry point, which checks the arguments
  * and picks a kernel (attention_decode.cu for all-decode batches,
- * attention_prefill.cu otherwise), plus the first, generic CUDA-core kernel
+ * attention_prefill.cu otherwise, for the head dims they are built for), plus the first, generic CUDA-core kernel
  * for both cases, kept as the reference the specialised kernels are measured
  * against (NL_ATTN_GENERIC=1 in the environment selects it).
  *
@@ -11,7 +11,10 @@
  * tiles gathered through the block table, with an online softmax in the
  * base-2 domain (FlashAttention-2 style), fp32 throughout.  Each warp owns
  * RPW rows; lane l scores keys l and l + 32 of the tile and accumulates output
- * dims {64 k + 2 l, 64 k + 2 l + 1}.
+ * dims {64 k + 2 l, 64 k + 2 l + 1}.  head_dim is a run-time value (any
+ * multiple of 8 up to 256); the template fixes only a capacity (64, 128 or
+ * 256) that sizes the registers, and shared memory is sized at launch.  This
+ * is the path for head dims that have no specialised kernel.
  *
  * Prefill: grid.x tiles the new tokens of each sequence; one pass over the
  * keys up to the block's last position.  Decode: one token per sequence, and
@@ -28,6 +31,7 @@
 
 #define ATTN_WARPS 4
 #define ATTN_BK 64               /* keys per tile                             */
+#define ATTN_MAX_HD 256
 #define ATTN_MIN_SPLIT_TILES 4   /* a decode split covers at least 256 keys   */
 
 typedef struct attn_params {
@@ -40,23 +44,32 @@ typedef struct attn_params {
     const int32_t *block_tables;
     float *part_o;            /* [n * hq * n_splits, hd] when n_splits > 1   */
     float *part_ml;           /* [n * hq * n_splits, 2]                      */
-    int hq, hk, group;
+    int hq, hk, group, hd;
     int block_size, max_blocks_per_seq;
     int tokens_per_block;     /* query tokens one block serves               */
     int n_splits;
     float scale_log2;         /* softmax scale * log2(e)                     */
 } attn_params;
 
-template <int HD, int RPW>
+/* Dynamic shared memory of kernel_attention for hd and RPW. */
+static size_t attn_smem_bytes(int hd, int rpw)
+{
+    return ((size_t)2 * ATTN_BK * (hd / 2 + 1) + (size_t)ATTN_WARPS * rpw * hd / 2) *
+           sizeof(__nv_bfloat162);
+}
+
+template <int HDC, int RPW>
 __global__ void __launch_bounds__(ATTN_WARPS * 32)
     kernel_attention(attn_params p)
 {
     constexpr int ROWS = ATTN_WARPS * RPW;
-    constexpr int NP = HD / 64;      /* output dim pairs per lane          */
-    constexpr int KS = HD / 2 + 1;   /* padded row stride in bf16 pairs    */
-    __shared__ __nv_bfloat162 ks[ATTN_BK * KS]; /* [BK, hd + 2]            */
-    __shared__ __nv_bfloat162 vs[ATTN_BK * KS];
-    __shared__ __nv_bfloat162 qs[ROWS * HD / 2]; /* [ROWS, hd]              */
+    constexpr int NP = HDC / 64;     /* output dim pairs per lane, at most */
+    const int hd = p.hd, hp = hd / 2; /* dims, dim pairs                   */
+    const int kst = hp + 1;           /* padded row stride in bf16 pairs    */
+    extern __shared__ __nv_bfloat162 attn_smem[];
+    __nv_bfloat162 *ks = attn_smem;      /* [BK, hd + 2]                   */
+    __nv_bfloat162 *vs = ks + ATTN_BK * kst;
+    __nv_bfloat162 *qs = vs + ATTN_BK * kst; /* [ROWS, hd]                  */
 
     const int seq = blockIdx.y, g = blockIdx.z;
     const int qtile = blockIdx.x / p.n_splits, split = blockIdx.x % p.n_splits;
@@ -68,16 +81,16 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32)
     const int t_count = min(p.tokens_per_block, q_len - t_first);
     const int n_rows = t_count * p.group;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int qkv_stride = (p.hq + 2 * p.hk) * HD;
+    const int qkv_stride = (p.hq + 2 * p.hk) * hd;
 
     /* Stage the queries of the block's rows (zeros for unused rows). */
-    for (int i = threadIdx.x; i < ROWS * HD / 2; i += blockDim.x) {
-        int r = i / (HD / 2), c = i % (HD / 2);
+    for (int i = threadIdx.x; i < ROWS * hp; i += blockDim.x) {
+        int r = i / hp, c = i % hp;
         __nv_bfloat162 v = __floats2bfloat162_rn(0.0f, 0.0f);
         if (r < n_rows) {
             int tok = q0 + t_first + r / p.group;
             int h = g * p.group + r % p.group;
-            v = ((const __nv_bfloat162 *)(p.qkv + (size_t)tok * qkv_stride + (size_t)h * HD))[c];
+            v = ((const __nv_bfloat162 *)(p.qkv + (size_t)tok * qkv_stride + (size_t)h * hd))[c];
         }
         qs[i] = v;
     }
@@ -112,20 +125,20 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32)
         __syncthreads(); /* the previous tile is no longer read */
         /* Gather the tile through the block table, 16 bytes at a time; keys
          * past the end are zero so that 0 * garbage never makes a NaN. */
-        constexpr int PIECES = HD / 8;
-        for (int c = threadIdx.x; c < ATTN_BK * PIECES; c += blockDim.x) {
-            int j = c / PIECES, piece = c % PIECES;
+        const int pieces = hd / 8;
+        for (int c = threadIdx.x; c < ATTN_BK * pieces; c += blockDim.x) {
+            int j = c / pieces, piece = c % pieces;
             int key = kv0 + j;
             uint4 kv = make_uint4(0, 0, 0, 0), vv = make_uint4(0, 0, 0, 0);
             if (key < kv_end) {
                 size_t slot = (size_t)table[key / p.block_size] * p.block_size +
                               key % p.block_size;
-                size_t off = (slot * p.hk + g) * HD + piece * 8;
+                size_t off = (slot * p.hk + g) * hd + piece * 8;
                 kv = *(const uint4 *)(p.k_cache + off);
                 vv = *(const uint4 *)(p.v_cache + off);
             }
-            uint32_t *kd = (uint32_t *)&ks[j * KS + piece * 4];
-            uint32_t *vd = (uint32_t *)&vs[j * KS + piece * 4];
+            uint32_t *kd = (uint32_t *)&ks[j * kst + piece * 4];
+            uint32_t *vd = (uint32_t *)&vs[j * kst + piece * 4];
             kd[0] = kv.x; kd[1] = kv.y; kd[2] = kv.z; kd[3] = kv.w;
             vd[0] = vv.x; vd[1] = vv.y; vd[2] = vv.z; vd[3] = vv.w;
         }
@@ -135,12 +148,12 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32)
 #pragma unroll
         for (int i = 0; i < RPW; i++) s[i][0] = s[i][1] = 0.0f;
 #pragma unroll 4
-        for (int d = 0; d < HD / 2; d++) {
-            float2 k0 = __bfloat1622float2(ks[lane * KS + d]);
-            float2 k1 = __bfloat1622float2(ks[(lane + 32) * KS + d]);
+        for (int d = 0; d < hp; d++) {
+            float2 k0 = __bfloat1622float2(ks[lane * kst + d]);
+            float2 k1 = __bfloat1622float2(ks[(lane + 32) * kst + d]);
 #pragma unroll
             for (int i = 0; i < RPW; i++) {
-                float2 q = __bfloat1622float2(qs[(warp * RPW + i) * (HD / 2) + d]);
+                float2 q = __bfloat1622float2(qs[(warp * RPW + i) * hp + d]);
                 s[i][0] = fmaf(q.x, k0.x, fmaf(q.y, k0.y, s[i][0]));
                 s[i][1] = fmaf(q.x, k1.x, fmaf(q.y, k1.y, s[i][1]));
             }
@@ -186,7 +199,8 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32)
                 float2 v[NP];
 #pragma unroll
                 for (int k = 0; k < NP; k++)
-                    v[k] = __bfloat1622float2(vs[j * KS + k * 32 + lane]);
+                    v[k] = k * 32 + lane < hp ? __bfloat1622float2(vs[j * kst + k * 32 + lane])
+                                              : make_float2(0.0f, 0.0f);
 #pragma unroll
                 for (int i = 0; i < RPW; i++) {
                     float pj = __shfl_sync(0xffffffffu, pr[i][half], jj);
@@ -208,15 +222,17 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32)
         int h = g * p.group + r % p.group;
         if (p.n_splits == 1) {
             float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
-            __nv_bfloat162 *dst = (__nv_bfloat162 *)(p.out + (size_t)tok * p.hq * HD + (size_t)h * HD);
+            __nv_bfloat162 *dst = (__nv_bfloat162 *)(p.out + (size_t)tok * p.hq * hd + (size_t)h * hd);
 #pragma unroll
             for (int k = 0; k < NP; k++)
-                dst[k * 32 + lane] = __floats2bfloat162_rn(o[i][k][0] * inv, o[i][k][1] * inv);
+                if (k * 32 + lane < hp)
+                    dst[k * 32 + lane] = __floats2bfloat162_rn(o[i][k][0] * inv, o[i][k][1] * inv);
         } else {
             size_t idx = ((size_t)tok * p.hq + h) * p.n_splits + split;
-            float2 *dst = (float2 *)(p.part_o + idx * HD);
+            float2 *dst = (float2 *)(p.part_o + idx * hd);
 #pragma unroll
-            for (int k = 0; k < NP; k++) dst[k * 32 + lane] = make_float2(o[i][k][0], o[i][k][1]);
+            for (int k = 0; k < NP; k++)
+                if (k * 32 + lane < hp) dst[k * 32 + lane] = make_float2(o[i][k][0], o[i][k][1]);
             if (lane == 0) {
                 p.part_ml[idx * 2] = m[i];
                 p.part_ml[idx * 2 + 1] = l[i];
@@ -247,23 +263,26 @@ __global__ void kernel_attn_merge(bf16 *out, const float *part_o, const float *p
     }
 }
 
-template <int HD, int RPW>
+template <int HDC, int RPW>
 static nl_status launch(cuda_backend *be, attn_params *p, int n_seqs, int q_tiles)
 {
+    const size_t smem = attn_smem_bytes(p->hd, RPW);
+    NL_CUDA_CHECK(cudaFuncSetAttribute(kernel_attention<HDC, RPW>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     dim3 grid(q_tiles * p->n_splits, n_seqs, p->hk);
-    kernel_attention<HD, RPW><<<grid, ATTN_WARPS * 32, 0, be->stream>>>(*p);
+    kernel_attention<HDC, RPW><<<grid, ATTN_WARPS * 32, smem, be->stream>>>(*p);
     NL_CUDA_CHECK_LAUNCH();
     return NL_OK;
 }
 
-template <int HD>
+template <int HDC>
 static nl_status launch_rpw(cuda_backend *be, attn_params *p, int rpw, int n_seqs, int q_tiles)
 {
     switch (rpw) {
-    case 1: return launch<HD, 1>(be, p, n_seqs, q_tiles);
-    case 2: return launch<HD, 2>(be, p, n_seqs, q_tiles);
-    case 4: return launch<HD, 4>(be, p, n_seqs, q_tiles);
-    default: return launch<HD, 8>(be, p, n_seqs, q_tiles);
+    case 1: return launch<HDC, 1>(be, p, n_seqs, q_tiles);
+    case 2: return launch<HDC, 2>(be, p, n_seqs, q_tiles);
+    case 4: return launch<HDC, 4>(be, p, n_seqs, q_tiles);
+    default: return launch<HDC, 8>(be, p, n_seqs, q_tiles);
     }
 }
 
@@ -284,6 +303,7 @@ nl_status cuda_attention_generic(cuda_backend *be, bf16 *out, const bf16 *qkv,
     p.hq = hq;
     p.hk = hk;
     p.group = group;
+    p.hd = hd;
     p.block_size = b->block_size;
     p.max_blocks_per_seq = b->max_blocks_per_seq;
     p.scale_log2 = scale * NL_LOG2E;
@@ -313,16 +333,25 @@ nl_status cuda_attention_generic(cuda_backend *be, bf16 *out, const bf16 *qkv,
     }
     p.part_ml = be->attn_scratch + (size_t)b->n_tokens * hq * p.n_splits * hd;
 
-    if (hd == 64)
+    if (hd <= 64)
         NL_TRY(launch_rpw<64>(be, &p, rpw, b->n_seqs, q_tiles));
-    else
+    else if (hd <= 128)
         NL_TRY(launch_rpw<128>(be, &p, rpw, b->n_seqs, q_tiles));
+    else
+        NL_TRY(launch_rpw<256>(be, &p, rpw, b->n_seqs, q_tiles));
     if (p.n_splits > 1) {
         kernel_attn_merge<<<b->n_tokens * hq, hd, 0, be->stream>>>(p.out, p.part_o, p.part_ml, hd,
                                                                    p.n_splits);
         NL_CUDA_CHECK_LAUNCH();
     }
     return NL_OK;
+}
+
+/* The head dims the decode and prefill kernels are built for; others take
+ * the generic kernel. */
+static bool has_fast_kernel(int hd)
+{
+    return hd == 32 || hd == 64 || hd == 80 || hd == 96 || hd == 128 || hd == 256;
 }
 
 /* NL_ATTN_GENERIC=1 selects the generic kernel (read once). */
@@ -344,13 +373,14 @@ nl_status cuda_attention(cuda_backend *be, void *out, const void *qkv, const voi
     if (hk <= 0 || hq % hk != 0)
         return nl_error(NL_ERR_INVALID_ARG, "cuda: attention heads hq=%d not a multiple of hk=%d",
                         hq, hk);
-    if (hd != 64 && hd != 128)
-        return nl_error(NL_ERR_UNSUPPORTED, "cuda: attention head_dim %d (supported: 64, 128)", hd);
+    if (hd <= 0 || hd % 8 != 0 || hd > ATTN_MAX_HD)
+        return nl_error(NL_ERR_UNSUPPORTED, "cuda: attention head_dim %d (supported: multiples "
+                        "of 8 up to %d)", hd, ATTN_MAX_HD);
     if (b->block_size <= 0)
         return nl_error(NL_ERR_INVALID_ARG, "cuda: attention block_size %d", b->block_size);
     bf16 *o = (bf16 *)out;
     const bf16 *q = (const bf16 *)qkv, *kc = (const bf16 *)k_cache, *vc = (const bf16 *)v_cache;
-    if (use_generic()) {
+    if (use_generic() || !has_fast_kernel(hd)) {
         if (hq / hk > ATTN_WARPS * 8)
             return nl_error(NL_ERR_UNSUPPORTED, "cuda: attention group of %d query heads per kv "
                             "head (at most %d)", hq / hk, ATTN_WARPS * 8);

@@ -10,19 +10,22 @@
 
 #define NL_LOG2E 1.4426950408889634f
 
-/* Decode (every q_len == 1), GQA groups of any size, head_dim 64 or 128:
+/* Decode (every q_len == 1), GQA groups of any size, head_dim 32, 64, 80, 96,
+ * 128 or 256:
  * one block per (context split, sequence, kv head, group slice). */
 nl_status cuda_attention_decode(cuda_backend *be, bf16 *out, const bf16 *qkv, const bf16 *k_cache,
                                 const bf16 *v_cache, const nl_attn_batch *b, int hq, int hk,
                                 int hd, float scale);
 
-/* Prefill and mixed batches on tensor cores, head_dim 64 or 128. */
+/* Prefill and mixed batches on tensor cores, head_dim 32, 64, 80, 96, 128 or
+ * 256. */
 nl_status cuda_attention_prefill(cuda_backend *be, bf16 *out, const bf16 *qkv,
                                  const bf16 *k_cache, const bf16 *v_cache, const nl_attn_batch *b,
                                  int hq, int hk, int hd, float scale);
 
-/* The first CUDA-core kernel for both cases; kept as a reference path
- * (NL_ATTN_GENERIC=1) to compare the specialised kernels against. */
+/* The first CUDA-core kernel for both cases, for any head_dim that is a
+ * multiple of 8 up to 256: the path for head dims without a specialised
+ * kernel, and a reference (NL_ATTN_GENERIC=1) to compare those against. */
 nl_status cuda_attention_generic(cuda_backend *be, bf16 *out, const bf16 *qkv,
                                  const bf16 *k_cache, const bf16 *v_cache, const nl_attn_batch *b,
                                  int hq, int hk, int hd, float scale);

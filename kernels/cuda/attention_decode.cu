@@ -4,27 +4,32 @@
  * A block owns one (context split, sequence, kv head) and up to G query heads
  * of that kv head's group, so every K/V byte is read from memory once.  Each
  * token's head row (hd bf16 = hd / 8 16-byte pieces) is read by hd / 8
- * lanes, one piece each; a warp thus covers 32 / (hd / 8) tokens per load and
+ * lanes, one piece each, inside a power-of-two lane group (head_dim 80 and 96
+ * leave the top lanes of a 16-lane group idle, so the xor reductions stay
+ * inside the group); a warp thus covers 32 / group tokens per load and
  * unrolls U loads of K and of V before using any, which keeps U * 32 bytes per
- * lane in flight.  Each group of lanes keeps its own online softmax state
+ * lane in flight.  Each lane group keeps its own online softmax state
  * (base-2 domain, fp32); the block merges its groups in shared memory.
  *
- * Splits have a fixed size in keys ("chunk") and the grid is launched for the
- * host's maximum context; a block reads its sequence's true length from
- * context_lens and exits when its split starts past it.  That keeps CUDA
- * graph replays (captured with max_context_len = max_model_len) correct and
- * cheap, and makes padding rows (context 1, any block) harmless.  With more
- * than one split, blocks write unnormalised partials (o, m, l) and
- * kernel_decode_merge combines the splits that exist for each sequence.
+ * Splits: the host picks their number from the batch's block count alone
+ * (enough blocks for a few waves of SMs when the sequences alone are too few,
+ * none otherwise), never from its maximum context, which under CUDA graphs is
+ * max_model_len.  Each block then sizes its split from its own sequence's
+ * context_lens (dec_chunk, at least DEC_MIN_CHUNK keys) and exits at once
+ * when its split starts past the end; so padding rows (context 1, block 0)
+ * cost one early exit per split.  With more than one split, blocks write
+ * unnormalised partials (o, m, l) and kernel_decode_merge combines the
+ * splits that exist for each sequence.
  */
 #include <math.h>
 
 #include "kernels/cuda/attention.cuh"
 
 #define DEC_WARPS 4
-#define DEC_MIN_CHUNK 256   /* keys per split when the context is split      */
+#define DEC_MIN_CHUNK 256    /* keys per split at least                      */
 #define DEC_MAX_SPLITS 256
-#define DEC_WAVES 16        /* at most this many blocks per SM in the grid   */
+#define DEC_SPLIT_BELOW 2    /* split when blocks < this many waves of SMs   */
+#define DEC_TARGET_WAVES 4   /* ... aiming at this many waves with splits    */
 
 typedef struct dec_params {
     bf16 *out;                /* [n, hq * hd]                                */
@@ -39,9 +44,24 @@ typedef struct dec_params {
     int hq, hk, group, n_slices;
     int block_size, block_shift; /* block_shift < 0: not a power of two       */
     int max_blocks_per_seq;
-    int n_splits, chunk;
+    int n_splits;             /* blocks per (sequence, kv head, slice)      */
     float scale_log2;
 } dec_params;
+
+/* Keys per split of a sequence of ctx keys: the context spread over the
+ * splits, rounded to 64 keys, never under DEC_MIN_CHUNK.  The decode kernel
+ * and the merge must agree on it. */
+static __device__ __forceinline__ int dec_chunk(int ctx, int n_splits)
+{
+    int c = (ctx + n_splits - 1) / n_splits;
+    c = (c + 63) / 64 * 64;
+    return c > DEC_MIN_CHUNK ? c : DEC_MIN_CHUNK;
+}
+
+static __host__ __device__ constexpr int dec_pow2_ceil(int x)
+{
+    return x <= 1 ? 1 : 2 * dec_pow2_ceil((x + 1) / 2);
+}
 
 static __device__ __forceinline__ void dec_unpack(uint4 v, float f[8])
 {
@@ -66,7 +86,8 @@ static __device__ __forceinline__ uint4 dec_load(const bf16 *p)
 template <int HD, int G, int U>
 __global__ void __launch_bounds__(DEC_WARPS * 32) kernel_decode(dec_params p)
 {
-    constexpr int LPT = HD / 8;             /* lanes per token               */
+    constexpr int LIVE = HD / 8;            /* lanes that load a token's row */
+    constexpr int LPT = dec_pow2_ceil(LIVE); /* lanes per token              */
     constexpr int TPW = 32 / LPT;           /* tokens per warp per load      */
     constexpr int PARTS = DEC_WARPS * TPW;  /* softmax states per block      */
     constexpr int STEP = PARTS * U;         /* keys per loop iteration       */
@@ -76,12 +97,14 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) kernel_decode(dec_params p)
     const int split = blockIdx.x, seq = blockIdx.y;
     const int kvh = blockIdx.z / p.n_slices, slice = blockIdx.z % p.n_slices;
     const int ctx = p.context_lens[seq];
-    const int k_begin = split * p.chunk;
-    const int k_end = min(ctx, k_begin + p.chunk);
+    const int chunk = dec_chunk(ctx, p.n_splits);
+    const int k_begin = split * chunk;
+    const int k_end = min(ctx, k_begin + chunk);
     if (k_begin >= k_end) return;
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int sub = lane / LPT, li = lane % LPT;
+    const bool live = li < LIVE;
     const int part = warp * TPW + sub;
     const int tok = p.cu_seqlens_q[seq];
     const int h0 = kvh * p.group + slice * G; /* first query head served   */
@@ -91,7 +114,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) kernel_decode(dec_params p)
     const bf16 *qrow = p.qkv + (size_t)tok * (p.hq + 2 * p.hk) * HD;
 #pragma unroll
     for (int gi = 0; gi < G; gi++) {
-        if (gi < nh) {
+        if (gi < nh && live) {
             dec_unpack(*(const uint4 *)(qrow + (size_t)(h0 + gi) * HD + li * 8), q[gi]);
 #pragma unroll
             for (int i = 0; i < 8; i++) q[gi][i] *= p.scale_log2;
@@ -112,7 +135,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) kernel_decode(dec_params p)
 
     const int32_t *table = p.block_tables + (size_t)seq * p.max_blocks_per_seq;
     const size_t row_stride = (size_t)p.hk * HD;
-    const size_t head_off = (size_t)kvh * HD + li * 8;
+    const size_t head_off = (size_t)kvh * HD + (live ? li : 0) * 8;
 
     for (int base = k_begin; base < k_end; base += STEP) {
         uint4 kr[U], vr[U];
@@ -122,7 +145,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) kernel_decode(dec_params p)
             const int key = base + (warp * U + u) * TPW + sub;
             ok[u] = key < k_end;
             kr[u] = vr[u] = make_uint4(0, 0, 0, 0);
-            if (ok[u]) {
+            if (ok[u] && live) {
                 int bi, bo;
                 if (p.block_shift >= 0) {
                     bi = key >> p.block_shift;
@@ -194,8 +217,10 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) kernel_decode(dec_params p)
 
 #pragma unroll
     for (int gi = 0; gi < G; gi++) {
+        if (live) {
 #pragma unroll
-        for (int i = 0; i < 8; i++) sh_o[part][gi][li * 8 + i] = o[gi][i];
+            for (int i = 0; i < 8; i++) sh_o[part][gi][li * 8 + i] = o[gi][i];
+        }
         if (li == 0) {
             sh_m[part][gi] = m[gi];
             sh_l[part][gi] = l[gi];
@@ -238,7 +263,8 @@ __global__ void kernel_decode_merge(dec_params p, int hd)
 {
     const int seq = blockIdx.x / p.hq, h = blockIdx.x % p.hq;
     const int ctx = p.context_lens[seq];
-    const int n_act = min(p.n_splits, (ctx + p.chunk - 1) / p.chunk);
+    const int chunk = dec_chunk(ctx, p.n_splits);
+    const int n_act = min(p.n_splits, (ctx + chunk - 1) / chunk);
     const size_t row0 = ((size_t)seq * p.hq + h) * p.n_splits;
     const float *ml = p.part_ml + row0 * 2;
     float mx = -INFINITY;
@@ -306,15 +332,16 @@ nl_status cuda_attention_decode(cuda_backend *be, bf16 *out, const bf16 *qkv, co
     p.max_blocks_per_seq = b->max_blocks_per_seq;
     p.scale_log2 = scale * NL_LOG2E;
 
-    /* Split the context only when the sequences alone leave SMs idle; the
-     * split count covers the host's maximum context, bounded so that blocks
-     * that find nothing to do stay a small cost. */
+    /* Split only when the sequences alone leave SMs idle.  The count
+     * depends on the block count, not on the host's maximum context; a
+     * small true maximum (eager steps) only trims splits that would find no
+     * keys. */
     const int blocks = b->n_seqs * hk * p.n_slices;
     int n_splits = 1;
-    if (blocks < 2 * be->num_sms && b->max_context_len > DEC_MIN_CHUNK) {
-        n_splits = (b->max_context_len + DEC_MIN_CHUNK - 1) / DEC_MIN_CHUNK;
-        const int cap = (DEC_WAVES * be->num_sms + blocks - 1) / blocks;
-        if (n_splits > cap) n_splits = cap;
+    if (blocks < DEC_SPLIT_BELOW * be->num_sms) {
+        n_splits = (DEC_TARGET_WAVES * be->num_sms + blocks - 1) / blocks;
+        const int most = (b->max_context_len + DEC_MIN_CHUNK - 1) / DEC_MIN_CHUNK;
+        if (n_splits > most) n_splits = most;
         if (n_splits > DEC_MAX_SPLITS) n_splits = DEC_MAX_SPLITS;
         const size_t per_split = (size_t)b->n_seqs * hq * (hd + 2);
         const size_t fit = be->attn_scratch_floats / per_split;
@@ -322,19 +349,20 @@ nl_status cuda_attention_decode(cuda_backend *be, bf16 *out, const bf16 *qkv, co
         if (n_splits < 1) n_splits = 1;
     }
     p.n_splits = n_splits;
-    if (n_splits == 1) {
-        p.chunk = 1 << 30; /* the whole context, whatever the host said     */
-    } else {
-        int chunk = (b->max_context_len + n_splits - 1) / n_splits;
-        p.chunk = (chunk + 63) / 64 * 64;
-    }
     p.part_o = be->attn_scratch;
     p.part_ml = be->attn_scratch + (size_t)b->n_seqs * hq * n_splits * hd;
 
-    if (hd == 64)
-        NL_TRY(launch_decode_g<64>(be, &p, g, b->n_seqs));
-    else
-        NL_TRY(launch_decode_g<128>(be, &p, g, b->n_seqs));
+    switch (hd) {
+    case 32: NL_TRY(launch_decode_g<32>(be, &p, g, b->n_seqs)); break;
+    case 64: NL_TRY(launch_decode_g<64>(be, &p, g, b->n_seqs)); break;
+    case 80: NL_TRY(launch_decode_g<80>(be, &p, g, b->n_seqs)); break;
+    case 96: NL_TRY(launch_decode_g<96>(be, &p, g, b->n_seqs)); break;
+    case 128: NL_TRY(launch_decode_g<128>(be, &p, g, b->n_seqs)); break;
+    case 256: NL_TRY(launch_decode_g<256>(be, &p, g, b->n_seqs)); break;
+    default:
+        return nl_error(NL_ERR_UNSUPPORTED, "cuda: decode attention head_dim %d (kernels for "
+                        "32, 64, 80, 96, 128, 256)", hd);
+    }
     if (n_splits > 1) {
         kernel_decode_merge<<<b->n_seqs * hq, hd, 0, be->stream>>>(p, hd);
         NL_CUDA_CHECK_LAUNCH();

@@ -1,10 +1,14 @@
 /* attention_prefill.cu — causal attention for prefill and mixed batches on
- * tensor cores (FlashAttention-2 style), reading K/V from the paged cache.
+ * tensor cores (FlashAttention-2 style), reading K/V from the paged cache,
+ * for head_dim 32, 64, 80, 96, 128 and 256.
  *
  * A block owns 64 new tokens of one sequence for one query head; each of its
- * four warps owns 16 of those rows.  The block walks 64-key tiles of its kv
- * head, gathered through the block table with cp.async into a double buffer
- * so that the next tile loads while the current one is used.  S = Q K^T and
+ * four warps owns 16 of those rows.  The block walks BK-key tiles of its kv
+ * head (64 keys; 32 for head_dim 256, whose fp32 output rows already fill
+ * most of a thread's registers, and which also re-reads its query fragments
+ * from shared memory instead of holding them), gathered through the block
+ * table with cp.async into a double buffer so that the next tile loads while
+ * the current one is used.  S = Q K^T and
  * O += P V run as m16n8k16 bf16 mma.sync with fp32 accumulators, operands
  * fetched by ldmatrix from row-padded shared memory (no bank conflicts); the
  * online softmax stays in registers in the base-2 domain.  Tiles past a
@@ -19,7 +23,6 @@
 
 #define PF_WARPS 4
 #define PF_BQ 64  /* query rows per block (16 per warp)                      */
-#define PF_BK 64  /* keys per tile                                           */
 
 typedef struct pf_params {
     bf16 *out;                /* [n, hq * hd]                                */
@@ -34,17 +37,36 @@ typedef struct pf_params {
     float scale_log2;
 } pf_params;
 
+/* Keys per tile for a head_dim. */
 template <int HD>
-static constexpr size_t pf_smem_bytes()
+static __host__ __device__ constexpr int pf_bk()
 {
-    return (size_t)(PF_BQ + 4 * PF_BK) * (HD + 8) * sizeof(bf16);
+    return HD > 128 ? 32 : 64;
+}
+
+template <int HD>
+static __host__ __device__ constexpr size_t pf_smem_bytes()
+{
+    return (size_t)(PF_BQ + 4 * pf_bk<HD>()) * (HD + 8) * sizeof(bf16);
+}
+
+/* Two 8x8 bf16 matrices; lanes 0-15 give the row addresses. */
+static __device__ __forceinline__ void pf_ldsm_x2(uint32_t r[2], const bf16 *p)
+{
+    unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
+                 : "=r"(r[0]), "=r"(r[1])
+                 : "r"(a));
 }
 
 template <int HD>
 __global__ void __launch_bounds__(PF_WARPS * 32) kernel_prefill(pf_params p)
 {
+    constexpr int PF_BK = pf_bk<HD>();
+    constexpr bool QREG = HD <= 128; /* query fragments held in registers  */
     constexpr int ST = HD + 8;      /* padded row stride in bf16             */
-    constexpr int KT = HD / 16;     /* k-steps of S = Q K^T                  */
+    constexpr int KT = HD / 16;     /* k-steps of S = Q K^T (odd for 80)     */
+    static_assert(QREG || KT % 2 == 0, "an odd k-step count needs register query fragments");
     constexpr int DT = HD / 8;      /* 8-wide output column tiles            */
     constexpr int PIECES = HD / 8;  /* 16-byte pieces per row                */
     extern __shared__ __align__(16) unsigned char pf_smem[];
@@ -109,7 +131,7 @@ __global__ void __launch_bounds__(PF_WARPS * 32) kernel_prefill(pf_params p)
     const int warp_first = wr0 < t_count ? pos0 + wr0 : -1;
     const int warp_last = wr0 < t_count ? pos0 + min(wr0 + 15, t_count - 1) : -1;
 
-    uint32_t qf[KT][4];
+    uint32_t qf[QREG ? KT : 1][4];
     float o[DT][4];
 #pragma unroll
     for (int d = 0; d < DT; d++) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
@@ -124,9 +146,9 @@ __global__ void __launch_bounds__(PF_WARPS * 32) kernel_prefill(pf_params p)
             attn_cp_async_wait<0>();
         }
         __syncthreads();
-        if (j == 0) {
+        if (QREG && j == 0) {
 #pragma unroll
-            for (int kt = 0; kt < KT; kt++)
+            for (int kt = 0; kt < (QREG ? KT : 1); kt++)
                 attn_ldsm_x4(qf[kt], qs + (wr0 + (lane & 15)) * ST + kt * 16 + (lane >> 4) * 8);
         }
         const int kv0 = j * PF_BK;
@@ -138,13 +160,34 @@ __global__ void __launch_bounds__(PF_WARPS * 32) kernel_prefill(pf_params p)
 #pragma unroll
             for (int nt = 0; nt < PF_BK / 8; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
 #pragma unroll
-            for (int kt = 0; kt < KT; kt += 2) {
+            for (int kt = 0; kt + 1 < KT; kt += 2) {
+                uint32_t a0[4], a1[4];
+                if constexpr (QREG) {
+#pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        a0[i] = qf[kt][i];
+                        a1[i] = qf[kt + 1][i];
+                    }
+                } else {
+                    const bf16 *qrow = qs + (wr0 + (lane & 15)) * ST + (lane >> 4) * 8;
+                    attn_ldsm_x4(a0, qrow + kt * 16);
+                    attn_ldsm_x4(a1, qrow + (kt + 1) * 16);
+                }
 #pragma unroll
                 for (int nt = 0; nt < PF_BK / 8; nt++) {
                     uint32_t b[4];
                     attn_ldsm_x4(b, kb + (nt * 8 + (lane & 7)) * ST + kt * 16 + (lane >> 3) * 8);
-                    attn_mma_bf16(s[nt], qf[kt], b[0], b[1]);
-                    attn_mma_bf16(s[nt], qf[kt + 1], b[2], b[3]);
+                    attn_mma_bf16(s[nt], a0, b[0], b[1]);
+                    attn_mma_bf16(s[nt], a1, b[2], b[3]);
+                }
+            }
+            if constexpr (KT % 2 == 1) { /* the last 16 dims on their own */
+                constexpr int kt = KT - 1;
+#pragma unroll
+                for (int nt = 0; nt < PF_BK / 8; nt++) {
+                    uint32_t b[2];
+                    pf_ldsm_x2(b, kb + (nt * 8 + (lane & 7)) * ST + kt * 16 + ((lane >> 3) & 1) * 8);
+                    attn_mma_bf16(s[nt], qf[QREG ? kt : 0], b[0], b[1]);
                 }
             }
 
@@ -266,6 +309,15 @@ nl_status cuda_attention_prefill(cuda_backend *be, bf16 *out, const bf16 *qkv,
     p.scale_log2 = scale * NL_LOG2E;
     const int q_tiles = (b->max_q_len + PF_BQ - 1) / PF_BQ;
     if (q_tiles <= 0) return NL_OK;
-    if (hd == 64) return launch_prefill<64>(be, &p, b->n_seqs, q_tiles);
-    return launch_prefill<128>(be, &p, b->n_seqs, q_tiles);
+    switch (hd) {
+    case 32: return launch_prefill<32>(be, &p, b->n_seqs, q_tiles);
+    case 64: return launch_prefill<64>(be, &p, b->n_seqs, q_tiles);
+    case 80: return launch_prefill<80>(be, &p, b->n_seqs, q_tiles);
+    case 96: return launch_prefill<96>(be, &p, b->n_seqs, q_tiles);
+    case 128: return launch_prefill<128>(be, &p, b->n_seqs, q_tiles);
+    case 256: return launch_prefill<256>(be, &p, b->n_seqs, q_tiles);
+    default:
+        return nl_error(NL_ERR_UNSUPPORTED, "cuda: prefill attention head_dim %d (kernels for "
+                        "32, 64, 80, 96, 128, 256)", hd);
+    }
 }
