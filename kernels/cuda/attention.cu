@@ -1,7 +1,8 @@
 /* attention.cu — the attention op's entry point, which checks the arguments
  * and picks a kernel (attention_decode.cu for all-decode batches,
- * attention_prefill.cu otherwise, for the head dims they are built for), plus the first, generic CUDA-core kernel
- * for both cases, kept as the reference the specialised kernels are measured
+ * attention_prefill.cu otherwise, for the head dims they are built for), plus
+ * the first, generic CUDA-core kernel for both cases, which takes every other
+ * head dim and stays the reference the specialised kernels are measured
  * against (NL_ATTN_GENERIC=1 in the environment selects it).
  *
  * Generic kernel: a block owns one kv head of one sequence and a set of
