@@ -20,6 +20,8 @@
 #define BPE_CACHE_MAX_WORD 256
 #define BPE_CACHE_MAX_WORDS (1u << 18)
 #define BPE_CACHE_MAX_IDS (1u << 22)
+/* Bytes of a merge's two tokens together; real merges are a few dozen. */
+#define BPE_MERGE_MAX 1024
 
 typedef struct bpe_symbol {
     int32_t id;
@@ -161,9 +163,9 @@ static nl_status load_vocab(bpe *b, const json_t *vocab, const char *path)
     b->id_limit = 0;
     json_object_foreach((json_t *)vocab, key, val) {
         json_int_t id = json_integer_value(val);
-        if (!json_is_integer(val) || id < 0 || id >= INT32_MAX)
-            return nl_error(NL_ERR_FORMAT, "%s: model.vocab[\"%s\"] is not an id in [0, %d)", path,
-                            key, INT32_MAX);
+        if (!json_is_integer(val) || id < 0 || id >= BPE_ID_LIMIT)
+            return nl_error(NL_ERR_FORMAT, "%s: model.vocab[\"%s\"] = %lld is not an id in [0, %d)",
+                            path, key, (long long)id, BPE_ID_LIMIT);
         if (id + 1 > b->id_limit) b->id_limit = (int32_t)(id + 1);
         total += strlen(key);
     }
@@ -196,7 +198,8 @@ static nl_status load_vocab(bpe *b, const json_t *vocab, const char *path)
     return NL_OK;
 }
 
-/* A merge is "left right" or ["left", "right"]; returns the two token ids. */
+/* A merge is "left right" or ["left", "right"]; returns the two token ids.
+ * buf has room for BPE_MERGE_MAX bytes. */
 static nl_status merge_parts(const bpe *b, const json_t *merge, size_t index, const char *path,
                              int32_t *left, int32_t *right, char *buf)
 {
@@ -222,6 +225,9 @@ static nl_status merge_parts(const bpe *b, const json_t *merge, size_t index, co
         return nl_error(NL_ERR_FORMAT, "%s: model.merges[%zu] is neither \"a b\" nor [\"a\", \"b\"]",
                         path, index);
     }
+    if (lens[0] + lens[1] >= BPE_MERGE_MAX)
+        return nl_error(NL_ERR_FORMAT, "%s: model.merges[%zu] is longer than %d bytes", path, index,
+                        BPE_MERGE_MAX - 1);
     int32_t *ids[2] = {left, right};
     size_t total = 0;
     for (int k = 0; k < 2; k++) {
@@ -242,12 +248,8 @@ static nl_status load_merges(bpe *b, const json_t *merges, const char *path)
         return nl_error(NL_ERR_FORMAT, "%s: model.merges is missing or not an array", path);
     for (size_t i = 0; i < json_array_size(merges); i++) {
         int32_t left, right;
-        char buf[1024];
-        const json_t *m = json_array_get(merges, i);
-        if (json_is_string(m) && json_string_length(m) >= sizeof buf)
-            return nl_error(NL_ERR_FORMAT, "%s: model.merges[%zu] is longer than %zu bytes", path, i,
-                            sizeof buf - 1);
-        NL_TRY(merge_parts(b, m, i, path, &left, &right, buf));
+        char buf[BPE_MERGE_MAX];
+        NL_TRY(merge_parts(b, json_array_get(merges, i), i, path, &left, &right, buf));
         size_t ll = 0, rl = 0;
         const char *lb = bpe_token_bytes(b, left, &ll);
         const char *rb = bpe_token_bytes(b, right, &rl);

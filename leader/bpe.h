@@ -26,6 +26,11 @@ nl_status bpe_ids_append(bpe_ids *ids, const int32_t *src, size_t n);
 
 typedef struct bpe bpe;
 
+/* Token ids (vocabulary and added tokens) lie below this.  Tables are
+ * indexed by id, so a stray huge id in a file must not size them; real
+ * vocabularies stay far below (Qwen: 151,936). */
+#define BPE_ID_LIMIT (1 << 24)
+
 /* model: the "model" object of tokenizer.json; path names it in errors. */
 nl_status bpe_create(const json_t *model, const char *path, bpe **out);
 void bpe_destroy(bpe *b);

@@ -139,9 +139,9 @@ static nl_status load_added_tokens(tokenizer *t, const json_t *list, const char 
     for (size_t i = 0; i < json_array_size(list); i++) {
         const json_t *obj = json_array_get(list, i);
         json_int_t id = json_integer_value(json_object_get(obj, "id"));
-        if (!json_is_integer(json_object_get(obj, "id")) || id < 0 || id >= INT32_MAX)
-            return nl_error(NL_ERR_FORMAT, "%s: added_tokens[%zu].id is missing or out of range",
-                            path, i);
+        if (!json_is_integer(json_object_get(obj, "id")) || id < 0 || id >= BPE_ID_LIMIT)
+            return nl_error(NL_ERR_FORMAT, "%s: added_tokens[%zu].id is missing or not in [0, %d)",
+                            path, i, BPE_ID_LIMIT);
         NL_TRY(add_token(t, (int32_t)id, obj, path));
     }
     return NL_OK;
@@ -156,9 +156,9 @@ static nl_status load_added_tokens_decoder(tokenizer *t, const json_t *map, cons
     json_object_foreach((json_t *)map, key, obj) {
         char *end;
         long id = strtol(key, &end, 10);
-        if (*end != '\0' || end == key || id < 0 || id >= INT32_MAX)
-            return nl_error(NL_ERR_FORMAT, "%s: added_tokens_decoder key \"%s\" is not a token id",
-                            path, key);
+        if (*end != '\0' || end == key || id < 0 || id >= BPE_ID_LIMIT)
+            return nl_error(NL_ERR_FORMAT, "%s: added_tokens_decoder key \"%s\" is not a token id "
+                            "in [0, %d)", path, key, BPE_ID_LIMIT);
         NL_TRY(add_token(t, (int32_t)id, obj, path));
     }
     return NL_OK;

@@ -475,6 +475,50 @@ START_TEST(test_load_errors)
 END_TEST
 
 
+/* Sizes come from the file: an id or a merge past the limits is refused by
+ * name, before anything is allocated or copied for it. */
+START_TEST(test_load_limits)
+{
+    char dir[8192];
+    snprintf(dir, sizeof dir, "%s/limits", tmp_dir);
+    mkdir(dir, 0700);
+    tokenizer *t;
+
+    /* A merge in the list form longer than a merge may be. */
+    char part[3001];
+    memset(part, 'a', 3000);
+    part[3000] = '\0';
+    char merges[3100];
+    snprintf(merges, sizeof merges, "[[\"%s\", \"a\"]]", part);
+    char *json = tiny_tokenizer_json("{}", merges, "[]", "null");
+    write_file(dir, "tokenizer.json", json);
+    free(json);
+    ck_assert_int_eq(tokenizer_load(dir, &t), NL_ERR_FORMAT);
+    ck_assert_msg(strstr(nl_last_error(), "merges[0]") && strstr(nl_last_error(), "longer than"), "%s",
+                  nl_last_error());
+
+    /* Ids far beyond any vocabulary would size the id tables. */
+    json = tiny_tokenizer_json("{\"zz\": 2000000000}", "[]", "[]", "null");
+    write_file(dir, "tokenizer.json", json);
+    free(json);
+    ck_assert_int_eq(tokenizer_load(dir, &t), NL_ERR_FORMAT);
+    ck_assert_msg(strstr(nl_last_error(), "2000000000"), "%s", nl_last_error());
+    json = tiny_tokenizer_json("{}", "[]", "[{\"id\": 2000000000, \"content\": \"<x>\"}]", "null");
+    write_file(dir, "tokenizer.json", json);
+    free(json);
+    ck_assert_int_eq(tokenizer_load(dir, &t), NL_ERR_FORMAT);
+    ck_assert_msg(strstr(nl_last_error(), "added_tokens[0]"), "%s", nl_last_error());
+    json = tiny_tokenizer_json("{}", "[]", "[]", "null");
+    write_file(dir, "tokenizer.json", json);
+    free(json);
+    write_file(dir, "tokenizer_config.json",
+               "{\"added_tokens_decoder\": {\"2000000000\": {\"content\": \"<x>\"}}}");
+    ck_assert_int_eq(tokenizer_load(dir, &t), NL_ERR_FORMAT);
+    ck_assert_msg(strstr(nl_last_error(), "2000000000"), "%s", nl_last_error());
+}
+END_TEST
+
+
 /* ---- the tokenize / detokenize commands ---- */
 
 typedef struct cli_run {
@@ -586,6 +630,7 @@ int main(void)
     tcase_add_test(core, test_added_token_options);
     tcase_add_test(core, test_eos_from_configs);
     tcase_add_test(core, test_load_errors);
+    tcase_add_test(core, test_load_limits);
     suite_add_tcase(s, core);
     TCase *cli = tcase_create("cli");
     tcase_set_timeout(cli, 120); /* each command loads the 11 MB tokenizer.json */
