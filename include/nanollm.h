@@ -63,7 +63,7 @@ void nl_engine_config_init(nl_engine_config *config);
 
 typedef struct nl_sampling_params {
     int32_t max_tokens;        /* default 16                                */
-    float temperature;         /* 0 = greedy; default 1.0                   */
+    float temperature;         /* below 1e-5 = greedy; default 1.0         */
     int32_t top_k;             /* 0 or -1 = off                             */
     float top_p;               /* (0, 1], 1 = off                           */
     float min_p;               /* [0, 1], 0 = off                           */

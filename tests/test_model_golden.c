@@ -422,6 +422,39 @@ START_TEST(test_rejects_bad_commands)
 }
 END_TEST
 
+/* A temperature so small that 1 / T overflows a float still means "the
+ * most likely token": it must not turn every score into an infinity whose
+ * ties go to the lowest id. */
+START_TEST(test_tiny_temperature_is_greedy)
+{
+    make_tmp();
+    ck_assert_int_eq(make_model(&models[0], tmp_root), 0);
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/%s", tmp_root, models[0].name);
+    nl_backend *be;
+    ck_assert_int_eq(nl_backend_cpu_create(1, &be), NL_OK);
+    model_runner *r = open_runner(dir, be, nl_comm_single());
+    wire_reply reply;
+    wire_seq q = seq_of(1, 0, prompt_len[1], prompts[1], true);
+    wire_run cmd = {.kind = WIRE_RUN, .step_id = 1, .n_seqs = 1, .seqs = &q};
+    q.temperature = 0.0f;
+    ck_assert_int_eq(model_runner_execute(r, &cmd, &reply), NL_OK);
+    int32_t greedy = reply.sampled[0].token_id;
+    ck_assert_int_eq(greedy, reply.sampled[0].top_ids[0]);
+    const float tiny[] = {1e-40f, 1e-38f, 1e-30f, 1e-7f};
+    for (size_t i = 0; i < sizeof tiny / sizeof tiny[0]; i++)
+        for (uint64_t seed = 0; seed < 4; seed++) {
+            q.temperature = tiny[i], q.seed = seed;
+            ck_assert_int_eq(model_runner_execute(r, &cmd, &reply), NL_OK);
+            ck_assert_msg(reply.sampled[0].token_id == greedy, "T %g seed %d: token %d, greedy %d",
+                          (double)tiny[i], (int)seed, reply.sampled[0].token_id, greedy);
+        }
+    model_runner_destroy(r);
+    nl_backend_destroy(be);
+    remove_tree(tmp_root);
+}
+END_TEST
+
 START_TEST(test_rejects_tp_not_dividing)
 {
     make_tmp();
@@ -458,6 +491,7 @@ int main(int argc, char **argv)
     tcase_add_loop_test(tc, test_golden_tp4, 0, 2);
     tcase_add_test(tc, test_rejects_bad_commands);
     tcase_add_test(tc, test_rejects_tp_not_dividing);
+    tcase_add_test(tc, test_tiny_temperature_is_greedy);
     suite_add_tcase(s, tc);
     return check_run(s);
 }

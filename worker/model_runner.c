@@ -432,12 +432,18 @@ static nl_status validate(const model_runner *r, const wire_run *cmd, int32_t *n
     return NL_OK;
 }
 
+/* Below this temperature a request is sampled greedily.  Softmax at such a
+ * temperature is already one-hot, and the samplers scale logits by 1 / T:
+ * near 1e-38 that overflows to infinity, every kept score ties and the lowest
+ * id would win instead of the most likely one. */
+#define GREEDY_TEMPERATURE 1e-5f
+
 static nl_sample_row sample_row_of(const wire_seq *q)
 {
     nl_sample_row row = {.temperature = q->temperature, .top_p = q->top_p, .min_p = q->min_p,
                          .top_k = q->top_k, .seed = q->seed, .offset = q->sample_offset,
                          .n_logprobs = q->n_logprobs};
-    if (!(row.temperature > 0.0f)) { /* greedy: the filters cannot matter */
+    if (!(row.temperature >= GREEDY_TEMPERATURE)) { /* greedy: the filters cannot matter */
         row.temperature = 0.0f;
         row.top_p = 1.0f;
         row.min_p = 0.0f;
