@@ -31,7 +31,6 @@ struct nl_engine {
     char device_name[32];
     runner *runner;
     tokenizer *tok;
-    int32_t tok_vocab;            /* ids the tokenizer can render        */
     block_manager *bm;
     scheduler *sch;
     u64map requests;              /* request id -> seq *                 */
@@ -151,7 +150,6 @@ nl_status engine_open_with_runner(const nl_engine_config *config,
     e->facts.device_name = e->device_name;
     e->runner = r;
     e->tok = tok;
-    e->tok_vocab = tok ? tokenizer_vocab_size(tok) : 0;
     r = NULL;
     tok = NULL;
 
@@ -468,9 +466,10 @@ static nl_status postprocess(nl_engine *e, seq *s, const wire_sampled *sm)
     nl_finish_reason finish = NL_FINISH_NONE;
     if (!s->params.ignore_eos && is_eos(e, sm->token_id)) finish = NL_FINISH_STOP;
     bool stopped_by_string = false;
-    /* The embedding may have more rows than the tokenizer has tokens
-     * (padding); such an id renders as no text. */
-    if (s->detok && sm->token_id < e->tok_vocab) {
+    /* The embedding may have rows that stand for no token (padding past
+     * the tokenizer's ids, or a gap between them): such an id renders as
+     * no text. */
+    if (s->detok && tokenizer_has_token(e->tok, sm->token_id)) {
         const char *delta;
         size_t len;
         NL_TRY(detokenizer_push(s->detok, sm->token_id, &delta, &len));

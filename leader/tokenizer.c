@@ -404,6 +404,13 @@ bool tokenizer_is_special(const tokenizer *t, int32_t id)
     return t->added[t->added_of_id[id]].special;
 }
 
+bool tokenizer_has_token(const tokenizer *t, int32_t id)
+{
+    size_t len;
+    if (id < 0 || id >= t->vocab_size) return false;
+    return t->added_of_id[id] >= 0 || bpe_token_bytes(t->model, id, &len) != NULL;
+}
+
 const char *tokenizer_chat_template(const tokenizer *t)
 {
     return t->chat_template;

@@ -33,6 +33,8 @@ nl_status tokenizer_apply_chat_template(const tokenizer *t, const nl_chat_messag
 /* EOS/stop ids from config.json, generation_config.json and tokenizer_config.json, deduplicated. */
 size_t tokenizer_eos_ids(const tokenizer *t, int32_t *out, size_t cap);
 bool tokenizer_is_special(const tokenizer *t, int32_t id);
+/* Whether id stands for a token: false past the end and in gaps between ids. */
+bool tokenizer_has_token(const tokenizer *t, int32_t id);
 
 typedef struct detokenizer detokenizer;  /* streaming: emits only complete UTF-8 */
 nl_status detokenizer_create(const tokenizer *t, bool skip_special, detokenizer **out);

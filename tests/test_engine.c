@@ -568,6 +568,73 @@ START_TEST(test_text_and_stop_strings)
 }
 END_TEST
 
+/* A tokenizer of the 256 byte tokens (ids 0..255) and one special added
+ * token at id 300: ids 256..299 have no token at all. */
+static tokenizer *load_gapped_tokenizer(char *dir)
+{
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/tokenizer.json", dir);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("{\"added_tokens\": [{\"id\": 300, \"content\": \"<x>\", \"special\": true}],"
+          " \"normalizer\": null, \"pre_tokenizer\": {\"type\": \"ByteLevel\"},"
+          " \"decoder\": {\"type\": \"ByteLevel\"},"
+          " \"model\": {\"type\": \"BPE\", \"merges\": [], \"vocab\": {", f);
+    /* GPT-2's byte alphabet: printable Latin-1 bytes stand for themselves,
+     * the others take the code points 256.. in order. */
+    int next = 256;
+    for (int b = 0; b < 256; b++) {
+        bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+        fprintf(f, "%s\"\\u%04x\": %d", b ? ", " : "", printable ? b : next++, b);
+    }
+    fputs("}}}", f);
+    ck_assert_int_eq(fclose(f), 0);
+    tokenizer *t = NULL;
+    ck_assert_msg(tokenizer_load(dir, &t) == NL_OK, "%s", nl_last_error());
+    return t;
+}
+
+/* The model may sample an id that the tokenizer has no token for (a gap
+ * in its ids, not only padding past the end): it renders as no text and
+ * the request goes on. */
+START_TEST(test_tokens_without_text)
+{
+    char dir[] = "/tmp/nl_engine_tok_XXXXXX";
+    tokenizer *t = load_gapped_tokenizer(dir);
+    nl_engine *e = open_fake(64, 4096, NULL, 0, 0, t, 301);
+    int32_t prompt[3] = {65, 66, 67};
+    nl_prompt p = tokens_prompt(prompt, 3);
+    nl_sampling_params sp = greedy(200);
+    uint64_t a;
+    ck_assert_int_eq(nl_engine_submit(e, &p, &sp, &a), NL_OK);
+    nl_status st = nl_engine_run_until_done(e);
+    ck_assert_msg(st == NL_OK, "%s", nl_last_error());
+    const nl_result *r;
+    ck_assert_int_eq(nl_engine_get_result(e, a, &r), NL_OK);
+    ck_assert_int_eq(r->finish_reason, NL_FINISH_LENGTH);
+    ck_assert_int_eq(r->n_tokens, 200);
+    int32_t want[200], kept[200];
+    reference(prompt, 3, 200, 301, want);
+    ck_assert_int_eq(memcmp(r->token_ids, want, sizeof(want)), 0);
+    int32_t n_kept = 0, n_gap = 0;
+    for (int k = 0; k < 200; k++) {
+        if (want[k] >= 256 && want[k] < 300) n_gap++;
+        else kept[n_kept++] = want[k];
+    }
+    ck_assert_int_gt(n_gap, 0);
+    char *text;
+    ck_assert_int_eq(nl_engine_decode(e, kept, n_kept, &text), NL_OK); /* skips <x> */
+    ck_assert_str_eq(r->text, text);
+    free(text);
+    nl_engine_close(e);
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/tokenizer.json", dir);
+    unlink(path);
+    rmdir(dir);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("engine");
@@ -583,6 +650,7 @@ int main(void)
     tcase_add_test(tc, test_prefix_cache_through_engine);
     tcase_add_test(tc, test_runner_failure_stops_engine);
     tcase_add_test(tc, test_text_and_stop_strings);
+    tcase_add_test(tc, test_tokens_without_text);
     suite_add_tcase(s, tc);
     return check_run(s);
 }
