@@ -46,13 +46,33 @@ uint16_t nl_f32_to_f16(float f)
     return (uint16_t)(sign | h);
 }
 
+/* src may be unaligned: nothing in a safetensors file aligns a tensor's
+ * data, so every element is loaded with memcpy (which compiles to a plain
+ * load where alignment does not matter). */
 void nl_convert_to_f32(float *dst, const void *src, nl_dtype src_type, size_t n)
 {
-    const uint16_t *h = src;
+    const uint8_t *p = src;
+    uint16_t h;
+    int32_t k;
     switch (src_type) {
     case NL_DTYPE_F32: memcpy(dst, src, n * sizeof(float)); break;
-    case NL_DTYPE_BF16: for (size_t i = 0; i < n; i++) dst[i] = nl_bf16_to_f32(h[i]); break;
-    case NL_DTYPE_F16: for (size_t i = 0; i < n; i++) dst[i] = nl_f16_to_f32(h[i]); break;
-    case NL_DTYPE_I32: for (size_t i = 0; i < n; i++) dst[i] = (float)((const int32_t *)src)[i]; break;
+    case NL_DTYPE_BF16:
+        for (size_t i = 0; i < n; i++) {
+            memcpy(&h, p + 2 * i, sizeof h);
+            dst[i] = nl_bf16_to_f32(h);
+        }
+        break;
+    case NL_DTYPE_F16:
+        for (size_t i = 0; i < n; i++) {
+            memcpy(&h, p + 2 * i, sizeof h);
+            dst[i] = nl_f16_to_f32(h);
+        }
+        break;
+    case NL_DTYPE_I32:
+        for (size_t i = 0; i < n; i++) {
+            memcpy(&k, p + 4 * i, sizeof k);
+            dst[i] = (float)k;
+        }
+        break;
     }
 }

@@ -346,6 +346,35 @@ START_TEST(test_no_model)
 }
 END_TEST
 
+/* Nothing in the format aligns the data region: with an unpadded header of
+ * odd length every tensor starts at an odd address and must still read
+ * back exactly. */
+START_TEST(test_unaligned_data)
+{
+    const char *hdr = "{\"a\":{\"dtype\":\"BF16\",\"shape\":[3],\"data_offsets\":[0,6]},"
+                      "\"b\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[6,10]},"
+                      "\"c\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[10,14]} }";
+    ck_assert_int_eq(strlen(hdr) % 2, 1);
+    /* bf16 1, -2, 3; f16 1, -5; f32 0.5, all little-endian */
+    const uint8_t data[14] = {0x80, 0x3f, 0x00, 0xc0, 0x40, 0x40, 0x00, 0x3c,
+                              0x00, 0xc5, 0x00, 0x00, 0x00, 0x3f};
+    st_model *m;
+    ck_assert_int_eq(st_open_file(write_raw("odd.safetensors", 0, hdr, data, sizeof data), &m),
+                     NL_OK);
+    const st_tensor *a = st_find(m, "a"), *b = st_find(m, "b"), *c = st_find(m, "c");
+    ck_assert(a && b && c);
+    ck_assert_int_eq((uintptr_t)a->data % 2, 1);
+    float fa[3], fb[2], fc[1];
+    nl_convert_to_f32(fa, a->data, a->dtype, 3);
+    nl_convert_to_f32(fb, b->data, b->dtype, 2);
+    nl_convert_to_f32(fc, c->data, c->dtype, 1);
+    ck_assert(fa[0] == 1.0f && fa[1] == -2.0f && fa[2] == 3.0f);
+    ck_assert(fb[0] == 1.0f && fb[1] == -5.0f);
+    ck_assert(fc[0] == 0.5f);
+    st_close(m);
+}
+END_TEST
+
 START_TEST(test_bf16_f16_conversion)
 {
     /* bf16 is the top half of the f32 bits, rounded to nearest even. */
@@ -394,6 +423,7 @@ static Suite *safetensors_suite(void)
     tcase_add_test(tc, test_index_bad);
     tcase_add_test(tc, test_no_model);
     tcase_add_test(tc, test_bf16_f16_conversion);
+    tcase_add_test(tc, test_unaligned_data);
     suite_add_tcase(s, tc);
     return s;
 }
