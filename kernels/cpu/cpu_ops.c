@@ -9,6 +9,7 @@
  */
 #include <cblas.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -122,6 +123,7 @@ struct rope_ctx {
     int32_t hq, hk, hd;
     float eps;
     double theta;
+    atomic_bool failed; /* a thread had no memory for its table */
 };
 
 static void rope_task(void *ctx_, int64_t begin, int64_t end)
@@ -129,7 +131,10 @@ static void rope_task(void *ctx_, int64_t begin, int64_t end)
     struct rope_ctx *c = ctx_;
     int32_t half = c->hd / 2, width = (c->hq + 2 * c->hk) * c->hd;
     float *cs = malloc(sizeof(float) * 2 * (size_t)half);
-    if (!cs) abort(); /* a few hundred bytes: out of memory is not survivable here */
+    if (!cs) {
+        atomic_store(&c->failed, true);
+        return;
+    }
     float *sn = cs + half;
     for (int64_t t = begin; t < end; t++) {
         double pos = c->positions[t];
@@ -162,8 +167,10 @@ nl_status cpu_qk_norm_rope(nl_backend *be, void *qkv, const int32_t *positions,
     if ((q_norm && q_norm->rows * q_norm->cols != hd) || (k_norm && k_norm->rows * k_norm->cols != hd))
         return nl_error(NL_ERR_INVALID_ARG, "qk_norm_rope: q/k norm weights must have %d elements", hd);
     struct rope_ctx c = {qkv, positions, q_norm ? q_norm->data : NULL,
-                         k_norm ? k_norm->data : NULL, hq, hk, hd, eps, rope_theta};
+                         k_norm ? k_norm->data : NULL, hq, hk, hd, eps, rope_theta, false};
     cpu_parallel_for(CPU(be), n, ROWS_MIN_PARALLEL, rope_task, &c);
+    if (atomic_load(&c.failed))
+        return nl_error(NL_ERR_NOMEM, "qk_norm_rope: no memory for the rotary table of head_dim %d", hd);
     return NL_OK;
 }
 
@@ -190,6 +197,7 @@ struct attn_ctx {
     const nl_attn_batch *b;
     int32_t hq, hk, hd;
     float scale;
+    atomic_bool failed; /* a thread had no memory for its scores */
 };
 
 /* Eight partial sums: vectorisable, and closer to the exact sum than one. */
@@ -212,7 +220,10 @@ static void attn_task(void *ctx_, int64_t begin, int64_t end)
     int32_t hd = c->hd, group = c->hq / c->hk, bs = b->block_size;
     size_t width = (size_t)(c->hq + 2 * c->hk) * hd, kv_row = (size_t)c->hk * hd;
     float *scores = malloc(sizeof(float) * ((size_t)b->max_context_len + 1 + (size_t)hd));
-    if (!scores) abort(); /* bounded by max_model_len: out of memory is not survivable here */
+    if (!scores) {
+        atomic_store(&c->failed, true);
+        return;
+    }
     float *acc = scores + b->max_context_len + 1;
     int32_t s = 0;
     for (int64_t item = begin; item < end; item++) {
@@ -264,8 +275,11 @@ nl_status cpu_attention(nl_backend *be, void *out, const void *qkv, const void *
                             "%d blocks of %d)", s, q_len, ctx, batch->max_context_len,
                             batch->max_blocks_per_seq, batch->block_size);
     }
-    struct attn_ctx c = {out, qkv, k_cache, v_cache, batch, hq, hk, hd, scale};
+    struct attn_ctx c = {out, qkv, k_cache, v_cache, batch, hq, hk, hd, scale, false};
     cpu_parallel_for(CPU(be), (int64_t)batch->n_tokens * hq, 2, attn_task, &c);
+    if (atomic_load(&c.failed))
+        return nl_error(NL_ERR_NOMEM, "attention: no memory for the scores of %d context tokens",
+                        batch->max_context_len);
     return NL_OK;
 }
 

@@ -12,6 +12,7 @@
  * no renormalisation changes.  Rows are independent and run in parallel.
  */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -63,7 +64,7 @@ struct sample_ctx {
     const nl_sample_row *rows;
     int32_t *ids, *top_ids;
     float *logprobs, *top_logprobs;
-    bool failed;
+    atomic_bool failed; /* rows run on several threads */
 };
 
 /* The race over ids[0, n) (ids == NULL: over 0..n-1) whose p relative to
@@ -163,7 +164,7 @@ static void sample_task(void *ctx_, int64_t begin, int64_t end)
                 keys = malloc(sizeof(uint32_t) * (size_t)vocab);
                 tmp_keys = malloc(sizeof(uint32_t) * (size_t)vocab);
                 if (!order || !tmp_ids || !keys || !tmp_keys) {
-                    c->failed = true;
+                    atomic_store(&c->failed, true);
                     break;
                 }
             }
@@ -193,6 +194,6 @@ nl_status cpu_sample(nl_backend *be, const float *logits, int32_t m, int32_t voc
                             rows[r].top_p, rows[r].min_p);
     struct sample_ctx c = {logits, vocab, rows, ids, top_ids, logprobs, top_logprobs, false};
     cpu_parallel_for((cpu_backend *)be, m, 2, sample_task, &c);
-    if (c.failed) return nl_error(NL_ERR_NOMEM, "sample: no memory to sort %d logits", vocab);
+    if (atomic_load(&c.failed)) return nl_error(NL_ERR_NOMEM, "sample: no memory to sort %d logits", vocab);
     return NL_OK;
 }
