@@ -60,6 +60,9 @@ nl_status detokenizer_push(detokenizer *d, int32_t id, const char **delta, size_
     const char *bytes;
     size_t n;
     NL_TRY(tokenizer_token_bytes(d->t, id, d->skip_special, &bytes, &n));
+    /* A skipped special token adds nothing, and the held-back bytes are an
+     * incomplete character still; before the first bytes, pending is NULL. */
+    if (n == 0) return NL_OK;
     NL_TRY(reserve(&d->pending, &d->pending_cap, d->n_pending + n));
     memcpy(d->pending + d->n_pending, bytes, n);
     d->n_pending += n;
