@@ -6,8 +6,9 @@
  * {"prompt_token_ids": [...], "max_tokens": N, "temperature": T,
  * "ignore_eos": B} lines, or, without --workload, a random one shaped like
  * bench.py's: --num-seqs prompts (default 256) of 100..--max-input-len
- * random ids below 10000, each with max_tokens 100..--max-output-len,
- * temperature 0.6, EOS ignored (our own generator, seeded, so runs repeat;
+ * random ids in [0, 10000] (below the model's vocabulary), each with
+ * max_tokens 100..--max-output-len (both scaled into max_model_len when
+ * they exceed it), temperature 0.6, EOS ignored (our own generator, seeded, so runs repeat;
  * a workload file can reproduce bench.py's exact draw).
  */
 #include <jansson.h>
@@ -98,23 +99,29 @@ static int read_workload(const char *path, bench_req **out, int32_t *n_out)
     return rc;
 }
 
+/* bench.py's workload, fitted to the model: prompt and output lengths are
+ * scaled into max_len together, ids stay below the vocabulary. */
 static void random_workload(int32_t num_seqs, int32_t max_in, int32_t max_out, int32_t max_len,
-                            bench_req **out)
+                            int32_t vocab_size, bench_req **out)
 {
     uint64_t s = 0;
     bench_req *reqs = calloc((size_t)num_seqs, sizeof(*reqs));
-    if (max_in + max_out > max_len) {
-        /* Keep bench.py's shape, scaled into the model's context. */
-        double scale = (double)max_len / (double)(max_in + max_out);
+    if ((int64_t)max_in + max_out > max_len) {
+        /* Keep bench.py's shape, scaled into the model's context; each side
+         * keeps at least one token (max_len >= 2 was checked). */
+        double scale = (double)max_len / ((double)max_in + (double)max_out);
         max_in = (int32_t)(max_in * scale);
+        if (max_in < 1) max_in = 1;
+        if (max_in > max_len - 1) max_in = max_len - 1;
         max_out = max_len - max_in;
     }
     int32_t min_in = max_in < 100 ? 1 : 100, min_out = max_out < 100 ? 1 : 100;
+    int32_t max_id = vocab_size - 1 < 10000 ? vocab_size - 1 : 10000;
     for (int32_t k = 0; reqs && k < num_seqs; k++) {
         bench_req *r = &reqs[k];
         r->n = rand_between(&s, min_in, max_in);
         r->ids = malloc(sizeof(int32_t) * (size_t)r->n);
-        for (int32_t i = 0; r->ids && i < r->n; i++) r->ids[i] = rand_between(&s, 0, 10000);
+        for (int32_t i = 0; r->ids && i < r->n; i++) r->ids[i] = rand_between(&s, 0, max_id);
         nl_sampling_params_init(&r->params);
         r->params.max_tokens = rand_between(&s, min_out, max_out);
         r->params.temperature = 0.6f;
@@ -165,12 +172,19 @@ int cli_bench(const nl_engine_config *config, int argc, char **argv)
     cli_demo_note(engine);
     nl_engine_info info;
     nl_engine_get_info(engine, &info);
+    int rc = 0;
+    uint64_t *ids = NULL;
+    if (info.max_model_len < 2) {
+        fprintf(stderr, "nanollm-launch: bench: max_model_len %d leaves no room for a prompt and an "
+                "output token\n", info.max_model_len);
+        rc = 2;
+        goto out;
+    }
     if (!workload) {
         n = (int32_t)num_seqs;
-        random_workload(n, (int32_t)max_in, (int32_t)max_out, info.max_model_len, &reqs);
+        random_workload(n, (int32_t)max_in, (int32_t)max_out, info.max_model_len, info.vocab_size, &reqs);
     }
-    int rc = 0;
-    uint64_t *ids = calloc((size_t)n, sizeof(uint64_t));
+    ids = calloc((size_t)n, sizeof(uint64_t));
     if (!reqs || !ids) {
         fprintf(stderr, "nanollm-launch: bench: out of memory for %d requests\n", n);
         rc = 1;
@@ -179,9 +193,12 @@ int cli_bench(const nl_engine_config *config, int argc, char **argv)
 
     /* Warm-up: one short generate, as bench.py does. */
     int32_t warm_ids[4] = {33, 44, 55, 66};
-    nl_prompt wp = {.kind = NL_PROMPT_TOKENS, .token_ids = warm_ids, .n_tokens = 4};
+    for (int k = 0; k < 4; k++) warm_ids[k] %= info.vocab_size;
     nl_sampling_params wsp;
     nl_sampling_params_init(&wsp);
+    int32_t warm_n = info.max_model_len < 20 ? 1 : 4;
+    if (wsp.max_tokens > info.max_model_len - warm_n) wsp.max_tokens = info.max_model_len - warm_n;
+    nl_prompt wp = {.kind = NL_PROMPT_TOKENS, .token_ids = warm_ids, .n_tokens = warm_n};
     uint64_t wid;
     if (nl_engine_submit(engine, &wp, &wsp, &wid) != NL_OK || nl_engine_run_until_done(engine) != NL_OK) {
         cli_report("bench warm-up");

@@ -203,6 +203,20 @@ START_TEST(test_generate_demo_model)
 }
 END_TEST
 
+/* The random workload is scaled into the context: an input length far below
+ * the output length once rounded the input range to nothing. */
+START_TEST(test_bench_random_workload_fits)
+{
+    if (!have_tokenizer()) return;
+    setenv("NANOLLM_CPU_KV_BYTES", "67108864", 1);
+    int rc = launch((const char *[]){"--device", "cpu", "--max-model-len", "64", "bench", "--num-seqs", "2",
+                                     "--max-input-len", "1", "--max-output-len", "1000", NULL});
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, err_text);
+    ck_assert_ptr_nonnull(strstr(out_text, "Throughput:"));
+    ck_assert_ptr_nonnull(strstr(err_text, "bench: 2 requests"));
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("launch");
@@ -211,6 +225,7 @@ int main(void)
     tcase_add_test(tc, test_bad_usage);
     tcase_add_test(tc, test_batch_demo_model);
     tcase_add_test(tc, test_generate_demo_model);
+    tcase_add_test(tc, test_bench_random_workload_fits);
     suite_add_tcase(s, tc);
     return check_run(s);
 }
