@@ -175,6 +175,7 @@ int worker_loop_main(int argc, char **argv, const worker_ops *ops, void *ctx)
     int32_t num_kv_blocks = 0;
     if (ops->init(ctx, &env, &num_kv_blocks) != NL_OK) {
         report_failure(&env, nl_last_error());
+        ops->shutdown(ctx); /* frees whatever init made before it failed */
         shm_segment_close(&seg);
         return 1;
     }

@@ -36,6 +36,7 @@ typedef struct worker_ops {
     /* Executes one RUN; on rank 0 fills reply->sampled (storage owned by the
      * model, valid until the next call). */
     nl_status (*execute)(void *ctx, const wire_run *cmd, wire_reply *reply);
+    /* Frees what init made; also called after init failed part way. */
     void (*shutdown)(void *ctx);
 } worker_ops;
 
