@@ -16,6 +16,7 @@
  */
 #include "worker/model_runner.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -177,22 +178,27 @@ void model_runner_destroy(model_runner *r)
 
 /* The smallest of every rank's value, so that all ranks size the cache
  * alike: each rank writes its value into its own slot of a zeroed vector
- * and the sum is everyone's values.  Counts stay far below 2^24, exact in
- * fp32. */
+ * and the sum is everyone's values.  fp32 holds counts above 2^24 only
+ * approximately, so each value is rounded down (never past what its rank
+ * can hold) and every rank takes the minimum of the same rounded values. */
 static nl_status agree_min(model_runner *r, int64_t *value)
 {
     int tp = r->comm->size;
     if (tp == 1) return NL_OK;
     float *host = calloc((size_t)tp, sizeof(float)), *dev = NULL;
     if (!host) return nl_error(NL_ERR_NOMEM, "model runner: no memory");
-    host[r->comm->rank] = (float)*value;
+    float mine = (float)*value;
+    if ((int64_t)mine > *value) mine = nextafterf(mine, 0.0f);
+    host[r->comm->rank] = mine;
     nl_status st = r->be->ops->alloc(r->be, (size_t)tp * sizeof(float), (void **)&dev);
     if (st == NL_OK) st = r->be->ops->upload(r->be, dev, host, (size_t)tp * sizeof(float));
     if (st == NL_OK) st = r->comm->ops->all_reduce_sum(r->comm, dev, (size_t)tp, NL_DTYPE_F32);
     if (st == NL_OK) st = r->be->ops->download(r->be, host, dev, (size_t)tp * sizeof(float));
-    if (st == NL_OK)
-        for (int i = 0; i < tp; i++)
+    if (st == NL_OK) {
+        *value = (int64_t)host[0];
+        for (int i = 1; i < tp; i++)
             if ((int64_t)host[i] < *value) *value = (int64_t)host[i];
+    }
     if (dev) r->be->ops->free(r->be, dev);
     free(host);
     return st;
