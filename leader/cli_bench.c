@@ -37,6 +37,42 @@ static int32_t rand_between(uint64_t *s, int32_t lo, int32_t hi)
     return lo + (int32_t)(rng_next(s) % (uint64_t)(hi - lo + 1));
 }
 
+/* One workload line into r (r->ids malloc'd); false with why set when a
+ * field is missing or out of range. */
+static bool parse_request(json_t *o, bench_req *r, char *why, size_t cap)
+{
+    json_t *ids = json_object_get(o, "prompt_token_ids");
+    json_t *mt = json_object_get(o, "max_tokens");
+    json_t *temp = json_object_get(o, "temperature");
+    json_t *ie = json_object_get(o, "ignore_eos");
+    if (!json_is_array(ids) || json_array_size(ids) == 0 || json_array_size(ids) > INT32_MAX / 2 ||
+        !json_is_integer(mt) || json_integer_value(mt) < 1 || json_integer_value(mt) > INT32_MAX / 2 ||
+        (temp && !json_is_number(temp)) || (ie && !json_is_boolean(ie))) {
+        snprintf(why, cap, "needs prompt_token_ids (a non-empty array) and max_tokens (an integer in "
+                 "[1, %d]); temperature a number, ignore_eos a boolean", INT32_MAX / 2);
+        return false;
+    }
+    nl_sampling_params_init(&r->params);
+    r->n = (int32_t)json_array_size(ids);
+    r->ids = malloc(sizeof(int32_t) * (size_t)r->n);
+    if (!r->ids) {
+        snprintf(why, cap, "out of memory for %d ids", r->n);
+        return false;
+    }
+    for (int32_t k = 0; k < r->n; k++) {
+        json_t *v = json_array_get(ids, (size_t)k);
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX) {
+            snprintf(why, cap, "prompt_token_ids[%d] is not a token id (an integer in [0, %d])", k, INT32_MAX);
+            return false;
+        }
+        r->ids[k] = (int32_t)json_integer_value(v);
+    }
+    r->params.max_tokens = (int32_t)json_integer_value(mt);
+    if (temp) r->params.temperature = (float)json_number_value(temp);
+    if (ie) r->params.ignore_eos = json_is_true(ie);
+    return true;
+}
+
 static int read_workload(const char *path, bench_req **out, int32_t *n_out)
 {
     FILE *f = fopen(path, "r");
@@ -51,42 +87,30 @@ static int read_workload(const char *path, bench_req **out, int32_t *n_out)
     ssize_t len;
     int rc = 0;
     for (int32_t lineno = 1; (len = getline(&line, &line_cap, f)) >= 0; lineno++) {
-        json_error_t jerr;
-        json_t *o = json_loadb(line, (size_t)len, 0, &jerr);
-        json_t *ids = o ? json_object_get(o, "prompt_token_ids") : NULL;
-        json_t *mt = o ? json_object_get(o, "max_tokens") : NULL;
-        json_t *temp = o ? json_object_get(o, "temperature") : NULL;
-        json_t *ie = o ? json_object_get(o, "ignore_eos") : NULL;
-        if (!json_is_array(ids) || json_array_size(ids) == 0 || !json_is_integer(mt) ||
-            (temp && !json_is_number(temp)) || (ie && !json_is_boolean(ie))) {
-            fprintf(stderr, "nanollm-launch: bench: %s:%d: %s\n", path, lineno,
-                    o ? "needs prompt_token_ids (non-empty array) and max_tokens (integer); "
-                        "temperature a number, ignore_eos a boolean"
-                      : jerr.text);
-            json_decref(o);
-            rc = 2;
-            break;
-        }
         if (n == cap) {
             cap = cap ? 2 * cap : 256;
             bench_req *p = realloc(reqs, sizeof(*reqs) * (size_t)cap);
             if (!p) {
-                json_decref(o);
+                fprintf(stderr, "nanollm-launch: bench: out of memory at %s:%d\n", path, lineno);
                 rc = 1;
                 break;
             }
             reqs = p;
         }
-        bench_req *r = &reqs[n++];
-        nl_sampling_params_init(&r->params);
-        r->n = (int32_t)json_array_size(ids);
-        r->ids = malloc(sizeof(int32_t) * (size_t)r->n);
-        for (int32_t k = 0; r->ids && k < r->n; k++)
-            r->ids[k] = (int32_t)json_integer_value(json_array_get(ids, (size_t)k));
-        r->params.max_tokens = (int32_t)json_integer_value(mt);
-        if (temp) r->params.temperature = (float)json_number_value(temp);
-        if (ie) r->params.ignore_eos = json_is_true(ie);
+        json_error_t jerr;
+        json_t *o = json_loadb(line, (size_t)len, 0, &jerr);
+        char why[256];
+        bench_req *r = &reqs[n];
+        memset(r, 0, sizeof(*r));
+        if (!o) snprintf(why, sizeof(why), "%s", jerr.text);
+        bool ok = o && parse_request(o, r, why, sizeof(why));
         json_decref(o);
+        n++; /* counted even when refused, so its ids are freed */
+        if (!ok) {
+            fprintf(stderr, "nanollm-launch: bench: %s:%d: %s\n", path, lineno, why);
+            rc = 2;
+            break;
+        }
     }
     free(line);
     fclose(f);

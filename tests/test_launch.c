@@ -92,6 +92,21 @@ START_TEST(test_bad_usage)
                  "/nonexistent/in.jsonl");
     expect_usage((const char *[]){"bench", "--num-seqs", "0", NULL}, "--num-seqs");
     expect_usage((const char *[]){"bench", "--workload", "/nonexistent/w.jsonl", NULL}, "/nonexistent/w.jsonl");
+    /* Workload lines are checked element by element, before any model loads. */
+    static const char *const bad_lines[][2] = {
+        {"{\"prompt_token_ids\": [1, \"x\"], \"max_tokens\": 4}\n", "prompt_token_ids[1]"},
+        {"{\"prompt_token_ids\": [1, 4294967297], \"max_tokens\": 4}\n", "prompt_token_ids[1]"},
+        {"{\"prompt_token_ids\": [1], \"max_tokens\": 4294967297}\n", "max_tokens"},
+    };
+    for (size_t k = 0; k < sizeof(bad_lines) / sizeof(bad_lines[0]); k++) {
+        char wl[] = "/tmp/nl-launch-wl-XXXXXX";
+        int fd = mkstemp(wl);
+        ck_assert_int_ge(fd, 0);
+        ck_assert_int_eq(write(fd, bad_lines[k][0], strlen(bad_lines[k][0])), (ssize_t)strlen(bad_lines[k][0]));
+        close(fd);
+        expect_usage((const char *[]){"bench", "--workload", wl, NULL}, bad_lines[k][1]);
+        unlink(wl);
+    }
     ck_assert_int_eq(launch((const char *[]){"--help", NULL}), 0);
     ck_assert_ptr_nonnull(strstr(out_text, "usage: nanollm-launch"));
     ck_assert_ptr_nonnull(strstr(out_text, "--no-prefix-caching"));
