@@ -23,6 +23,7 @@
 #include "leader/engine_internal.h"
 #include "leader/scheduler.h"
 #include "leader/seq.h"
+#include "leader/tokenizer_utf8.h"
 #include "leader/u64map.h"
 
 struct nl_engine {
@@ -274,9 +275,15 @@ static nl_status validate_params(const nl_engine *e, const nl_sampling_params *p
         return nl_error(NL_ERR_INVALID_ARG, "stop: %d strings given without an array", p->n_stop);
     if (p->n_stop > 0 && !e->tok)
         return nl_error(NL_ERR_UNSUPPORTED, "stop strings need a tokenizer (tokenizer.json) in the model");
-    for (int32_t i = 0; i < p->n_stop; i++)
+    for (int32_t i = 0; i < p->n_stop; i++) {
+        size_t bad;
         if (!p->stop[i] || !p->stop[i][0])
             return nl_error(NL_ERR_INVALID_ARG, "stop string %d: empty", i);
+        /* Output text is UTF-8: a stop string that is not could match
+         * inside a character and cut it. */
+        if (!utf8_validate(p->stop[i], strlen(p->stop[i]), &bad))
+            return nl_error(NL_ERR_INVALID_ARG, "stop string %d: invalid UTF-8 at byte %zu", i, bad);
+    }
     return NL_OK;
 }
 

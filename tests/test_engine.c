@@ -627,6 +627,15 @@ START_TEST(test_tokens_without_text)
     ck_assert_int_eq(nl_engine_decode(e, kept, n_kept, &text), NL_OK); /* skips <x> */
     ck_assert_str_eq(r->text, text);
     free(text);
+
+    /* A stop string that is not UTF-8 could cut the text inside a
+     * character (a lone continuation byte matches the tail of one). */
+    const char *bad_stop[1] = {"\xA9"};
+    sp.stop = bad_stop;
+    sp.n_stop = 1;
+    ck_assert_int_eq(nl_engine_submit(e, &p, &sp, &a), NL_ERR_INVALID_ARG);
+    ck_assert_msg(strstr(nl_last_error(), "stop string 0") && strstr(nl_last_error(), "UTF-8"), "%s",
+                  nl_last_error());
     nl_engine_close(e);
     char path[4200];
     snprintf(path, sizeof(path), "%s/tokenizer.json", dir);
