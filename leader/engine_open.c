@@ -5,6 +5,7 @@
  * The step loop itself is in engine.c.
  */
 #include <dirent.h>
+#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,11 +60,30 @@ static bool has_tokenizer_json(const char *dir)
     return access(path, R_OK) == 0;
 }
 
+/* NANOLLM_CPU_KV_BYTES, a positive byte count, or the default. */
+static nl_status cpu_kv_bytes_from_env(int64_t *out)
+{
+    *out = ENGINE_CPU_KV_BYTES_DEFAULT;
+    const char *env = getenv("NANOLLM_CPU_KV_BYTES");
+    if (!env) return NL_OK;
+    char *end;
+    errno = 0;
+    long long v = strtoll(env, &end, 10);
+    if (errno || end == env || *end != '\0' || v <= 0)
+        return nl_error(NL_ERR_INVALID_ARG, "NANOLLM_CPU_KV_BYTES '%s': not a positive number of bytes",
+                        env);
+    *out = v;
+    return NL_OK;
+}
+
 nl_status nl_engine_open(const nl_engine_config *config, nl_engine **out)
 {
     *out = NULL;
     if (!config) return nl_error(NL_ERR_INVALID_ARG, "engine config is NULL");
     NL_TRY(engine_config_validate(config));
+
+    int64_t cpu_kv_bytes;
+    NL_TRY(cpu_kv_bytes_from_env(&cpu_kv_bytes));
 
     char demo_dir[PATH_MAX];
     const char *dir = config->model_dir;
@@ -100,8 +120,6 @@ nl_status nl_engine_open(const nl_engine_config *config, nl_engine **out)
     /* On the CPU the KV cache is ordinary memory that the worker touches
      * when it starts: a fixed default keeps start-up fast and predictable;
      * NANOLLM_CPU_KV_BYTES or --num-kv-blocks size it for bigger jobs. */
-    const char *kv_env = getenv("NANOLLM_CPU_KV_BYTES");
-    int64_t cpu_kv_bytes = kv_env ? strtoll(kv_env, NULL, 10) : ENGINE_CPU_KV_BYTES_DEFAULT;
     worker_pool_params wp = {
         .model_dir = dir,
         .tp = config->tp,
