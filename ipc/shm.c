@@ -40,6 +40,7 @@ nl_status shm_segment_create(const shm_layout *layout, const worker_config *conf
                              shm_segment *out)
 {
     memset(out, 0, sizeof *out);
+    out->fd = -1;
     if (layout->n_ranks < 1 || layout->n_ranks > SHM_MAX_RANKS)
         return nl_error(NL_ERR_INVALID_ARG, "shm: %d ranks, expected 1..%d", layout->n_ranks,
                         SHM_MAX_RANKS);
@@ -51,30 +52,30 @@ nl_status shm_segment_create(const shm_layout *layout, const worker_config *conf
     uint64_t comm_bytes = align_up(layout->comm_bytes);
     uint64_t total = comm_offset + comm_bytes;
 
+    char name[SHM_NAME_MAX];
     int fd = -1;
     for (int attempt = 0; attempt < 8 && fd < 0; attempt++) {
-        NL_TRY(make_name(out->name));
-        fd = shm_open(out->name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        NL_TRY(make_name(name));
+        fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
         if (fd < 0 && errno != EEXIST)
-            return nl_error(NL_ERR_RUNTIME, "shm: shm_open %s: %s", out->name, strerror(errno));
+            return nl_error(NL_ERR_RUNTIME, "shm: shm_open %s: %s", name, strerror(errno));
     }
     if (fd < 0) return nl_error(NL_ERR_RUNTIME, "shm: no free segment name after 8 attempts");
-    out->named = true;
+    shm_unlink(name);
+    out->fd = fd;
 
     nl_status st = NL_OK;
     if (ftruncate(fd, (off_t)total) != 0) {
-        st = nl_error(NL_ERR_NOMEM, "shm: sizing %s to %llu bytes: %s", out->name,
+        st = nl_error(NL_ERR_NOMEM, "shm: sizing the segment to %llu bytes: %s",
                       (unsigned long long)total, strerror(errno));
         goto fail;
     }
     void *base = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (base == MAP_FAILED) {
-        st = nl_error(NL_ERR_NOMEM, "shm: mapping %s (%llu bytes): %s", out->name,
+        st = nl_error(NL_ERR_NOMEM, "shm: mapping the segment (%llu bytes): %s",
                       (unsigned long long)total, strerror(errno));
         goto fail;
     }
-    close(fd);
-    fd = -1;
     out->base = base;
     out->bytes = total;
 
@@ -104,19 +105,15 @@ nl_status shm_segment_create(const shm_layout *layout, const worker_config *conf
     return NL_OK;
 
 fail:
-    if (fd >= 0) close(fd);
     shm_segment_close(out);
     return st;
 }
 
-nl_status shm_segment_attach(const char *name, shm_segment *out)
+nl_status shm_segment_attach_fd(int fd, shm_segment *out)
 {
     memset(out, 0, sizeof *out);
-    if (!name || name[0] != '/' || strlen(name) >= SHM_NAME_MAX)
-        return nl_error(NL_ERR_INVALID_ARG, "shm: bad segment name '%s'", name ? name : "(null)");
-    snprintf(out->name, sizeof out->name, "%s", name);
-    int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
-    if (fd < 0) return nl_error(NL_ERR_RUNTIME, "shm: opening %s: %s", name, strerror(errno));
+    out->fd = -1;
+    const char *name = "the inherited segment";
     struct stat sb;
     if (fstat(fd, &sb) != 0) {
         int e = errno;
@@ -158,19 +155,14 @@ nl_status shm_segment_attach(const char *name, shm_segment *out)
 fail:
     munmap(base, size);
     memset(out, 0, sizeof *out);
+    out->fd = -1;
     return st;
-}
-
-void shm_segment_unlink(shm_segment *seg)
-{
-    if (!seg->named) return;
-    shm_unlink(seg->name);
-    seg->named = false;
 }
 
 void shm_segment_close(shm_segment *seg)
 {
-    shm_segment_unlink(seg);
+    if (seg->fd >= 0) close(seg->fd);
+    seg->fd = -1;
     if (seg->base) munmap(seg->base, seg->bytes);
     seg->base = NULL;
     seg->hdr = NULL;

@@ -7,9 +7,10 @@
  *   comm area   scratch for the CPU shared-memory all-reduce (tp > 1 on
  *               the CPU only; zero bytes otherwise).
  * The leader creates it under an unpredictable name with O_EXCL and mode
- * 0600, and removes the name as soon as every worker has attached (and on
- * every failure), so nothing survives a crash for long.  Workers find it by
- * the name on their command line.
+ * 0600 and unlinks the name at once, having mapped it: the object lives on
+ * only through descriptors and mappings, so no crash of any process, at any
+ * moment, leaves anything in /dev/shm.  Workers inherit the descriptor as
+ * SHM_WORKER_FD across fork and exec.
  */
 #ifndef NL_IPC_SHM_H
 #define NL_IPC_SHM_H
@@ -53,7 +54,7 @@ typedef struct worker_config {
 /* A rank's start-up progress, only ever moving forward. */
 typedef enum shm_rank_state {
     SHM_RANK_STARTING = 0,
-    SHM_RANK_ATTACHED,  /* mapped the segment: the name may go */
+    SHM_RANK_ATTACHED,  /* mapped the segment */
     SHM_RANK_READY,     /* model loaded, num_kv_blocks set */
     SHM_RANK_FAILED,    /* error holds the reason */
 } shm_rank_state;
@@ -91,8 +92,7 @@ typedef struct shm_layout {
 
 /* One process's view of the segment. */
 typedef struct shm_segment {
-    char name[SHM_NAME_MAX]; /* "/nanollm-<pid>-<hex>" */
-    bool named;              /* the name still exists (leader side) */
+    int fd;      /* leader: the descriptor its workers inherit; -1 otherwise */
     void *base;
     size_t bytes;
     shm_header *hdr;
@@ -102,18 +102,24 @@ typedef struct shm_segment {
     size_t comm_bytes;
 } shm_segment;
 
+/* The descriptor number on which a worker finds its segment. */
+#define SHM_WORKER_FD 3
+#define SHM_WORKER_FD_STR "3"
+
 /* Leader: creates, sizes, maps and formats a new segment; config is copied
- * into the header.  On failure nothing is left (name removed). */
+ * into the header.  The name exists only inside this call: the segment is
+ * unlinked as soon as it is open, and workers reach it through the
+ * descriptor out->fd that they inherit, so no crash at any moment -- not
+ * even a SIGKILL of the leader while its workers start -- can leave a name
+ * behind in /dev/shm. */
 nl_status shm_segment_create(const shm_layout *layout, const worker_config *config,
                              shm_segment *out);
 
-/* Worker: opens and maps an existing segment by name and checks its layout. */
-nl_status shm_segment_attach(const char *name, shm_segment *out);
+/* Worker: maps the segment open on fd (which it takes over and closes) and
+ * checks its layout. */
+nl_status shm_segment_attach_fd(int fd, shm_segment *out);
 
-/* Removes the name (idempotent); the mapping stays usable. */
-void shm_segment_unlink(shm_segment *seg);
-
-/* Unmaps (the leader also removes the name if still present). */
+/* Unmaps, and closes the leader's descriptor. */
 void shm_segment_close(shm_segment *seg);
 
 /* Publishes a rank's state change and wakes whoever waits on state_seq. */

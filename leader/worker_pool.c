@@ -8,13 +8,14 @@
  * returns the same message.
  *
  * Ctrl-C: worker_pool_kill_all() must work from a signal handler, so each
- * live pool also sits in a fixed table of atomics (pids and the segment's
- * /dev/shm path) that the handler can walk without locks or allocation.
+ * live pool also sits in a fixed table of atomic pids that the handler can
+ * walk without locks or allocation.
  */
 #define _GNU_SOURCE
 #include "leader/worker_pool.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -40,23 +41,19 @@
 
 typedef struct pool_registry_slot {
     _Atomic int in_use;
-    _Atomic int named;                       /* path still exists */
     _Atomic int pids[WORKER_POOL_MAX_TP];    /* 0: none or reaped */
-    char path[sizeof "/dev/shm" + SHM_NAME_MAX];
 } pool_registry_slot;
 
 static pool_registry_slot registry[POOL_MAX_LIVE];
 
-static pool_registry_slot *registry_acquire(const char *shm_name)
+static pool_registry_slot *registry_acquire(void)
 {
     for (int i = 0; i < POOL_MAX_LIVE; i++) {
         int expected = 0;
         pool_registry_slot *s = &registry[i];
         if (atomic_compare_exchange_strong(&s->in_use, &expected, 2)) {
             /* 2 while being filled: the handler skips it */
-            snprintf(s->path, sizeof s->path, "/dev/shm%s", shm_name);
             for (int r = 0; r < WORKER_POOL_MAX_TP; r++) atomic_store(&s->pids[r], 0);
-            atomic_store(&s->named, 1);
             atomic_store(&s->in_use, 1);
             return s;
         }
@@ -68,7 +65,6 @@ static void registry_release(pool_registry_slot *s)
 {
     if (!s) return;
     atomic_store(&s->in_use, 2);
-    atomic_store(&s->named, 0);
     for (int r = 0; r < WORKER_POOL_MAX_TP; r++) atomic_store(&s->pids[r], 0);
     atomic_store(&s->in_use, 0);
 }
@@ -83,7 +79,6 @@ void worker_pool_kill_all(void)
             int pid = atomic_load(&s->pids[r]);
             if (pid > 0) kill(pid, SIGKILL);
         }
-        if (atomic_exchange(&s->named, 0)) unlink(s->path);
     }
     errno = saved_errno;
 }
@@ -343,7 +338,7 @@ static nl_status find_worker(const char *given, char *out, size_t n)
 }
 
 /* In the child between fork and exec: async-signal-safe calls only. */
-static _Noreturn void child_exec(const char *path, char *const argv[], pid_t leader)
+static _Noreturn void child_exec(const char *path, char *const argv[], pid_t leader, int seg_fd)
 {
     sigset_t none;
     sigemptyset(&none);
@@ -354,8 +349,14 @@ static _Noreturn void child_exec(const char *path, char *const argv[], pid_t lea
     sigaction(SIGINT, &ign, NULL);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != leader) _exit(127);
+    /* The segment travels as descriptor SHM_WORKER_FD: dup2 drops its
+     * close-on-exec flag (when it is that number already, fcntl does). */
+    if (seg_fd != SHM_WORKER_FD ? dup2(seg_fd, SHM_WORKER_FD) < 0
+                                : fcntl(seg_fd, F_SETFD, 0) < 0)
+        _exit(127);
 #ifdef SYS_close_range
-    syscall(SYS_close_range, 3u, ~0u, 0u); /* the host's descriptors stay with the host */
+    /* the host's descriptors stay with the host */
+    syscall(SYS_close_range, (unsigned)SHM_WORKER_FD + 1, ~0u, 0u);
 #endif
     execv(path, argv);
     _exit(127);
@@ -410,7 +411,7 @@ nl_status worker_pool_start(const worker_pool_params *p, runner **out)
         free(pool);
         return st;
     }
-    pool->reg = registry_acquire(pool->seg.name);
+    pool->reg = registry_acquire();
     if (!pool->reg) {
         pool_free(pool);
         return nl_error(NL_ERR_RUNTIME, "worker pool: more than %d pools alive at once", POOL_MAX_LIVE);
@@ -420,9 +421,9 @@ nl_status worker_pool_start(const worker_pool_params *p, runner **out)
     pid_t leader = getpid();
     for (int r = 0; r < p->tp; r++) {
         snprintf(rank_str[r], sizeof rank_str[r], "%d", r);
-        char *argv[] = {path, "--shm", pool->seg.name, "--rank", rank_str[r], NULL};
+        char *argv[] = {path, "--shm-fd", SHM_WORKER_FD_STR, "--rank", rank_str[r], NULL};
         pid_t pid = fork();
-        if (pid == 0) child_exec(path, argv, leader);
+        if (pid == 0) child_exec(path, argv, leader, pool->seg.fd);
         if (pid < 0) {
             st = pool_fail(pool, NL_ERR_RUNTIME, "worker pool: fork for rank %d: %s", r,
                            strerror(errno));
@@ -433,10 +434,10 @@ nl_status worker_pool_start(const worker_pool_params *p, runner **out)
         atomic_store(&pool->reg->pids[r], pid);
     }
 
-    /* The name is only needed until every worker has mapped the segment. */
+    /* Every worker holds its own copy of the descriptor now. */
+    close(pool->seg.fd);
+    pool->seg.fd = -1;
     st = pool_wait_states(pool, SHM_RANK_ATTACHED);
-    shm_segment_unlink(&pool->seg);
-    atomic_store(&pool->reg->named, 0);
     if (st == NL_OK) st = pool_wait_states(pool, SHM_RANK_READY);
     if (st != NL_OK) {
         pool_free(pool);

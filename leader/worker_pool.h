@@ -12,7 +12,7 @@
  * fraction of a second: execute then returns NL_ERR_WORKER naming the rank,
  * its pid and how it ended, and the other workers are killed and reaped.
  * destroy sends SHUTDOWN, waits a bounded time, kills stragglers and unmaps.
- * No segment name outlives worker_pool_start().
+ * The segment has no name in /dev/shm after shm_segment_create returns.
  *
  * Workers die with their leader: the kernel sends them SIGKILL when the
  * thread that called worker_pool_start() ends (PR_SET_PDEATHSIG follows the
@@ -58,8 +58,7 @@ nl_status worker_pool_start(const worker_pool_params *p, runner **out);
  * diagnostics and tests), or -1 for a rank out of range. */
 pid_t worker_pool_pid(const runner *r, int rank);
 
-/* Async-signal-safe: SIGKILLs the workers of every live pool and removes any
- * segment name still present.  For a Ctrl-C handler that is about to exit;
+/* Async-signal-safe: SIGKILLs the workers of every live pool.  For a Ctrl-C handler that is about to exit;
  * the pools must not be used afterwards except to destroy them. */
 void worker_pool_kill_all(void);
 

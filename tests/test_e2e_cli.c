@@ -404,7 +404,7 @@ static int find_workers(pid_t leader, pid_t *by_rank, int tp)
             size_t n = fread(cmd, 1, sizeof cmd - 1, f);
             fclose(f);
             cmd[n] = '\0';
-            /* argv: PATH --shm NAME --rank R, NUL-separated */
+            /* argv: PATH --shm-fd FD --rank R, NUL-separated */
             const char *argv[8] = {0};
             int argc = 0;
             for (size_t i = 0; i < n && argc < 8; i += strlen(cmd + i) + 1) argv[argc++] = cmd + i;

@@ -6,6 +6,7 @@
 #include <check.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -18,6 +19,7 @@
 #include <unistd.h>
 
 #include "common/dtype.h"
+#include "ipc/shm.h"
 #include "kernels/comm_shm.h"
 #include "leader/worker_pool.h"
 #include "tests/check_run.h"
@@ -98,13 +100,38 @@ static void check_reply(const wire_reply *reply, uint64_t step, int n_seqs, int 
     }
 }
 
+/* The segment's name is gone before create returns, and a descriptor alone
+ * reaches it, as a worker inherits one: a leader killed at any moment leaves
+ * nothing in /dev/shm. */
+START_TEST(test_segment_has_no_name)
+{
+    shm_layout layout = {.n_ranks = 2, .cmd_capacity = 1 << 16, .reply_capacity = 1 << 12};
+    worker_config cfg = {.tp = 2};
+    shm_segment seg;
+    ck_assert_msg(shm_segment_create(&layout, &cfg, &seg) == NL_OK, "%s", nl_last_error());
+    ck_assert_int_eq(count_segments(getpid()), 0);
+    ck_assert_int_ge(seg.fd, 0);
+    int fd = dup(seg.fd);
+    shm_segment view;
+    ck_assert_msg(shm_segment_attach_fd(fd, &view) == NL_OK, "%s", nl_last_error());
+    ck_assert_int_eq(fcntl(fd, F_GETFD), -1); /* attach took the descriptor over */
+    ck_assert_ptr_ne(view.base, seg.base);
+    ck_assert_int_eq(view.hdr->config.tp, 2);
+    view.hdr->ranks[1].pid = 4321; /* one object behind both mappings */
+    ck_assert_int_eq(seg.hdr->ranks[1].pid, 4321);
+    shm_segment_close(&view);
+    shm_segment_close(&seg);
+    ck_assert_int_eq(seg.fd, -1);
+}
+END_TEST
+
 static void start_steps_shutdown(int tp)
 {
     worker_pool_params p = fake_params(tp);
     runner *r;
     ck_assert_msg(worker_pool_start(&p, &r) == NL_OK, "%s", nl_last_error());
     ck_assert_int_eq(r->num_kv_blocks, 1000 - 10 * (tp - 1)); /* the minimum over ranks */
-    ck_assert_int_eq(count_segments(getpid()), 0); /* name removed once attached */
+    ck_assert_int_eq(count_segments(getpid()), 0); /* never a name once created */
     for (int k = 0; k < tp; k++) ck_assert_int_gt(worker_pool_pid(r, k), 0);
     ck_assert_int_eq(worker_pool_pid(r, tp), -1);
     for (uint64_t step = 1; step <= 50; step++) {
@@ -424,6 +451,7 @@ int main(void)
     Suite *s = suite_create("worker_pool");
     TCase *tc = tcase_create("pool");
     tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_segment_has_no_name);
     tcase_add_test(tc, test_start_steps_shutdown_tp1);
     tcase_add_test(tc, test_start_steps_shutdown_tp3);
     tcase_add_test(tc, test_large_step);

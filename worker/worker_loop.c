@@ -74,13 +74,16 @@ nl_status worker_wait_nccl_id(worker_env *env, void *id, size_t bytes)
     return NL_OK;
 }
 
-static int parse_args(int argc, char **argv, const char **name, int *rank)
+static int parse_args(int argc, char **argv, int *fd, int *rank)
 {
-    *name = NULL;
+    *fd = -1;
     *rank = -1;
     for (int i = 1; i + 1 < argc; i += 2) {
-        if (strcmp(argv[i], "--shm") == 0) {
-            *name = argv[i + 1];
+        if (strcmp(argv[i], "--shm-fd") == 0) {
+            char *end;
+            long v = strtol(argv[i + 1], &end, 10);
+            if (*end || v < 0 || v > 1024) return -1;
+            *fd = (int)v;
         } else if (strcmp(argv[i], "--rank") == 0) {
             char *end;
             long r = strtol(argv[i + 1], &end, 10);
@@ -90,7 +93,7 @@ static int parse_args(int argc, char **argv, const char **name, int *rank)
             return -1;
         }
     }
-    return *name && *rank >= 0 && argc % 2 == 1 ? 0 : -1;
+    return *fd >= 0 && *rank >= 0 && argc % 2 == 1 ? 0 : -1;
 }
 
 /* Serves commands until SHUTDOWN; returns the exit status. */
@@ -149,15 +152,14 @@ static int serve(worker_env *env, const worker_ops *ops, void *ctx)
 
 int worker_loop_main(int argc, char **argv, const worker_ops *ops, void *ctx)
 {
-    const char *name;
-    int rank;
-    if (parse_args(argc, argv, &name, &rank) != 0) {
-        fprintf(stderr, "usage: %s --shm NAME --rank K\n"
+    int fd, rank;
+    if (parse_args(argc, argv, &fd, &rank) != 0) {
+        fprintf(stderr, "usage: %s --shm-fd FD --rank K\n"
                         "(started by the nanollm leader, not by hand)\n", argv[0]);
         return 2;
     }
     shm_segment seg;
-    if (shm_segment_attach(name, &seg) != NL_OK) {
+    if (shm_segment_attach_fd(fd, &seg) != NL_OK) {
         fprintf(stderr, "nanollm-worker rank %d: %s\n", rank, nl_last_error());
         return 1;
     }

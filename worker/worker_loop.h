@@ -1,7 +1,7 @@
 /* worker_loop.h — one worker process's life: attach, start up, serve, stop.
  *
- * worker_loop_main() is the whole program around a model: it attaches the
- * segment named on the command line, makes sure the leader is still the
+ * worker_loop_main() is the whole program around a model: it maps the
+ * segment whose descriptor it inherited, makes sure the leader is still the
  * parent, runs ops->init, publishes the KV block count (or the init error,
  * which the leader reports as "worker rank K: <message>"), then executes
  * every command of the command ring until SHUTDOWN.  Rank 0 writes a reply
@@ -12,7 +12,7 @@
  * (PR_SET_PDEATHSIG, set by the leader before exec) and every wait here
  * also checks getppid() between slices.
  *
- * Command line: nanollm-worker --shm NAME --rank K
+ * Command line: nanollm-worker --shm-fd FD --rank K (FD is SHM_WORKER_FD)
  */
 #ifndef NL_WORKER_WORKER_LOOP_H
 #define NL_WORKER_WORKER_LOOP_H
