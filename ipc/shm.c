@@ -18,7 +18,7 @@
 #include "ipc/futex.h"
 
 #define SHM_MAGIC 0x4d534c4eu /* "NLSM" */
-#define SHM_VERSION 1
+#define SHM_VERSION 2
 #define SHM_ALIGN 4096
 
 static uint64_t align_up(uint64_t n)

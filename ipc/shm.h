@@ -63,6 +63,7 @@ typedef struct shm_rank {
     alignas(64) _Atomic uint32_t state;
     int32_t pid;
     int32_t num_kv_blocks;
+    int32_t error_status;   /* the nl_status of a FAILED rank */
     char error[SHM_ERROR_MAX];
 } shm_rank;
 

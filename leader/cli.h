@@ -62,8 +62,10 @@ bool cli_parse_float(const char *name, const char *text, double lo, double hi, d
 /* Prints the engine's failure ("nanollm-launch: <what>: <message>"). */
 void cli_report(const char *what);
 /* Opens the engine for a command; on failure reports it and returns the
- * exit code: 2 when the model files are missing or malformed (bad input
- * files), 1 for any other failure.  0 on success. */
+ * exit code: 2 when the model files are missing, malformed or describe a
+ * model this build cannot run (bad input files) -- whether the leader or a
+ * worker loading the weights found it -- and 1 for any other failure.  0 on
+ * success. */
 int cli_open_engine(const nl_engine_config *config, nl_engine **engine);
 /* A note on stderr when the engine runs the built-in demo model. */
 void cli_demo_note(const nl_engine *engine);

@@ -151,6 +151,13 @@ static const char *rank_error(worker_pool *pool, int rank)
     return slot->error;
 }
 
+/* The status a FAILED rank reported, NL_ERR_WORKER when it is not one. */
+static nl_status rank_status(worker_pool *pool, int rank)
+{
+    int32_t s = pool->seg.hdr->ranks[rank].error_status;
+    return s > NL_OK && s <= NL_ERR_NOT_FOUND ? (nl_status)s : NL_ERR_WORKER;
+}
+
 static nl_status pool_rank_died(worker_pool *pool, int rank, pid_t pid, int wait_status,
                                 bool status_known)
 {
@@ -193,8 +200,9 @@ static nl_status pool_wait_states(worker_pool *pool, shm_rank_state want)
         bool all = true;
         for (int r = 0; r < pool->tp; r++) {
             uint32_t st = atomic_load(&h->ranks[r].state);
-            if (st == SHM_RANK_FAILED)
-                return pool_fail(pool, NL_ERR_WORKER, "worker rank %d: %s", r, rank_error(pool, r));
+            if (st == SHM_RANK_FAILED) /* a start-up failure keeps the rank's own status */
+                return pool_fail(pool, rank_status(pool, r), "worker rank %d: %s", r,
+                                 rank_error(pool, r));
             if (st < (uint32_t)want) all = false;
         }
         if (all) return NL_OK;

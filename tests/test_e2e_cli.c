@@ -352,10 +352,11 @@ START_TEST(test_exit_codes)
     const char *ok[] = {"--model", model, "--device", "cpu", "--num-kv-blocks", "8", "batch", "--input",
                         in_path, "--output", out_path, NULL};
     ck_assert_msg(launch(ok, NULL) == 0, "%s", err_text);
-    /* The heads (4) do not split 3 ways: the workers refuse at load. */
+    /* The heads (4) do not split 3 ways: the workers refuse at load, and
+     * that is bad usage for this model. */
     const char *tp3[] = {"--model", model, "--device", "cpu", "--tp", "3", "--num-kv-blocks", "8",
                          "batch", "--input", in_path, "--output", out_path, NULL};
-    ck_assert_int_eq(launch(tp3, NULL), 1);
+    ck_assert_int_eq(launch(tp3, NULL), 2);
     ck_assert_msg(strstr(err_text, "worker rank") && strstr(err_text, "tp 3"), "%s", err_text);
     /* A model the KV cache cannot hold. */
     const char *kv[] = {"--model", model, "--device", "cpu", "--num-kv-blocks", "2", "--max-model-len", "64",
@@ -374,6 +375,21 @@ START_TEST(test_exit_codes)
     const char *no_output[] = {"--model", model, "batch", "--input", in_path, "--output", bad_out, NULL};
     ck_assert_int_eq(launch(no_output, NULL), 2);
     ck_assert_ptr_nonnull(strstr(err_text, "no-such-dir"));
+    /* Weights cut short: the worker loading them finds it, and the leader
+     * still exits 2 (a bad input file) with the worker's message. */
+    char trunc_dir[320], cmd[1024], weights[400];
+    snprintf(trunc_dir, sizeof trunc_dir, "%s/truncated-model", tmp_root);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -r '%s' '%s'", trunc_dir, model, trunc_dir);
+    ck_assert_int_eq(system(cmd), 0);
+    snprintf(weights, sizeof weights, "%s/model.safetensors", trunc_dir);
+    struct stat sb;
+    ck_assert_int_eq(stat(weights, &sb), 0);
+    ck_assert_int_eq(truncate(weights, sb.st_size / 2), 0);
+    const char *trunc[] = {"--model", trunc_dir, "--device", "cpu", "--num-kv-blocks", "8", "batch",
+                           "--input", in_path, "--output", out_path, NULL};
+    ck_assert_int_eq(launch(trunc, NULL), 2);
+    ck_assert_msg(strstr(err_text, "worker rank 0") && strstr(err_text, "model.safetensors"), "%s",
+                  err_text);
 }
 END_TEST
 

@@ -307,7 +307,8 @@ START_TEST(test_init_failure_reaches_leader)
     setenv("FAKE_WORKER_FAIL_INIT_RANK", "1", 1);
     worker_pool_params p = fake_params(3);
     runner *r = (runner *)1;
-    ck_assert_int_eq(worker_pool_start(&p, &r), NL_ERR_WORKER);
+    /* the worker's own status (a corrupt file) reaches the leader with its message */
+    ck_assert_int_eq(worker_pool_start(&p, &r), NL_ERR_FORMAT);
     ck_assert_ptr_null(r);
     ck_assert_str_eq(nl_last_error(), "worker rank 1: /models/fake/model.safetensors: tensor "
                                       "model.layers.0.mlp.up_proj.weight truncated");

@@ -25,9 +25,10 @@ nl_status worker_check_leader(void *arg)
     return NL_OK;
 }
 
-static void report_failure(worker_env *env, const char *msg)
+static void report_failure(worker_env *env, nl_status status, const char *msg)
 {
     shm_rank *slot = &env->seg->hdr->ranks[env->rank];
+    slot->error_status = (int32_t)status;
     snprintf(slot->error, sizeof slot->error, "%s", msg);
     shm_rank_set_state(env->seg, env->rank, SHM_RANK_FAILED);
 }
@@ -111,7 +112,7 @@ static int serve(worker_env *env, const worker_ops *ops, void *ctx)
         }
         if (wire_decode_run(msg.data, msg.len, &arena, &cmd) != NL_OK) {
             nl_error_prefix(NL_ERR_FORMAT, "worker rank %d: bad command: ", env->rank);
-            report_failure(env, nl_last_error());
+            report_failure(env, NL_ERR_FORMAT, nl_last_error());
             status = 1;
             break;
         }
@@ -120,7 +121,7 @@ static int serve(worker_env *env, const worker_ops *ops, void *ctx)
         wire_reply reply = {.step_id = cmd.step_id};
         nl_status st = ops->execute(ctx, &cmd, &reply);
         if (st != NL_OK && env->rank != 0) {
-            report_failure(env, nl_last_error());
+            report_failure(env, st, nl_last_error());
             status = 1;
             break;
         }
@@ -175,8 +176,9 @@ int worker_loop_main(int argc, char **argv, const worker_ops *ops, void *ctx)
     shm_rank_set_state(&seg, rank, SHM_RANK_ATTACHED);
 
     int32_t num_kv_blocks = 0;
-    if (ops->init(ctx, &env, &num_kv_blocks) != NL_OK) {
-        report_failure(&env, nl_last_error());
+    nl_status init_status = ops->init(ctx, &env, &num_kv_blocks);
+    if (init_status != NL_OK) {
+        report_failure(&env, init_status, nl_last_error());
         ops->shutdown(ctx); /* frees whatever init made before it failed */
         shm_segment_close(&seg);
         return 1;
