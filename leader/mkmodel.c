@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -418,6 +419,13 @@ static nl_status write_weights(const nl_model_config *cfg, const mkmodel_options
         shards[n_shards - 1].count++;
         in_shard += bytes;
         total += bytes;
+    }
+    /* A shape too large for the disk fails now, not after filling it. */
+    struct statvfs fs;
+    if (statvfs(dir, &fs) == 0 && total > (uint64_t)fs.f_bavail * fs.f_frsize) {
+        st = nl_error(NL_ERR_IO, "the weights need %.2f GB but the file system has %.2f GB free",
+                      1e-9 * (double)total, 1e-9 * (double)fs.f_bavail * (double)fs.f_frsize);
+        goto out;
     }
 
     size_t cap_jobs = 0;

@@ -437,6 +437,13 @@ START_TEST(test_existing_dir_and_no_leftovers)
     ck_assert_int_eq(mkmodel_write(&c, &opt, sub("tok")), NL_ERR_IO);
     ck_assert_ptr_nonnull(strstr(nl_last_error(), "no-tokenizer/tokenizer.json"));
     ck_assert(!exists(sub("tok")));
+    /* Weights larger than the disk (8 TB here) fail before anything is
+     * written, saying how much is needed. */
+    c.vocab_size = 1 << 30;
+    c.hidden_size = 4096;
+    ck_assert_int_eq(mkmodel_write(&c, NULL, sub("huge")), NL_ERR_IO);
+    ck_assert_msg(strstr(nl_last_error(), "GB free"), "%s", nl_last_error());
+    ck_assert(!exists(sub("huge")));
 
     DIR *d = opendir(tmpdir);
     struct dirent *e;
