@@ -228,19 +228,26 @@ static void add_eos(tokenizer *t, json_int_t id)
 }
 
 /* "eos_token_id": 7 or [7, 8] in config.json / generation_config.json. */
+static nl_status add_eos_id(tokenizer *t, const json_t *v, const char *path)
+{
+    json_int_t id = json_integer_value(v);
+    if (id < 0 || id >= BPE_ID_LIMIT)
+        return nl_error(NL_ERR_FORMAT, "%s: eos_token_id %lld is out of range (0..%d)", path,
+                        (long long)id, BPE_ID_LIMIT - 1);
+    add_eos(t, id);
+    return NL_OK;
+}
+
 static nl_status add_eos_ids(tokenizer *t, const json_t *v, const char *path)
 {
     if (!v || json_is_null(v)) return NL_OK;
-    if (json_is_integer(v)) {
-        add_eos(t, json_integer_value(v));
-        return NL_OK;
-    }
+    if (json_is_integer(v)) return add_eos_id(t, v, path);
     if (!json_is_array(v))
         return nl_error(NL_ERR_FORMAT, "%s: eos_token_id is neither an id nor a list of ids", path);
     for (size_t i = 0; i < json_array_size(v); i++) {
         if (!json_is_integer(json_array_get(v, i)))
             return nl_error(NL_ERR_FORMAT, "%s: eos_token_id[%zu] is not an integer", path, i);
-        add_eos(t, json_integer_value(json_array_get(v, i)));
+        NL_TRY(add_eos_id(t, json_array_get(v, i), path));
     }
     return NL_OK;
 }

@@ -444,6 +444,13 @@ START_TEST(test_eos_from_configs)
     write_file(dir, "config.json", "{\"eos_token_id\": \"x\"}");
     ck_assert_int_eq(tokenizer_load(dir, &t), NL_ERR_FORMAT);
     ck_assert_ptr_nonnull(strstr(nl_last_error(), "config.json"));
+
+    /* An id no vocabulary has is refused by value, not wrapped to int32. */
+    write_file(dir, "config.json", "{\"eos_token_id\": 151643}");
+    write_file(dir, "generation_config.json", "{\"eos_token_id\": [151645, 99999999999]}");
+    ck_assert_int_eq(tokenizer_load(dir, &t), NL_ERR_FORMAT);
+    ck_assert_msg(strstr(nl_last_error(), "generation_config.json: eos_token_id 99999999999"), "%s",
+                  nl_last_error());
 }
 END_TEST
 
