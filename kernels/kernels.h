@@ -24,6 +24,7 @@
 #include <stdint.h>
 
 #include "common/dtype.h"
+#include "common/mix64.h"
 #include "common/status.h"
 
 typedef struct nl_backend nl_backend;
@@ -184,17 +185,9 @@ static inline void nl_backend_destroy(nl_backend *be)
  * depend on the batch, the backend or how a row is split across threads.
  * Everything up to the uniform is integer arithmetic or exact conversions,
  * bit-identical on host and device. */
-#ifdef __CUDACC__
-#define NL_HOST_DEVICE __host__ __device__
-#else
-#define NL_HOST_DEVICE
-#endif
 static inline NL_HOST_DEVICE uint64_t nl_rng_mix(uint64_t z)
 {
-    z += 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    return nl_mix64(z + NL_MIX64_GAMMA); /* one SplitMix64 step from state z */
 }
 /* The key of one sampling step of one request. */
 static inline NL_HOST_DEVICE uint64_t nl_rng_row_key(uint64_t seed, uint64_t offset)
@@ -205,7 +198,7 @@ static inline NL_HOST_DEVICE uint64_t nl_rng_row_key(uint64_t seed, uint64_t off
  * state starts at key. */
 static inline NL_HOST_DEVICE uint32_t nl_rng_race_bits(uint64_t key, uint32_t i)
 {
-    return (uint32_t)(nl_rng_mix(key + (uint64_t)i * 0x9e3779b97f4a7c15ull) >> 32);
+    return (uint32_t)(nl_rng_mix(key + (uint64_t)i * NL_MIX64_GAMMA) >> 32);
 }
 /* v in [2^-32, 1 - 2^-24] from 32 bits, by exact conversions only: the
  * smallest v keep 32-bit resolution because E = -log1p(-v) ~ v is where the

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "common/mix64.h"
 #include "common/status.h"
 
 static uint64_t str_hash(const void *key, size_t len)
@@ -12,16 +13,11 @@ static uint64_t str_hash(const void *key, size_t len)
     return XXH3_64bits(key, len) | 1; /* 0 marks an empty slot */
 }
 
-/* Finalizer of splitmix64: pair keys are two small ids side by side, which
- * would cluster badly under the identity hash. */
+/* Pair keys are two small ids side by side, which would cluster badly under
+ * the identity hash: nl_mix64 spreads them. */
 static uint64_t u64_hash(uint64_t x)
 {
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ULL;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebULL;
-    x ^= x >> 31;
-    return x;
+    return nl_mix64(x);
 }
 
 void bpe_str_map_init(bpe_str_map *m)

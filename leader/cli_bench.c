@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/mix64.h"
 #include "leader/cli.h"
 
 typedef struct bench_req {
@@ -24,17 +25,9 @@ typedef struct bench_req {
     nl_sampling_params params;
 } bench_req;
 
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 static int32_t rand_between(uint64_t *s, int32_t lo, int32_t hi)
 {
-    return lo + (int32_t)(rng_next(s) % (uint64_t)(hi - lo + 1));
+    return lo + (int32_t)(nl_splitmix64_next(s) % (uint64_t)(hi - lo + 1));
 }
 
 /* One workload line into r (r->ids malloc'd); false with why set when a

@@ -19,6 +19,7 @@
 #include <sys/random.h>
 #include <time.h>
 
+#include "common/mix64.h"
 #include "common/status.h"
 #include "leader/engine_internal.h"
 #include "leader/scheduler.h"
@@ -104,14 +105,6 @@ nl_status engine_config_validate(const nl_engine_config *c)
         return nl_error(NL_ERR_INVALID_ARG, "gpu_memory_utilization %g: must be in (0, 1]",
                         (double)c->gpu_memory_utilization);
     return NL_OK;
-}
-
-static uint64_t splitmix64(uint64_t *state)
-{
-    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
 }
 
 static void destroy_request(seq *s)
@@ -373,7 +366,7 @@ nl_status nl_engine_submit(nl_engine *e, const nl_prompt *prompt,
                       n, params->max_tokens, (long long)((total + bs - 1) / bs), e->bm->num_blocks);
         goto out;
     }
-    uint64_t seed = params->has_seed ? params->seed : splitmix64(&e->rng);
+    uint64_t seed = params->has_seed ? params->seed : nl_splitmix64_next(&e->rng);
     uint64_t id = e->next_id;
     seq *s = NULL;
     st = seq_create(id, ids, n, params, seed, bs, &s);

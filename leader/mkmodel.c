@@ -30,6 +30,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "common/mix64.h"
 #include "common/model_tensors.h"
 
 /* Elements generated and written per job: 2 MB of bf16, large enough that
@@ -89,17 +90,6 @@ nl_status mkmodel_preset(const char *name, nl_model_config *cfg)
 
 /* ---- the generator --------------------------------------------------------- */
 
-/* splitmix64's output function: a bijective 64-bit mix, so distinct
- * counters never collide within a stream. */
-static inline uint64_t mix64(uint64_t x)
-{
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ull;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
 static uint64_t stream_key(uint64_t seed, const char *name)
 {
     return XXH64(name, strlen(name), seed);
@@ -108,7 +98,8 @@ static uint64_t stream_key(uint64_t seed, const char *name)
 /* The standard normal pair number j of a stream. */
 static inline void normal_pair(uint64_t key, uint64_t j, float *z0, float *z1)
 {
-    uint64_t r = mix64(key + (j + 1) * 0x9e3779b97f4a7c15ull);
+    /* nl_mix64 is a bijection: distinct counters never collide in a stream */
+    uint64_t r = nl_mix64(key + (j + 1) * NL_MIX64_GAMMA);
     /* u1 in (0, 1] keeps the log finite; 24 bits is a float's precision. */
     float u1 = ((float)(r >> 40) + 1.0f) * (1.0f / 16777216.0f);
     float u2 = (float)((r >> 16) & 0xffffff) * (1.0f / 16777216.0f);
