@@ -1,13 +1,13 @@
 /* futex.h — sleeping on a 32-bit word that several processes share.
  *
- * The rings and the segment's start-up handshake wait on shared atomics with
- * the futex system call: no busy loop while idle, one syscall to wake.  The
+ * The rings, the segment's start-up handshake and the CPU all-reduce wait on
+ * shared atomics with the futex system call: no busy loop while idle, one syscall to wake.  The
  * words live in a MAP_SHARED mapping, so the process-private futex flags
  * must not be used.  Every wait is bounded so callers can check that their
  * peers are still alive between waits.
  */
-#ifndef NL_IPC_FUTEX_H
-#define NL_IPC_FUTEX_H
+#ifndef NL_COMMON_FUTEX_H
+#define NL_COMMON_FUTEX_H
 
 #include <limits.h>
 #include <linux/futex.h>

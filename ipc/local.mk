@@ -2,6 +2,5 @@
 noinst_LTLIBRARIES += libnlipc.la
 libnlipc_la_SOURCES = \
 	ipc/wire.h ipc/wire.c \
-	ipc/futex.h \
 	ipc/ring.h ipc/ring.c \
 	ipc/shm.h ipc/shm.c

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ipc/futex.h"
+#include "common/futex.h"
 
 #define RING_MAGIC 0x474e4952u /* "RING" */
 #define RING_SPINS 256

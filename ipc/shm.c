@@ -15,7 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "ipc/futex.h"
+#include "common/futex.h"
 
 #define SHM_MAGIC 0x4d534c4eu /* "NLSM" */
 #define SHM_VERSION 2

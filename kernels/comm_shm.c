@@ -14,17 +14,16 @@
  */
 #include "kernels/comm_shm.h"
 
-#include <limits.h>
-#include <linux/futex.h>
 #include <sched.h>
 #include <stdalign.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "common/futex.h"
 
 #define COMM_HEADER_BYTES 4096
 #define COMM_SPINS 2000
@@ -44,17 +43,6 @@ typedef struct comm_shm {
     void *check_ctx;
 } comm_shm;
 
-static void futex_wait_slice(_Atomic uint32_t *word, uint32_t expected)
-{
-    struct timespec ts = {.tv_sec = 0, .tv_nsec = COMM_WAIT_SLICE_MS * 1000000L};
-    syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT, expected, &ts, NULL, 0);
-}
-
-static void futex_wake_all(_Atomic uint32_t *word)
-{
-    syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
-}
-
 static nl_status barrier(comm_shm *c)
 {
     comm_shared *sh = c->sh;
@@ -62,7 +50,7 @@ static nl_status barrier(comm_shm *c)
     if (atomic_fetch_add(&sh->arrived, 1) == (uint32_t)c->base.size - 1) {
         atomic_store(&sh->arrived, 0);
         atomic_fetch_add(&sh->generation, 1);
-        futex_wake_all(&sh->generation);
+        futex_wake_shared(&sh->generation);
         return NL_OK;
     }
     for (int i = 0; i < COMM_SPINS; i++) {
@@ -70,7 +58,7 @@ static nl_status barrier(comm_shm *c)
         if (i % 64 == 63) sched_yield();
     }
     while (atomic_load(&sh->generation) == gen) {
-        futex_wait_slice(&sh->generation, gen);
+        futex_wait_shared(&sh->generation, gen, COMM_WAIT_SLICE_MS);
         if (atomic_load(&sh->generation) != gen) break;
         if (c->check) NL_TRY(c->check(c->check_ctx));
     }

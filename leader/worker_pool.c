@@ -28,7 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ipc/futex.h"
+#include "common/futex.h"
 #include "ipc/shm.h"
 
 #define POOL_CMD_RING_BYTES ((size_t)64 << 20)

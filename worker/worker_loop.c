@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ipc/futex.h"
+#include "common/futex.h"
 #include "kernels/comm_shm.h"
 
 nl_status worker_check_leader(void *arg)
