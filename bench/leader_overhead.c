@@ -13,8 +13,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "leader/engine_internal.h"
-#include "leader/fake_runner.h"
+#include "leader/engine/engine_internal.h"
+#include "tests/fake_runner.h"
 
 typedef struct timed_runner {
     runner base;

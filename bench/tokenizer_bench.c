@@ -13,7 +13,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "leader/tokenizer.h"
+#include "leader/tokenizer/tokenizer.h"
 
 #define RUNS 4
 

@@ -1,50 +1,65 @@
-# leader/: tokenizer, chat template, seq, block manager, scheduler, engine, CLI.
-# The leader's code is built once, as the convenience library libnlleader.la
-# that the programs and tests link; the installed libnanollm is that library
-# exporting only the public nl_* API, so its internals never clash with a
-# host program's symbols.
+# leader/: the CPU-only half of the engine, in four sub-folders by idea:
+#   engine/    requests, KV blocks, scheduling, the step loop, the executor
+#              that drives the worker processes
+#   tokenizer/ byte-level BPE, pre-tokenizer, chat template, streaming decode
+#   modelgen/  the model writer (random-weight checkpoints, the demo model)
+#   cli/       nanollm-launch, a front-end that uses only nanollm.h
+# The engine, tokenizer and model writer are built once, as the convenience
+# library libnlleader.la that the programs and tests link; the installed
+# libnanollm is that library exporting only what nanollm.h declares, so its
+# internals never clash with a host program's symbols.
 noinst_LTLIBRARIES += libnlleader.la
-libnlleader_la_SOURCES = \
-	leader/version.c
+libnlleader_la_SOURCES =
 libnlleader_la_LIBADD = libnlcommon.la libnlipc.la $(JANSSON_LIBS) $(PCRE2_LIBS) $(UTF8PROC_LIBS) $(XXHASH_LIBS)
 
+# The exported symbols are the functions nanollm.h declares, read from the
+# header itself so the list has one definition.
 lib_LTLIBRARIES += libnanollm.la
 libnanollm_la_SOURCES =
 libnanollm_la_LIBADD = libnlleader.la
-libnanollm_la_LDFLAGS = -version-info 0:0:0 -export-symbols-regex '^nl_'
+libnanollm_la_LDFLAGS = -version-info 0:0:0 -export-symbols nanollm.sym
+EXTRA_libnanollm_la_DEPENDENCIES = nanollm.sym
+nanollm.sym: $(top_srcdir)/include/nanollm.h
+	$(AM_V_GEN)sed -n '/^typedef/d; s/^[a-z][^(]*[^a-z0-9_(]\(nl_[a-z0-9_]*\)(.*$$/\1/p' $< | sort -u > $@
+CLEANFILES += nanollm.sym
+
+# The CLI's commands, a library of their own so tests can run them in-process.
+noinst_LTLIBRARIES += libnlcli.la
+libnlcli_la_SOURCES = leader/cli/cli.h \
+	leader/cli/cli_common.c leader/cli/cli_generate.c leader/cli/cli_batch.c \
+	leader/cli/cli_bench.c leader/cli/cli_tokenize.c leader/cli/cli_mkmodel.c
+libnlcli_la_LIBADD = libnlleader.la
 
 bin_PROGRAMS += nanollm-launch
-nanollm_launch_SOURCES = leader/launch_main.c leader/cli_common.c \
-	leader/cli_generate.c leader/cli_batch.c leader/cli_bench.c
+nanollm_launch_SOURCES = leader/cli/launch_main.c
 # Linked statically so the build tree's program is a real binary that finds
 # nanollm-worker beside itself.
-nanollm_launch_LDADD = libnlleader.la
+nanollm_launch_LDADD = libnlcli.la libnlleader.la
 nanollm_launch_LDFLAGS = -static
 
-# Model files: random-weight checkpoints and the built-in demo model.
+# Requests, KV blocks, scheduling, the step loop and the executor (worker
+# processes behind the shared-memory rings).
 libnlleader_la_SOURCES += \
-	leader/mkmodel.c leader/mkmodel.h \
-	leader/cli_mkmodel.c \
-	leader/demo_model.c leader/demo_model.h
+	leader/engine/version.c \
+	leader/engine/u64map.c leader/engine/u64map.h \
+	leader/engine/seq.c leader/engine/seq.h \
+	leader/engine/block_manager.c leader/engine/block_manager.h \
+	leader/engine/scheduler.c leader/engine/scheduler.h \
+	leader/engine/engine.c leader/engine/engine_internal.h leader/engine/engine_open.c \
+	leader/engine/runner.h leader/engine/executor.c leader/engine/executor.h
 
-# Requests, KV blocks, scheduling and the engine's step loop.
+# Tokenizer: byte-level BPE, pre-tokenizer, chat template, streaming decode.
 libnlleader_la_SOURCES += \
-	leader/u64map.c leader/u64map.h \
-	leader/seq.c leader/seq.h \
-	leader/block_manager.c leader/block_manager.h \
-	leader/scheduler.c leader/scheduler.h \
-	leader/engine.c leader/engine_internal.h leader/engine_open.c
+	leader/tokenizer/tokenizer.c leader/tokenizer/tokenizer.h leader/tokenizer/tokenizer_internal.h \
+	leader/tokenizer/tokenizer_utf8.c leader/tokenizer/tokenizer_utf8.h \
+	leader/tokenizer/bpe.c leader/tokenizer/bpe.h \
+	leader/tokenizer/bpe_map.c leader/tokenizer/bpe_map.h \
+	leader/tokenizer/pretokenize.c leader/tokenizer/pretokenize.h \
+	leader/tokenizer/chat_template.c leader/tokenizer/chat_template.h \
+	leader/tokenizer/detokenizer.c
 
-# Worker processes behind the shared-memory rings (the real runner).
-libnlleader_la_SOURCES += leader/runner.h leader/worker_pool.c leader/worker_pool.h
-
-# Tokenizer: byte-level BPE, pre-tokenizer, chat template, streaming decode, CLI.
+# Model files: random-weight checkpoints and the built-in demo model (which
+# the engine writes on first use).
 libnlleader_la_SOURCES += \
-	leader/tokenizer.c leader/tokenizer.h leader/tokenizer_internal.h \
-	leader/tokenizer_utf8.c leader/tokenizer_utf8.h \
-	leader/bpe.c leader/bpe.h \
-	leader/bpe_map.c leader/bpe_map.h \
-	leader/pretokenize.c leader/pretokenize.h \
-	leader/chat_template.c leader/chat_template.h \
-	leader/detokenizer.c \
-	leader/cli_tokenize.c leader/cli.h
+	leader/modelgen/mkmodel.c leader/modelgen/mkmodel.h \
+	leader/modelgen/demo_model.c leader/modelgen/demo_model.h

@@ -19,7 +19,7 @@ tests_test_model_golden_CFLAGS = $(TEST_CFLAGS)
 # Static against the in-tree libraries, so the program can also be carried
 # to another machine to write the golden models (--make-models).
 tests_test_model_golden_LDFLAGS = -static
-tests_test_model_golden_LDADD = libnlworker.la libnlleader.la libnlkernels.la libnlipc.la \
+tests_test_model_golden_LDADD = libnlworker.la libnlcli.la libnlleader.la libnlkernels.la libnlipc.la \
 	libnlcommon.la $(OPENBLAS_LIBS) $(JANSSON_LIBS) $(TEST_LIBS) -lm
 endif
 

@@ -3,16 +3,16 @@ if HAVE_CHECK
 check_PROGRAMS += tests/test_block_manager tests/test_scheduler
 TESTS += tests/test_block_manager tests/test_scheduler
 tests_test_block_manager_SOURCES = tests/test_block_manager.c \
-	leader/block_manager.c leader/seq.c leader/u64map.c
+	leader/engine/block_manager.c leader/engine/seq.c leader/engine/u64map.c
 tests_test_block_manager_CFLAGS = $(TEST_CFLAGS)
 tests_test_block_manager_LDADD = libnlcommon.la $(XXHASH_LIBS) $(TEST_LIBS)
-tests_test_scheduler_SOURCES = tests/test_scheduler.c leader/fake_runner.c leader/fake_runner.h \
-	leader/scheduler.c leader/block_manager.c leader/seq.c leader/u64map.c
+tests_test_scheduler_SOURCES = tests/test_scheduler.c tests/fake_runner.c tests/fake_runner.h \
+	leader/engine/scheduler.c leader/engine/block_manager.c leader/engine/seq.c leader/engine/u64map.c
 tests_test_scheduler_CFLAGS = $(TEST_CFLAGS)
 tests_test_scheduler_LDADD = libnlcommon.la $(XXHASH_LIBS) $(TEST_LIBS)
 check_PROGRAMS += tests/test_engine
 TESTS += tests/test_engine
-tests_test_engine_SOURCES = tests/test_engine.c leader/fake_runner.c
+tests_test_engine_SOURCES = tests/test_engine.c tests/fake_runner.c
 tests_test_engine_CFLAGS = $(TEST_CFLAGS)
 tests_test_engine_LDADD = libnlleader.la $(XXHASH_LIBS) $(TEST_LIBS) -lm
 check_PROGRAMS += tests/test_launch
@@ -25,5 +25,5 @@ endif
 
 # The leader's own cost per step (bench/RESULTS.md), built with the tests.
 check_PROGRAMS += bench/leader_overhead
-bench_leader_overhead_SOURCES = bench/leader_overhead.c leader/fake_runner.c
+bench_leader_overhead_SOURCES = bench/leader_overhead.c tests/fake_runner.c
 bench_leader_overhead_LDADD = libnlleader.la $(XXHASH_LIBS)

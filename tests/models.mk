@@ -13,5 +13,5 @@ tests_test_safetensors_LDADD = libnlcommon.la $(JANSSON_LIBS) $(TEST_LIBS)
 
 tests_test_mkmodel_SOURCES = tests/test_mkmodel.c
 tests_test_mkmodel_CFLAGS = $(TEST_CFLAGS)
-tests_test_mkmodel_LDADD = libnlleader.la $(JANSSON_LIBS) $(TEST_LIBS)
+tests_test_mkmodel_LDADD = libnlcli.la libnlleader.la $(JANSSON_LIBS) $(TEST_LIBS)
 endif

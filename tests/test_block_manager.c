@@ -5,7 +5,7 @@
 #include <string.h>
 #include <xxhash.h>
 
-#include "leader/block_manager.h"
+#include "leader/engine/block_manager.h"
 #include "tests/check_run.h"
 
 static nl_sampling_params params(int32_t max_tokens)

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "common/status.h"
-#include "leader/chat_template.h"
+#include "leader/tokenizer/chat_template.h"
 #include "tests/check_run.h"
 
 /* Fragments carrying each family's markers (not whole templates). */

@@ -22,8 +22,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "leader/cli.h"
-#include "leader/engine_internal.h"
+#include "leader/cli/cli.h"
+#include "leader/engine/engine_internal.h"
 #include "nanollm.h"
 
 #define MAX_PROMPTS 4

@@ -10,8 +10,8 @@
 #include <unistd.h>
 
 #include "common/status.h"
-#include "leader/engine_internal.h"
-#include "leader/fake_runner.h"
+#include "leader/engine/engine_internal.h"
+#include "tests/fake_runner.h"
 #include "tests/check_run.h"
 
 #define VOCAB 1000

@@ -19,9 +19,9 @@
 #include <unistd.h>
 
 #include "common/model_tensors.h"
-#include "leader/cli.h"
-#include "leader/demo_model.h"
-#include "leader/mkmodel.h"
+#include "leader/cli/cli.h"
+#include "leader/modelgen/demo_model.h"
+#include "leader/modelgen/mkmodel.h"
 #include "tests/check_run.h"
 
 static char tmpdir[64];

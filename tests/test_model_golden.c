@@ -32,7 +32,7 @@
 #include "kernels/comm.h"
 #include "kernels/comm_shm.h"
 #include "kernels/kernels.h"
-#include "leader/cli.h"
+#include "leader/cli/cli.h"
 #include "worker/model_runner.h"
 #include "tests/check_run.h"
 

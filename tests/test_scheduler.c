@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "leader/fake_runner.h"
-#include "leader/scheduler.h"
+#include "tests/fake_runner.h"
+#include "leader/engine/scheduler.h"
 #include "tests/check_run.h"
 
 /* Check's ck_assert records a mark point (a write) even when it passes;

@@ -14,10 +14,10 @@
 #include <unistd.h>
 
 #include "common/status.h"
-#include "leader/cli.h"
-#include "leader/tokenizer.h"
-#include "leader/tokenizer_internal.h"
-#include "leader/tokenizer_utf8.h"
+#include "leader/cli/cli.h"
+#include "leader/tokenizer/tokenizer.h"
+#include "leader/tokenizer/tokenizer_internal.h"
+#include "leader/tokenizer/tokenizer_utf8.h"
 
 static tokenizer *qwen; /* loaded once in main; forked tests share it */
 static char qwen_dir[4096];

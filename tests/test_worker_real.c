@@ -12,8 +12,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "leader/mkmodel.h"
-#include "leader/worker_pool.h"
+#include "leader/modelgen/mkmodel.h"
+#include "leader/engine/executor.h"
 #include "tests/check_run.h"
 
 enum { N_SEQS = 2, N_DECODE = 4 };
@@ -44,9 +44,9 @@ static void remove_model(void)
     ck_assert_int_eq(system(cmd), 0);
 }
 
-static worker_pool_params params(int tp)
+static executor_params params(int tp)
 {
-    return (worker_pool_params){
+    return (executor_params){
         .model_dir = model_dir, .tp = tp, .device = NL_DEVICE_CPU, .block_size = 16,
         .num_kv_blocks = 32, .max_num_seqs = 8, .max_num_batched_tokens = 256,
         .max_model_len = 256, .enforce_eager = true, .worker_path = worker_path(),
@@ -57,9 +57,9 @@ static worker_pool_params params(int tp)
 static void generate(int tp, int32_t tokens[N_SEQS][N_DECODE + 1],
                      float logprobs[N_SEQS][N_DECODE + 1])
 {
-    worker_pool_params p = params(tp);
+    executor_params p = params(tp);
     runner *r;
-    ck_assert_msg(worker_pool_start(&p, &r) == NL_OK, "tp %d: %s", tp, nl_last_error());
+    ck_assert_msg(executor_start(&p, &r) == NL_OK, "tp %d: %s", tp, nl_last_error());
     ck_assert_int_eq(r->num_kv_blocks, 32);
 
     int32_t prompt[N_SEQS][7] = {{9707, 11, 1879, 0, 0, 0, 0}, {785, 3974, 13876, 38835, 35308, 916, 279}};
@@ -120,9 +120,9 @@ START_TEST(test_tp1_and_tp2_agree)
     char weights[300];
     snprintf(weights, sizeof weights, "%s/model.safetensors", model_dir);
     ck_assert_int_eq(unlink(weights), 0);
-    worker_pool_params p = params(2);
+    executor_params p = params(2);
     runner *r;
-    ck_assert_int_ne(worker_pool_start(&p, &r), NL_OK);
+    ck_assert_int_ne(executor_start(&p, &r), NL_OK);
     ck_assert_msg(strncmp(nl_last_error(), "worker rank ", 12) == 0, "%s", nl_last_error());
     ck_assert_msg(strstr(nl_last_error(), "model.safetensors") || strstr(nl_last_error(), model_dir),
                   "%s", nl_last_error());

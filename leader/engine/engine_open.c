@@ -1,0 +1,144 @@
+/* engine_open.c — nl_engine_open: from a model directory to a running
+ * engine.  Picks the directory (the demo model when none is given), reads
+ * config.json and, when present, tokenizer.json, resolves the device,
+ * starts the worker pool and hands everything to engine_open_with_runner().
+ * The step loop itself is in engine.c.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "common/model_config.h"
+#include "common/status.h"
+#include "leader/modelgen/demo_model.h"
+#include "leader/engine/engine_internal.h"
+#include "leader/engine/executor.h"
+
+#define ENGINE_CPU_KV_BYTES_DEFAULT ((int64_t)1 << 30)
+
+/* Whether a GPU is visible, without initialising CUDA in this process: the
+ * driver lists its GPUs under /proc, and CUDA_VISIBLE_DEVICES may hide them. */
+static bool gpu_visible(void)
+{
+    const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+    if (vis && (vis[0] == '\0' || strcmp(vis, "-1") == 0)) return false;
+    DIR *d = opendir("/proc/driver/nvidia/gpus");
+    if (!d) return access("/dev/nvidia0", F_OK) == 0;
+    bool any = false;
+    struct dirent *ent;
+    while ((ent = readdir(d)))
+        if (ent->d_name[0] != '.') any = true;
+    closedir(d);
+    return any;
+}
+
+static nl_status resolve_device(nl_device want, nl_device *out)
+{
+#ifdef NL_HAVE_CUDA
+    if (want == NL_DEVICE_AUTO) want = gpu_visible() ? NL_DEVICE_CUDA : NL_DEVICE_CPU;
+#else
+    (void)gpu_visible;
+    if (want == NL_DEVICE_CUDA)
+        return nl_error(NL_ERR_UNSUPPORTED,
+                        "device cuda: this build has no CUDA backend (configure found no nvcc, "
+                        "cuBLASLt or NCCL); use --device cpu");
+    if (want == NL_DEVICE_AUTO) want = NL_DEVICE_CPU;
+#endif
+    *out = want;
+    return NL_OK;
+}
+
+static bool has_tokenizer_json(const char *dir)
+{
+    char path[PATH_MAX];
+    if (snprintf(path, sizeof(path), "%s/tokenizer.json", dir) >= (int)sizeof(path)) return false;
+    return access(path, R_OK) == 0;
+}
+
+/* NANOLLM_CPU_KV_BYTES, a positive byte count, or the default. */
+static nl_status cpu_kv_bytes_from_env(int64_t *out)
+{
+    *out = ENGINE_CPU_KV_BYTES_DEFAULT;
+    const char *env = getenv("NANOLLM_CPU_KV_BYTES");
+    if (!env) return NL_OK;
+    char *end;
+    errno = 0;
+    long long v = strtoll(env, &end, 10);
+    if (errno || end == env || *end != '\0' || v <= 0)
+        return nl_error(NL_ERR_INVALID_ARG, "NANOLLM_CPU_KV_BYTES '%s': not a positive number of bytes",
+                        env);
+    *out = v;
+    return NL_OK;
+}
+
+nl_status nl_engine_open(const nl_engine_config *config, nl_engine **out)
+{
+    *out = NULL;
+    if (!config) return nl_error(NL_ERR_INVALID_ARG, "engine config is NULL");
+    NL_TRY(engine_config_validate(config));
+
+    int64_t cpu_kv_bytes;
+    NL_TRY(cpu_kv_bytes_from_env(&cpu_kv_bytes));
+
+    char demo_dir[PATH_MAX];
+    const char *dir = config->model_dir;
+    bool demo = dir == NULL;
+    if (demo) {
+        NL_TRY(demo_model_ensure(demo_dir, sizeof(demo_dir)));
+        dir = demo_dir;
+    }
+    nl_model_config mc;
+    NL_TRY(model_config_load(dir, &mc));
+    nl_device device = NL_DEVICE_CPU;
+    NL_TRY(resolve_device(config->device, &device));
+
+    engine_model_facts facts;
+    memset(&facts, 0, sizeof(facts));
+    facts.vocab_size = mc.vocab_size;
+    facts.max_position_embeddings = mc.max_position_embeddings;
+    facts.is_demo_model = demo;
+    facts.device_name = device == NL_DEVICE_CUDA ? "cuda" : "cpu";
+
+    tokenizer *tok = NULL;
+    if (has_tokenizer_json(dir)) {
+        nl_status st = tokenizer_load(dir, &tok);
+        if (st != NL_OK) return nl_error_prefix(st, "%s: ", dir);
+        size_t n = tokenizer_eos_ids(tok, facts.eos_ids, ENGINE_MAX_EOS);
+        facts.n_eos = (int32_t)(n < ENGINE_MAX_EOS ? n : ENGINE_MAX_EOS);
+    } else {
+        for (int32_t i = 0; i < mc.n_eos && i < ENGINE_MAX_EOS; i++) facts.eos_ids[i] = mc.eos_token_ids[i];
+        facts.n_eos = mc.n_eos < ENGINE_MAX_EOS ? mc.n_eos : ENGINE_MAX_EOS;
+    }
+
+    int32_t max_len = mc.max_position_embeddings;
+    if (config->max_model_len > 0 && config->max_model_len < max_len) max_len = config->max_model_len;
+    /* On the CPU the KV cache is ordinary memory that the worker touches
+     * when it starts: a fixed default keeps start-up fast and predictable;
+     * NANOLLM_CPU_KV_BYTES or --num-kv-blocks size it for bigger jobs. */
+    executor_params wp = {
+        .model_dir = dir,
+        .tp = config->tp,
+        .device = device,
+        .block_size = config->block_size,
+        .num_kv_blocks = config->num_kv_blocks,
+        .gpu_memory_utilization = config->gpu_memory_utilization,
+        .cpu_kv_bytes = cpu_kv_bytes,
+        .max_num_seqs = config->max_num_seqs,
+        .max_num_batched_tokens = config->max_num_batched_tokens,
+        .max_model_len = max_len,
+        .enforce_eager = config->enforce_eager,
+        .worker_path = NULL,
+    };
+    runner *r = NULL;
+    nl_status st = executor_start(&wp, &r);
+    if (st != NL_OK) {
+        if (tok) tokenizer_destroy(tok);
+        return st;
+    }
+    return engine_open_with_runner(config, &facts, r, tok, out);
+}

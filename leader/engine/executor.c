@@ -1,0 +1,460 @@
+/* executor.c — the leader's side of the worker processes (see
+ * executor.h).
+ *
+ * Liveness: every wait on the rings or on the start-up handshake sleeps in
+ * slices of RING_WAIT_SLICE_MS and then polls each worker with
+ * waitpid(WNOHANG).  The first death found fails the pool for good: the
+ * other workers are killed and reaped at once and every later execute
+ * returns the same message.
+ *
+ * Ctrl-C: executor_kill_all() must work from a signal handler, so each
+ * live pool also sits in a fixed table of atomic pids that the handler can
+ * walk without locks or allocation.
+ */
+#define _GNU_SOURCE
+#include "leader/engine/executor.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/futex.h"
+#include "ipc/shm.h"
+
+#define POOL_CMD_RING_BYTES ((size_t)64 << 20)
+#define POOL_REPLY_RING_BYTES ((size_t)4 << 20)
+#define POOL_SHUTDOWN_WAIT_MS 5000
+#define POOL_MAX_LIVE 32
+#define POOL_WORKER_NAME "nanollm-worker"
+
+/* ---- the table executor_kill_all walks -------------------------------- */
+
+typedef struct pool_registry_slot {
+    _Atomic int in_use;
+    _Atomic int pids[EXECUTOR_MAX_TP];    /* 0: none or reaped */
+} pool_registry_slot;
+
+static pool_registry_slot registry[POOL_MAX_LIVE];
+
+static pool_registry_slot *registry_acquire(void)
+{
+    for (int i = 0; i < POOL_MAX_LIVE; i++) {
+        int expected = 0;
+        pool_registry_slot *s = &registry[i];
+        if (atomic_compare_exchange_strong(&s->in_use, &expected, 2)) {
+            /* 2 while being filled: the handler skips it */
+            for (int r = 0; r < EXECUTOR_MAX_TP; r++) atomic_store(&s->pids[r], 0);
+            atomic_store(&s->in_use, 1);
+            return s;
+        }
+    }
+    return NULL;
+}
+
+static void registry_release(pool_registry_slot *s)
+{
+    if (!s) return;
+    atomic_store(&s->in_use, 2);
+    for (int r = 0; r < EXECUTOR_MAX_TP; r++) atomic_store(&s->pids[r], 0);
+    atomic_store(&s->in_use, 0);
+}
+
+void executor_kill_all(void)
+{
+    int saved_errno = errno;
+    for (int i = 0; i < POOL_MAX_LIVE; i++) {
+        pool_registry_slot *s = &registry[i];
+        if (atomic_load(&s->in_use) != 1) continue;
+        for (int r = 0; r < EXECUTOR_MAX_TP; r++) {
+            int pid = atomic_load(&s->pids[r]);
+            if (pid > 0) kill(pid, SIGKILL);
+        }
+    }
+    errno = saved_errno;
+}
+
+/* ---- the pool ------------------------------------------------------------ */
+
+typedef struct executor {
+    runner base;
+    shm_segment seg;
+    int32_t tp;
+    pid_t pids[EXECUTOR_MAX_TP]; /* 0 once reaped */
+    pool_registry_slot *reg;
+    bool failed;                    /* a worker died: the pool is unusable */
+    nl_status failure_status;
+    char failure[1024];
+    wire_buf enc, arena;
+    ring_buf msg;
+} executor;
+
+static void pool_forget_pid(executor *pool, int rank)
+{
+    pool->pids[rank] = 0;
+    if (pool->reg) atomic_store(&pool->reg->pids[rank], 0);
+}
+
+/* SIGKILLs and reaps every worker still there. */
+static void pool_kill_all(executor *pool)
+{
+    for (int r = 0; r < pool->tp; r++)
+        if (pool->pids[r] > 0) kill(pool->pids[r], SIGKILL);
+    for (int r = 0; r < pool->tp; r++) {
+        if (pool->pids[r] <= 0) continue;
+        while (waitpid(pool->pids[r], NULL, 0) < 0 && errno == EINTR) {
+        }
+        pool_forget_pid(pool, r);
+    }
+}
+
+static void describe_exit(char *buf, size_t n, int status)
+{
+    if (WIFSIGNALED(status))
+        snprintf(buf, n, "killed by signal %d", WTERMSIG(status));
+    else if (WIFEXITED(status))
+        snprintf(buf, n, "exited with status %d", WEXITSTATUS(status));
+    else
+        snprintf(buf, n, "ended with wait status 0x%x", status);
+}
+
+/* Records why the pool failed, kills the rest and returns the error. */
+static nl_status pool_fail(executor *pool, nl_status status, const char *fmt, ...)
+    NL_PRINTF(3, 4);
+static nl_status pool_fail(executor *pool, nl_status status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(pool->failure, sizeof pool->failure, fmt, ap);
+    va_end(ap);
+    pool->failed = true;
+    pool->failure_status = status;
+    pool_kill_all(pool);
+    return nl_error(status, "%s", pool->failure);
+}
+
+/* The message a rank left in its slot when it failed on purpose. */
+static const char *rank_error(executor *pool, int rank)
+{
+    shm_rank *slot = &pool->seg.hdr->ranks[rank];
+    if (atomic_load(&slot->state) != SHM_RANK_FAILED) return NULL;
+    slot->error[sizeof slot->error - 1] = '\0';
+    return slot->error;
+}
+
+/* The status a FAILED rank reported, NL_ERR_WORKER when it is not one. */
+static nl_status rank_status(executor *pool, int rank)
+{
+    int32_t s = pool->seg.hdr->ranks[rank].error_status;
+    return s > NL_OK && s <= NL_ERR_NOT_FOUND ? (nl_status)s : NL_ERR_WORKER;
+}
+
+static nl_status pool_rank_died(executor *pool, int rank, pid_t pid, int wait_status,
+                                bool status_known)
+{
+    char how[64] = "its exit status was collected elsewhere";
+    if (status_known) describe_exit(how, sizeof how, wait_status);
+    pool_forget_pid(pool, rank);
+    const char *why = rank_error(pool, rank);
+    if (why) return pool_fail(pool, NL_ERR_WORKER, "worker rank %d: %s", rank, why);
+    bool never_attached = atomic_load(&pool->seg.hdr->ranks[rank].state) == SHM_RANK_STARTING;
+    if (status_known && WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 127 && never_attached)
+        return pool_fail(pool, NL_ERR_WORKER,
+                         "worker rank %d (pid %d) died: %s (the worker program could not be run)",
+                         rank, (int)pid, how);
+    return pool_fail(pool, NL_ERR_WORKER, "worker rank %d (pid %d) died: %s", rank, (int)pid, how);
+}
+
+/* The liveness check of every wait: NL_OK while all workers live. */
+static nl_status pool_check(void *arg)
+{
+    executor *pool = arg;
+    if (pool->failed) return nl_error(pool->failure_status, "%s", pool->failure);
+    for (int r = 0; r < pool->tp; r++) {
+        pid_t pid = pool->pids[r];
+        if (pid <= 0) continue;
+        int st;
+        pid_t w = waitpid(pid, &st, WNOHANG);
+        if (w == pid) return pool_rank_died(pool, r, pid, st, true);
+        if (w < 0 && errno == ECHILD) return pool_rank_died(pool, r, pid, 0, false);
+    }
+    return NL_OK;
+}
+
+/* Waits until every rank has reached want, a rank reports FAILED, or a
+ * worker dies. */
+static nl_status pool_wait_states(executor *pool, shm_rank_state want)
+{
+    shm_header *h = pool->seg.hdr;
+    for (;;) {
+        uint32_t seq = atomic_load(&h->state_seq);
+        bool all = true;
+        for (int r = 0; r < pool->tp; r++) {
+            uint32_t st = atomic_load(&h->ranks[r].state);
+            if (st == SHM_RANK_FAILED) /* a start-up failure keeps the rank's own status */
+                return pool_fail(pool, rank_status(pool, r), "worker rank %d: %s", r,
+                                 rank_error(pool, r));
+            if (st < (uint32_t)want) all = false;
+        }
+        if (all) return NL_OK;
+        NL_TRY(pool_check(pool));
+        futex_wait_shared(&h->state_seq, seq, RING_WAIT_SLICE_MS);
+    }
+}
+
+static nl_status pool_execute(runner *r, const wire_run *cmd, wire_reply *reply)
+{
+    executor *pool = (executor *)r;
+    if (pool->failed) return nl_error(pool->failure_status, "%s", pool->failure);
+    if (cmd->kind != WIRE_RUN)
+        return nl_error(NL_ERR_INVALID_ARG, "worker pool: execute takes RUN commands, got kind %d",
+                        (int)cmd->kind);
+    NL_TRY(wire_encode_run(cmd, &pool->enc));
+    nl_status st = ring_write(&pool->seg.cmd, pool->enc.data, pool->enc.len, pool_check, pool);
+    if (st == NL_ERR_INVALID_ARG)
+        return nl_error_prefix(st, "worker pool: step %llu with %d seqs: ",
+                               (unsigned long long)cmd->step_id, cmd->n_seqs);
+    NL_TRY(st);
+    NL_TRY(ring_read(&pool->seg.reply, 0, &pool->msg, pool_check, pool));
+    wire_reply got;
+    if (wire_decode_reply(pool->msg.data, pool->msg.len, &pool->arena, &got) != NL_OK) {
+        nl_error_prefix(NL_ERR_WORKER, "worker rank 0 sent a bad reply: ");
+        return pool_fail(pool, NL_ERR_WORKER, "%s", nl_last_error());
+    }
+    if (got.step_id != cmd->step_id)
+        return pool_fail(pool, NL_ERR_WORKER, "worker rank 0 answered step %llu, expected %llu",
+                         (unsigned long long)got.step_id, (unsigned long long)cmd->step_id);
+    if (got.status != NL_OK)
+        return nl_error((nl_status)got.status, "worker rank 0: %s", got.error);
+    *reply = got;
+    return NL_OK;
+}
+
+static double now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+
+typedef struct shutdown_ctx {
+    executor *pool;
+    double deadline_ms;
+} shutdown_ctx;
+
+static nl_status shutdown_check(void *arg)
+{
+    shutdown_ctx *c = arg;
+    NL_TRY(pool_check(c->pool));
+    if (now_ms() > c->deadline_ms) return nl_error(NL_ERR_WORKER, "worker pool: shutdown timed out");
+    return NL_OK;
+}
+
+static void pool_free(executor *pool)
+{
+    registry_release(pool->reg);
+    shm_segment_close(&pool->seg);
+    wire_buf_free(&pool->enc);
+    wire_buf_free(&pool->arena);
+    ring_buf_free(&pool->msg);
+    free(pool);
+}
+
+static void pool_destroy(runner *r)
+{
+    executor *pool = (executor *)r;
+    if (!pool) return;
+    if (!pool->failed) {
+        shutdown_ctx c = {.pool = pool, .deadline_ms = now_ms() + POOL_SHUTDOWN_WAIT_MS};
+        wire_run bye = {.kind = WIRE_SHUTDOWN};
+        if (wire_encode_run(&bye, &pool->enc) == NL_OK &&
+            ring_write(&pool->seg.cmd, pool->enc.data, pool->enc.len, shutdown_check, &c) == NL_OK) {
+            for (;;) {
+                bool any = false;
+                for (int k = 0; k < pool->tp; k++) {
+                    if (pool->pids[k] <= 0) continue;
+                    pid_t w = waitpid(pool->pids[k], NULL, WNOHANG);
+                    if (w == pool->pids[k] || (w < 0 && errno == ECHILD))
+                        pool_forget_pid(pool, k);
+                    else
+                        any = true;
+                }
+                if (!any || now_ms() > c.deadline_ms) break;
+                usleep(5000);
+            }
+        }
+    }
+    pool_kill_all(pool);
+    nl_error_clear();
+    pool_free(pool);
+}
+
+static const runner_ops pool_ops = {
+    .execute = pool_execute,
+    .destroy = pool_destroy,
+};
+
+pid_t executor_pid(const runner *r, int rank)
+{
+    const executor *pool = (const executor *)r;
+    if (!pool || rank < 0 || rank >= pool->tp) return -1;
+    return pool->pids[rank];
+}
+
+/* ---- start-up ------------------------------------------------------------ */
+
+static nl_status find_worker(const char *given, char *out, size_t n)
+{
+    const char *how = "worker_path";
+    if (!given) {
+        given = getenv("NANOLLM_WORKER");
+        how = "NANOLLM_WORKER";
+    }
+    if (given && given[0]) {
+        if (access(given, X_OK) != 0)
+            return nl_error(NL_ERR_IO, "worker program %s (from %s): %s", given, how,
+                            strerror(errno));
+        snprintf(out, n, "%s", given);
+        return NL_OK;
+    }
+    char self[4096];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (len > 0) {
+        self[len] = '\0';
+        char *slash = strrchr(self, '/');
+        if (slash) {
+            slash[1] = '\0';
+            snprintf(out, n, "%s%s", self, POOL_WORKER_NAME);
+            if (access(out, X_OK) == 0) return NL_OK;
+        }
+    }
+    snprintf(out, n, "%s/%s", NL_PKGLIBEXECDIR, POOL_WORKER_NAME);
+    if (access(out, X_OK) != 0)
+        return nl_error(NL_ERR_IO,
+                        "worker program not found: NANOLLM_WORKER is unset, none beside %s, and %s: %s",
+                        len > 0 ? self : "this program", out, strerror(errno));
+    return NL_OK;
+}
+
+/* In the child between fork and exec: async-signal-safe calls only. */
+static _Noreturn void child_exec(const char *path, char *const argv[], pid_t leader, int seg_fd)
+{
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    /* Ctrl-C reaches the whole process group; the leader decides what
+     * happens to its workers. */
+    struct sigaction ign = {.sa_handler = SIG_IGN};
+    sigaction(SIGINT, &ign, NULL);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != leader) _exit(127);
+    /* The segment travels as descriptor SHM_WORKER_FD: dup2 drops its
+     * close-on-exec flag (when it is that number already, fcntl does). */
+    if (seg_fd != SHM_WORKER_FD ? dup2(seg_fd, SHM_WORKER_FD) < 0
+                                : fcntl(seg_fd, F_SETFD, 0) < 0)
+        _exit(127);
+#ifdef SYS_close_range
+    /* the host's descriptors stay with the host */
+    syscall(SYS_close_range, (unsigned)SHM_WORKER_FD + 1, ~0u, 0u);
+#endif
+    execv(path, argv);
+    _exit(127);
+}
+
+static nl_status check_params(const executor_params *p)
+{
+    if (p->tp < 1 || p->tp > EXECUTOR_MAX_TP)
+        return nl_error(NL_ERR_INVALID_ARG, "tp = %d, expected 1..%d", p->tp, EXECUTOR_MAX_TP);
+    if (p->device != NL_DEVICE_CPU && p->device != NL_DEVICE_CUDA)
+        return nl_error(NL_ERR_INVALID_ARG, "worker pool: device %d, expected CPU or CUDA",
+                        (int)p->device);
+    if (!p->model_dir || strlen(p->model_dir) >= SHM_PATH_MAX)
+        return nl_error(NL_ERR_INVALID_ARG, "worker pool: model directory missing or longer than %d bytes",
+                        SHM_PATH_MAX - 1);
+    return NL_OK;
+}
+
+nl_status executor_start(const executor_params *p, runner **out)
+{
+    *out = NULL;
+    NL_TRY(check_params(p));
+    char path[4096];
+    NL_TRY(find_worker(p->worker_path, path, sizeof path));
+
+    worker_config cfg = {
+        .tp = p->tp,
+        .device = (int32_t)p->device,
+        .block_size = p->block_size,
+        .num_kv_blocks = p->num_kv_blocks,
+        .gpu_memory_utilization = p->gpu_memory_utilization,
+        .max_num_seqs = p->max_num_seqs,
+        .cpu_kv_bytes = p->cpu_kv_bytes,
+        .max_num_batched_tokens = p->max_num_batched_tokens,
+        .max_model_len = p->max_model_len,
+        .enforce_eager = p->enforce_eager,
+    };
+    snprintf(cfg.model_dir, sizeof cfg.model_dir, "%s", p->model_dir);
+    shm_layout layout = {
+        .n_ranks = p->tp,
+        .cmd_capacity = POOL_CMD_RING_BYTES,
+        .reply_capacity = POOL_REPLY_RING_BYTES,
+        .comm_bytes = p->device == NL_DEVICE_CPU && p->tp > 1 ? SHM_COMM_BYTES(p->tp) : 0,
+    };
+
+    executor *pool = calloc(1, sizeof *pool);
+    if (!pool) return nl_error(NL_ERR_NOMEM, "worker pool: out of memory");
+    pool->base.ops = &pool_ops;
+    pool->tp = p->tp;
+    nl_status st = shm_segment_create(&layout, &cfg, &pool->seg);
+    if (st != NL_OK) {
+        free(pool);
+        return st;
+    }
+    pool->reg = registry_acquire();
+    if (!pool->reg) {
+        pool_free(pool);
+        return nl_error(NL_ERR_RUNTIME, "worker pool: more than %d pools alive at once", POOL_MAX_LIVE);
+    }
+
+    char rank_str[EXECUTOR_MAX_TP][12];
+    pid_t leader = getpid();
+    for (int r = 0; r < p->tp; r++) {
+        snprintf(rank_str[r], sizeof rank_str[r], "%d", r);
+        char *argv[] = {path, "--shm-fd", SHM_WORKER_FD_STR, "--rank", rank_str[r], NULL};
+        pid_t pid = fork();
+        if (pid == 0) child_exec(path, argv, leader, pool->seg.fd);
+        if (pid < 0) {
+            st = pool_fail(pool, NL_ERR_RUNTIME, "worker pool: fork for rank %d: %s", r,
+                           strerror(errno));
+            pool_free(pool);
+            return st;
+        }
+        pool->pids[r] = pid;
+        atomic_store(&pool->reg->pids[r], pid);
+    }
+
+    /* Every worker holds its own copy of the descriptor now. */
+    close(pool->seg.fd);
+    pool->seg.fd = -1;
+    st = pool_wait_states(pool, SHM_RANK_ATTACHED);
+    if (st == NL_OK) st = pool_wait_states(pool, SHM_RANK_READY);
+    if (st != NL_OK) {
+        pool_free(pool);
+        return st;
+    }
+    int32_t blocks = pool->seg.hdr->ranks[0].num_kv_blocks;
+    for (int r = 1; r < p->tp; r++)
+        if (pool->seg.hdr->ranks[r].num_kv_blocks < blocks) blocks = pool->seg.hdr->ranks[r].num_kv_blocks;
+    pool->base.num_kv_blocks = blocks;
+    *out = &pool->base;
+    return NL_OK;
+}

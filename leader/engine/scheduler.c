@@ -1,0 +1,179 @@
+/* scheduler.c — prefill/decode steps with chunked prefill and preemption
+ * (see scheduler.h for the policy). */
+#include "leader/engine/scheduler.h"
+
+#include <stdlib.h>
+
+#include "common/status.h"
+
+/* ---- intrusive queues -------------------------------------------------- */
+
+static void queue_push_tail(seq_queue *q, seq *s)
+{
+    s->next = NULL;
+    s->prev = q->tail;
+    if (q->tail) q->tail->next = s; else q->head = s;
+    q->tail = s;
+    q->count++;
+}
+
+static void queue_push_head(seq_queue *q, seq *s)
+{
+    s->prev = NULL;
+    s->next = q->head;
+    if (q->head) q->head->prev = s; else q->tail = s;
+    q->head = s;
+    q->count++;
+}
+
+static void queue_remove(seq_queue *q, seq *s)
+{
+    if (s->prev) s->prev->next = s->next; else q->head = s->next;
+    if (s->next) s->next->prev = s->prev; else q->tail = s->prev;
+    s->prev = s->next = NULL;
+    q->count--;
+}
+
+/* ---- lifecycle ----------------------------------------------------------- */
+
+nl_status scheduler_create(block_manager *bm, int32_t max_num_seqs,
+                           int32_t max_num_batched_tokens, scheduler **out)
+{
+    *out = NULL;
+    if (max_num_seqs <= 0)
+        return nl_error(NL_ERR_INVALID_ARG, "max_num_seqs %d: must be positive", max_num_seqs);
+    if (max_num_batched_tokens < max_num_seqs)
+        return nl_error(NL_ERR_INVALID_ARG,
+                        "max_num_batched_tokens %d: must be at least max_num_seqs (%d), "
+                        "a decode step runs one token per seq",
+                        max_num_batched_tokens, max_num_seqs);
+    scheduler *sch = calloc(1, sizeof(*sch));
+    if (!sch) return nl_error(NL_ERR_NOMEM, "scheduler: out of memory");
+    sch->batch.seqs = calloc((size_t)max_num_seqs, sizeof(seq *));
+    if (!sch->batch.seqs) {
+        free(sch);
+        return nl_error(NL_ERR_NOMEM, "scheduler: out of memory for %d seqs", max_num_seqs);
+    }
+    sch->bm = bm;
+    sch->max_num_seqs = max_num_seqs;
+    sch->max_num_batched_tokens = max_num_batched_tokens;
+    *out = sch;
+    return NL_OK;
+}
+
+void scheduler_destroy(scheduler *sch)
+{
+    if (!sch) return;
+    free(sch->batch.seqs);
+    free(sch);
+}
+
+void scheduler_add(scheduler *sch, seq *s)
+{
+    s->status = SEQ_WAITING;
+    queue_push_tail(&sch->waiting, s);
+}
+
+bool scheduler_has_unfinished(const scheduler *sch)
+{
+    return sch->waiting.count > 0 || sch->running.count > 0;
+}
+
+/* ---- scheduling ------------------------------------------------------------ */
+
+static void batch_add(sched_batch *b, seq *s, int32_t num_new)
+{
+    s->num_new = num_new;
+    b->seqs[b->n_seqs++] = s;
+    b->n_tokens += num_new;
+}
+
+static void preempt(scheduler *sch, seq *s)
+{
+    queue_remove(&sch->running, s);
+    block_manager_free(sch->bm, s);
+    s->num_cached = 0;
+    s->status = SEQ_WAITING;
+    queue_push_head(&sch->waiting, s);
+    sch->batch.n_preempted++;
+    sch->total_preemptions++;
+}
+
+static bool schedule_prefill(scheduler *sch)
+{
+    sched_batch *b = &sch->batch;
+    int32_t budget = sch->max_num_batched_tokens;
+    /* A partly computed prompt is always the most recently admitted seq. */
+    seq *tail = sch->running.tail;
+    if (tail && tail->n_tokens - tail->num_computed > 1) {
+        int32_t left = tail->n_tokens - tail->num_computed;
+        int32_t n = left < budget ? left : budget;
+        batch_add(b, tail, n);
+        budget -= n;
+    }
+    while (budget > 0 && sch->waiting.head && sch->running.count < sch->max_num_seqs) {
+        seq *s = sch->waiting.head;
+        if (!block_manager_can_allocate(sch->bm, s)) break;
+        block_manager_allocate(sch->bm, s);
+        if (s->prompt_cached < 0)
+            s->prompt_cached = s->num_cached < s->prompt_len ? s->num_cached : s->prompt_len;
+        queue_remove(&sch->waiting, s);
+        s->status = SEQ_RUNNING;
+        queue_push_tail(&sch->running, s);
+        int32_t left = s->n_tokens - s->num_computed;
+        int32_t n = left < budget ? left : budget;
+        batch_add(b, s, n);
+        budget -= n;
+    }
+    b->is_prefill = b->n_seqs > 0;
+    return b->is_prefill;
+}
+
+static void schedule_decode(scheduler *sch)
+{
+    sched_batch *b = &sch->batch;
+    for (seq *s = sch->running.head; s; s = s->next) {
+        bool self_preempted = false;
+        while (!block_manager_can_append(sch->bm, s)) {
+            seq *victim = sch->running.tail;
+            preempt(sch, victim);
+            if (victim == s) {
+                self_preempted = true;
+                break;
+            }
+        }
+        if (self_preempted) break;
+        block_manager_append_slot(sch->bm, s);
+        batch_add(b, s, 1);
+    }
+}
+
+const sched_batch *scheduler_schedule(scheduler *sch)
+{
+    sched_batch *b = &sch->batch;
+    b->n_seqs = 0;
+    b->n_tokens = 0;
+    b->n_preempted = 0;
+    b->is_prefill = false;
+    if (!schedule_prefill(sch)) schedule_decode(sch);
+    return b;
+}
+
+void scheduler_commit(scheduler *sch)
+{
+    const sched_batch *b = &sch->batch;
+    for (int32_t i = 0; i < b->n_seqs; i++) {
+        seq *s = b->seqs[i];
+        s->num_computed += s->num_new;
+        block_manager_commit(sch->bm, s);
+    }
+}
+
+void scheduler_finish(scheduler *sch, seq *s, nl_finish_reason reason)
+{
+    if (s->status == SEQ_WAITING) queue_remove(&sch->waiting, s);
+    else if (s->status == SEQ_RUNNING) queue_remove(&sch->running, s);
+    if (s->n_blocks > 0) block_manager_free(sch->bm, s);
+    s->status = SEQ_FINISHED;
+    s->finish = reason;
+}

@@ -1,0 +1,633 @@
+/* tokenizer.c — loading a Hugging Face tokenizer directory, encoding and
+ * decoding.
+ *
+ * Encoding follows the order of Hugging Face `tokenizers`: added tokens are
+ * found in the raw text first (leftmost, then longest), each stretch of text
+ * between them is normalised, split into words by the pre-tokenizer and each
+ * word is merged by the BPE model.  Decoding concatenates the bytes of the
+ * tokens and renders invalid UTF-8 as U+FFFD.  The normalisation and regex
+ * stages live in pretokenize.c, the merges in bpe.c, the chat template in
+ * chat_template.c.
+ */
+#include "leader/tokenizer/tokenizer.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <utf8proc.h>
+
+#include "common/status.h"
+#include "leader/tokenizer/bpe.h"
+#include "leader/tokenizer/chat_template.h"
+#include "leader/tokenizer/pretokenize.h"
+#include "leader/tokenizer/tokenizer_internal.h"
+#include "leader/tokenizer/tokenizer_utf8.h"
+
+#define MAX_EOS_IDS 16
+
+typedef struct added_token {
+    char *content;       /* as written in the file, matched in text    */
+    size_t len;
+    char *bytes;         /* what it decodes to                         */
+    size_t n_bytes;
+    int32_t id;
+    bool special;        /* skipped by decode(skip_special)            */
+    bool single_word;    /* only between non-word characters           */
+    bool lstrip, rstrip; /* swallows whitespace on that side           */
+    bool normalized;     /* matched in normalised rather than raw text */
+} added_token;
+
+struct tokenizer {
+    bpe *model;
+    pretokenizer *pre;
+    added_token *added;
+    size_t n_added;
+    bool any_normalized;      /* some added token has normalized true */
+    size_t *by_first_byte;    /* [n_added] indexes, by (first byte, length descending) */
+    size_t first_start[257];  /* by_first_byte[first_start[c] .. first_start[c + 1]) start with c */
+    int32_t *added_of_id;     /* [vocab_size] index into added, or -1 */
+    int32_t vocab_size;
+    char *chat_template;
+    int32_t eos[MAX_EOS_IDS];
+    size_t n_eos;
+};
+
+/* ---- loading ---- */
+
+static nl_status load_json(const char *path, bool required, json_t **out)
+{
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        if (!required && errno == ENOENT) return NL_OK;
+        return nl_error(NL_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    }
+    json_error_t err;
+    json_t *root = json_loadf(f, 0, &err);
+    fclose(f);
+    if (!root)
+        return nl_error(NL_ERR_FORMAT, "%s: line %d column %d: %s", path, err.line, err.column,
+                        err.text);
+    if (!json_is_object(root)) {
+        json_decref(root);
+        return nl_error(NL_ERR_FORMAT, "%s: the top level is not a JSON object", path);
+    }
+    *out = root;
+    return NL_OK;
+}
+
+static char *dup_bytes(const char *s, size_t len)
+{
+    char *d = malloc(len + 1);
+    if (d) {
+        memcpy(d, s, len);
+        d[len] = '\0';
+    }
+    return d;
+}
+
+static added_token *find_added_id(const tokenizer *t, int32_t id)
+{
+    for (size_t i = 0; i < t->n_added; i++)
+        if (t->added[i].id == id) return &t->added[i];
+    return NULL;
+}
+
+/* Adds (or, for an id already added, updates) one added token from a JSON
+ * object with "content" and the optional flags. */
+static nl_status add_token(tokenizer *t, int32_t id, const json_t *obj, const char *where)
+{
+    const json_t *content = json_object_get(obj, "content");
+    if (!json_is_string(content) || json_string_length(content) == 0)
+        return nl_error(NL_ERR_FORMAT, "%s: added token %d has no \"content\" string", where, id);
+    added_token *a = find_added_id(t, id);
+    if (a) return NL_OK; /* tokenizer.json, read first, is authoritative */
+    added_token *grown = realloc(t->added, (t->n_added + 1) * sizeof *grown);
+    if (!grown) return nl_error(NL_ERR_NOMEM, "%s: no memory for added tokens", where);
+    t->added = grown;
+    a = &t->added[t->n_added];
+    memset(a, 0, sizeof *a);
+    a->len = json_string_length(content);
+    a->content = dup_bytes(json_string_value(content), a->len);
+    a->bytes = malloc(a->len + 1);
+    if (!a->content || !a->bytes) {
+        free(a->content);
+        free(a->bytes);
+        return nl_error(NL_ERR_NOMEM, "%s: no memory for added tokens", where);
+    }
+    if (!bpe_bytelevel_decode(a->content, a->len, a->bytes, &a->n_bytes)) {
+        memcpy(a->bytes, a->content, a->len); /* not byte-level text: it stands for itself */
+        a->n_bytes = a->len;
+    }
+    a->id = id;
+    a->special = json_is_true(json_object_get(obj, "special"));
+    a->single_word = json_is_true(json_object_get(obj, "single_word"));
+    a->lstrip = json_is_true(json_object_get(obj, "lstrip"));
+    a->rstrip = json_is_true(json_object_get(obj, "rstrip"));
+    const json_t *normalized = json_object_get(obj, "normalized");
+    a->normalized = normalized ? json_is_true(normalized) : !a->special;
+    t->n_added++;
+    return NL_OK;
+}
+
+static nl_status load_added_tokens(tokenizer *t, const json_t *list, const char *path)
+{
+    if (!list || json_is_null(list)) return NL_OK;
+    if (!json_is_array(list)) return nl_error(NL_ERR_FORMAT, "%s: added_tokens is not an array", path);
+    for (size_t i = 0; i < json_array_size(list); i++) {
+        const json_t *obj = json_array_get(list, i);
+        json_int_t id = json_integer_value(json_object_get(obj, "id"));
+        if (!json_is_integer(json_object_get(obj, "id")) || id < 0 || id >= BPE_ID_LIMIT)
+            return nl_error(NL_ERR_FORMAT, "%s: added_tokens[%zu].id is missing or not in [0, %d)",
+                            path, i, BPE_ID_LIMIT);
+        NL_TRY(add_token(t, (int32_t)id, obj, path));
+    }
+    return NL_OK;
+}
+
+/* tokenizer_config.json may list added tokens that tokenizer.json lacks. */
+static nl_status load_added_tokens_decoder(tokenizer *t, const json_t *map, const char *path)
+{
+    if (!json_is_object(map)) return NL_OK;
+    const char *key;
+    const json_t *obj;
+    json_object_foreach((json_t *)map, key, obj) {
+        char *end;
+        long id = strtol(key, &end, 10);
+        if (*end != '\0' || end == key || id < 0 || id >= BPE_ID_LIMIT)
+            return nl_error(NL_ERR_FORMAT, "%s: added_tokens_decoder key \"%s\" is not a token id "
+                            "in [0, %d)", path, key, BPE_ID_LIMIT);
+        NL_TRY(add_token(t, (int32_t)id, obj, path));
+    }
+    return NL_OK;
+}
+
+/* Orders added tokens by first byte, longest first, so that the first hit
+ * at a position is the longest one there. */
+static bool added_before(const added_token *a, const added_token *b)
+{
+    unsigned char ca = (unsigned char)a->content[0], cb = (unsigned char)b->content[0];
+    return ca != cb ? ca < cb : a->len > b->len;
+}
+
+static nl_status index_added_tokens(tokenizer *t)
+{
+    int32_t limit = bpe_id_limit(t->model);
+    for (size_t i = 0; i < t->n_added; i++) {
+        if (t->added[i].id + 1 > limit) limit = t->added[i].id + 1;
+        if (t->added[i].normalized) t->any_normalized = true;
+    }
+    t->vocab_size = limit;
+    t->added_of_id = malloc((size_t)limit * sizeof *t->added_of_id);
+    t->by_first_byte = malloc((t->n_added + 1) * sizeof *t->by_first_byte);
+    if (!t->added_of_id || !t->by_first_byte)
+        return nl_error(NL_ERR_NOMEM, "tokenizer: no memory to index %zu added tokens", t->n_added);
+    memset(t->added_of_id, 0xFF, (size_t)limit * sizeof *t->added_of_id);
+    for (size_t i = 0; i < t->n_added; i++) {
+        t->added_of_id[t->added[i].id] = (int32_t)i;
+        t->by_first_byte[i] = i;
+    }
+    for (size_t i = 1; i < t->n_added; i++) { /* insertion sort: a few dozen tokens */
+        size_t v = t->by_first_byte[i], j = i;
+        for (; j > 0 && added_before(&t->added[v], &t->added[t->by_first_byte[j - 1]]); j--)
+            t->by_first_byte[j] = t->by_first_byte[j - 1];
+        t->by_first_byte[j] = v;
+    }
+    size_t k = 0;
+    for (int c = 0; c <= 256; c++) {
+        while (k < t->n_added && (unsigned char)t->added[t->by_first_byte[k]].content[0] < c) k++;
+        t->first_start[c] = k;
+    }
+    return NL_OK;
+}
+
+/* The id of a token named by its text: an added token, else a vocab entry. */
+static bool token_id_of(const tokenizer *t, const char *text, size_t len, int32_t *id)
+{
+    for (size_t i = 0; i < t->n_added; i++) {
+        if (t->added[i].len == len && memcmp(t->added[i].content, text, len) == 0) {
+            *id = t->added[i].id;
+            return true;
+        }
+    }
+    char *bytes = malloc(len + 1);
+    size_t n;
+    bool found = bytes && bpe_bytelevel_decode(text, len, bytes, &n) && bpe_token_id(t->model, bytes, n, id);
+    free(bytes);
+    return found;
+}
+
+static void add_eos(tokenizer *t, json_int_t id)
+{
+    if (id < 0 || id >= INT32_MAX) return;
+    for (size_t i = 0; i < t->n_eos; i++)
+        if (t->eos[i] == id) return;
+    if (t->n_eos < MAX_EOS_IDS) t->eos[t->n_eos++] = (int32_t)id;
+}
+
+/* "eos_token_id": 7 or [7, 8] in config.json / generation_config.json. */
+static nl_status add_eos_id(tokenizer *t, const json_t *v, const char *path)
+{
+    json_int_t id = json_integer_value(v);
+    if (id < 0 || id >= BPE_ID_LIMIT)
+        return nl_error(NL_ERR_FORMAT, "%s: eos_token_id %lld is out of range (0..%d)", path,
+                        (long long)id, BPE_ID_LIMIT - 1);
+    add_eos(t, id);
+    return NL_OK;
+}
+
+static nl_status add_eos_ids(tokenizer *t, const json_t *v, const char *path)
+{
+    if (!v || json_is_null(v)) return NL_OK;
+    if (json_is_integer(v)) return add_eos_id(t, v, path);
+    if (!json_is_array(v))
+        return nl_error(NL_ERR_FORMAT, "%s: eos_token_id is neither an id nor a list of ids", path);
+    for (size_t i = 0; i < json_array_size(v); i++) {
+        if (!json_is_integer(json_array_get(v, i)))
+            return nl_error(NL_ERR_FORMAT, "%s: eos_token_id[%zu] is not an integer", path, i);
+        NL_TRY(add_eos_id(t, json_array_get(v, i), path));
+    }
+    return NL_OK;
+}
+
+static nl_status load_tokenizer_config(tokenizer *t, const char *dir)
+{
+    char path[4096];
+    json_t *cfg;
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    NL_TRY(load_json(path, false, &cfg));
+    if (!cfg) return NL_OK;
+    nl_status st = load_added_tokens_decoder(t, json_object_get(cfg, "added_tokens_decoder"), path);
+    const json_t *tmpl = json_object_get(cfg, "chat_template");
+    if (st == NL_OK && json_is_array(tmpl)) { /* named templates: take "default" */
+        const json_t *chosen = NULL;
+        for (size_t i = 0; i < json_array_size(tmpl); i++) {
+            const json_t *e = json_array_get(tmpl, i);
+            const char *name = json_string_value(json_object_get(e, "name"));
+            if (name && strcmp(name, "default") == 0) chosen = json_object_get(e, "template");
+        }
+        tmpl = chosen;
+    }
+    if (st == NL_OK && json_is_string(tmpl)) {
+        t->chat_template = dup_bytes(json_string_value(tmpl), json_string_length(tmpl));
+        if (!t->chat_template) st = nl_error(NL_ERR_NOMEM, "%s: no memory for chat_template", path);
+    }
+    const json_t *eos = json_object_get(cfg, "eos_token");
+    if (json_is_object(eos)) eos = json_object_get(eos, "content");
+    int32_t id;
+    if (st == NL_OK && json_is_string(eos) &&
+        token_id_of(t, json_string_value(eos), json_string_length(eos), &id))
+        add_eos(t, id);
+    json_decref(cfg);
+    return st;
+}
+
+/* A chat_template.jinja beside the configs is what newer exports use. */
+static nl_status load_chat_template_file(tokenizer *t, const char *dir)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
+    FILE *f = fopen(path, "rb");
+    if (!f) return errno == ENOENT ? NL_OK : nl_error(NL_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    char *buf = NULL;
+    size_t n = 0, cap = 0;
+    for (;;) {
+        if (n + 4096 > cap) {
+            cap = cap ? cap * 2 : 8192;
+            char *grown = realloc(buf, cap);
+            if (!grown) {
+                free(buf);
+                fclose(f);
+                return nl_error(NL_ERR_NOMEM, "%s: no memory", path);
+            }
+            buf = grown;
+        }
+        size_t got = fread(buf + n, 1, cap - n - 1, f);
+        n += got;
+        if (got == 0) break;
+    }
+    bool failed = ferror(f);
+    fclose(f);
+    if (failed) {
+        free(buf);
+        return nl_error(NL_ERR_IO, "%s: read error", path);
+    }
+    buf[n] = '\0';
+    free(t->chat_template);
+    t->chat_template = buf;
+    return NL_OK;
+}
+
+static nl_status load_model_eos(tokenizer *t, const char *dir, const char *file)
+{
+    char path[4096];
+    json_t *cfg;
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    NL_TRY(load_json(path, false, &cfg));
+    if (!cfg) return NL_OK;
+    nl_status st = add_eos_ids(t, json_object_get(cfg, "eos_token_id"), path);
+    json_decref(cfg);
+    return st;
+}
+
+static nl_status check_decoder(const json_t *decoder, const char *path)
+{
+    if (!decoder || json_is_null(decoder)) return NL_OK;
+    const char *type = json_string_value(json_object_get(decoder, "type"));
+    if (!type || strcmp(type, "ByteLevel") != 0)
+        return nl_error(NL_ERR_UNSUPPORTED, "%s: decoder type \"%s\" is not supported (only "
+                        "ByteLevel)", path, type ? type : "(missing)");
+    return NL_OK;
+}
+
+static nl_status load_tokenizer_json(tokenizer *t, const char *dir)
+{
+    char path[4096];
+    json_t *root;
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    NL_TRY(load_json(path, true, &root));
+    nl_status st = check_decoder(json_object_get(root, "decoder"), path);
+    if (st == NL_OK) st = bpe_create(json_object_get(root, "model"), path, &t->model);
+    if (st == NL_OK)
+        st = pretokenizer_create(json_object_get(root, "normalizer"),
+                                 json_object_get(root, "pre_tokenizer"), path, &t->pre);
+    if (st == NL_OK) st = load_added_tokens(t, json_object_get(root, "added_tokens"), path);
+    json_decref(root);
+    return st;
+}
+
+nl_status tokenizer_load(const char *dir, tokenizer **out)
+{
+    *out = NULL;
+    tokenizer *t = calloc(1, sizeof *t);
+    if (!t) return nl_error(NL_ERR_NOMEM, "tokenizer: no memory");
+    nl_status st = load_tokenizer_json(t, dir);
+    if (st == NL_OK) st = load_model_eos(t, dir, "config.json");
+    if (st == NL_OK) st = load_model_eos(t, dir, "generation_config.json");
+    if (st == NL_OK) st = load_tokenizer_config(t, dir);
+    if (st == NL_OK && !t->chat_template) st = load_chat_template_file(t, dir);
+    if (st == NL_OK) st = index_added_tokens(t);
+    if (st != NL_OK) {
+        tokenizer_destroy(t);
+        return st;
+    }
+    *out = t;
+    return NL_OK;
+}
+
+void tokenizer_destroy(tokenizer *t)
+{
+    if (!t) return;
+    bpe_destroy(t->model);
+    pretokenizer_destroy(t->pre);
+    for (size_t i = 0; i < t->n_added; i++) {
+        free(t->added[i].content);
+        free(t->added[i].bytes);
+    }
+    free(t->added);
+    free(t->by_first_byte);
+    free(t->added_of_id);
+    free(t->chat_template);
+    free(t);
+}
+
+int32_t tokenizer_vocab_size(const tokenizer *t)
+{
+    return t->vocab_size;
+}
+
+size_t tokenizer_eos_ids(const tokenizer *t, int32_t *out, size_t cap)
+{
+    size_t n = t->n_eos < cap ? t->n_eos : cap;
+    memcpy(out, t->eos, n * sizeof *out);
+    return t->n_eos;
+}
+
+bool tokenizer_is_special(const tokenizer *t, int32_t id)
+{
+    if (id < 0 || id >= t->vocab_size || t->added_of_id[id] < 0) return false;
+    return t->added[t->added_of_id[id]].special;
+}
+
+bool tokenizer_has_token(const tokenizer *t, int32_t id)
+{
+    size_t len;
+    if (id < 0 || id >= t->vocab_size) return false;
+    return t->added_of_id[id] >= 0 || bpe_token_bytes(t->model, id, &len) != NULL;
+}
+
+const char *tokenizer_chat_template(const tokenizer *t)
+{
+    return t->chat_template;
+}
+
+/* ---- encoding ---- */
+
+typedef struct encode_ctx {
+    tokenizer *t;
+    bpe_ids ids;
+    bool match_special;
+} encode_ctx;
+
+/* Rust's char::is_whitespace: the Unicode White_Space property. */
+static bool is_white_space(int32_t c)
+{
+    return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+           (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F ||
+           c == 0x205F || c == 0x3000;
+}
+
+static bool is_word_char(int32_t c)
+{
+    if (c == '_') return true;
+    utf8proc_category_t cat = utf8proc_category(c);
+    return (cat >= UTF8PROC_CATEGORY_LU && cat <= UTF8PROC_CATEGORY_LO) ||
+           (cat >= UTF8PROC_CATEGORY_ND && cat <= UTF8PROC_CATEGORY_NO);
+}
+
+static int32_t char_at(const char *s, size_t len, size_t i, size_t *n)
+{
+    utf8proc_int32_t c;
+    utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(len - i), &c);
+    *n = k > 0 ? (size_t)k : 1;
+    return c;
+}
+
+static size_t char_start_before(const char *s, size_t i)
+{
+    do i--; while (i > 0 && ((unsigned char)s[i] & 0xC0) == 0x80);
+    return i;
+}
+
+/* Leftmost, then longest, added token of the given kind at or after from. */
+static const added_token *find_added(const tokenizer *t, const char *text, size_t len, size_t from,
+                                     bool normalized, size_t *at)
+{
+    for (size_t i = from; i < len; i++) {
+        unsigned char c = (unsigned char)text[i];
+        for (size_t k = t->first_start[c]; k < t->first_start[c + 1]; k++) {
+            const added_token *a = &t->added[t->by_first_byte[k]];
+            if (a->normalized == normalized && a->len <= len - i && memcmp(text + i, a->content, a->len) == 0) {
+                *at = i;
+                return a;
+            }
+        }
+    }
+    return NULL;
+}
+
+static nl_status encode_word(void *user, const char *word, size_t len)
+{
+    encode_ctx *ctx = user;
+    return bpe_encode_word(ctx->t->model, (const uint8_t *)word, len, &ctx->ids);
+}
+
+typedef nl_status (*text_fn)(encode_ctx *ctx, const char *text, size_t len);
+
+/* Cuts text at the added tokens of one kind, appending their ids and handing
+ * the text between them to on_text; lstrip/rstrip/single_word as Hugging
+ * Face's added vocabulary applies them. */
+static nl_status split_added(encode_ctx *ctx, const char *text, size_t len, bool normalized, text_fn on_text)
+{
+    const tokenizer *t = ctx->t;
+    size_t pos = 0, done = 0;
+    const added_token *a;
+    size_t at;
+    while (pos < len && (a = find_added(t, text, len, pos, normalized, &at))) {
+        size_t start = at, stop = at + a->len, n;
+        pos = stop;
+        if (a->special && !ctx->match_special) continue;
+        if (a->single_word) {
+            bool word_before = start > 0 && is_word_char(char_at(text, len, char_start_before(text, start), &n));
+            bool word_after = stop < len && is_word_char(char_at(text, len, stop, &n));
+            if (word_before || word_after) continue;
+        }
+        if (a->lstrip) {
+            while (start > done) {
+                size_t prev = char_start_before(text, start);
+                if (!is_white_space(char_at(text, len, prev, &n))) break;
+                start = prev;
+            }
+        }
+        if (a->rstrip) {
+            while (stop < len && is_white_space(char_at(text, len, stop, &n))) stop += n;
+            pos = stop;
+        }
+        if (start > done) NL_TRY(on_text(ctx, text + done, start - done));
+        NL_TRY(bpe_ids_push(&ctx->ids, a->id));
+        done = stop;
+    }
+    if (done < len) NL_TRY(on_text(ctx, text + done, len - done));
+    return NL_OK;
+}
+
+static nl_status encode_normalized_text(encode_ctx *ctx, const char *text, size_t len)
+{
+    return pretokenizer_split(ctx->t->pre, text, len, encode_word, ctx);
+}
+
+static nl_status encode_raw_text(encode_ctx *ctx, const char *text, size_t len)
+{
+    const char *norm;
+    size_t norm_len;
+    bool allocated;
+    NL_TRY(pretokenizer_normalize(ctx->t->pre, text, len, &norm, &norm_len, &allocated));
+    nl_status st = ctx->t->any_normalized
+        ? split_added(ctx, norm, norm_len, true, encode_normalized_text)
+        : encode_normalized_text(ctx, norm, norm_len);
+    if (allocated) free((void *)norm);
+    return st;
+}
+
+nl_status tokenizer_encode_ex(tokenizer *t, const char *text, size_t len, bool match_special,
+                              int32_t **ids, size_t *n_ids)
+{
+    *ids = NULL;
+    *n_ids = 0;
+    size_t bad;
+    if (!utf8_validate(text, len, &bad))
+        return nl_error(NL_ERR_INVALID_ARG, "encode: invalid UTF-8 at byte offset %zu (0x%02X)", bad,
+                        (unsigned char)text[bad]);
+    encode_ctx ctx = {.t = t, .match_special = match_special};
+    NL_TRY(bpe_ids_push(&ctx.ids, 0)); /* so that an empty result is still a malloc'd array */
+    ctx.ids.n = 0;
+    nl_status st = split_added(&ctx, text, len, false, encode_raw_text);
+    if (st != NL_OK) {
+        free(ctx.ids.v);
+        return st;
+    }
+    *ids = ctx.ids.v;
+    *n_ids = ctx.ids.n;
+    return NL_OK;
+}
+
+nl_status tokenizer_encode(tokenizer *t, const char *text, size_t len, int32_t **ids, size_t *n_ids)
+{
+    return tokenizer_encode_ex(t, text, len, true, ids, n_ids);
+}
+
+/* ---- decoding ---- */
+
+nl_status tokenizer_token_bytes(const tokenizer *t, int32_t id, bool skip_special,
+                                const char **bytes, size_t *len)
+{
+    if (id >= 0 && id < t->vocab_size && t->added_of_id[id] >= 0) {
+        const added_token *a = &t->added[t->added_of_id[id]];
+        *bytes = a->bytes;
+        *len = skip_special && a->special ? 0 : a->n_bytes;
+        return NL_OK;
+    }
+    const char *b = id >= 0 ? bpe_token_bytes(t->model, id, len) : NULL;
+    if (!b)
+        return nl_error(NL_ERR_INVALID_ARG, "token id %d is not in the vocabulary (size %d)", id,
+                        t->vocab_size);
+    *bytes = b;
+    return NL_OK;
+}
+
+nl_status tokenizer_decode(const tokenizer *t, const int32_t *ids, size_t n_ids, bool skip_special, char **text)
+{
+    *text = NULL;
+    size_t total = 0;
+    for (size_t i = 0; i < n_ids; i++) {
+        const char *b;
+        size_t n;
+        nl_status st = tokenizer_token_bytes(t, ids[i], skip_special, &b, &n);
+        if (st != NL_OK) return nl_error_prefix(st, "decode: position %zu: ", i);
+        total += n;
+    }
+    char *raw = malloc(total + 1);
+    char *out = malloc(3 * total + 1); /* each bad byte may become 3 bytes of U+FFFD */
+    if (!raw || !out) {
+        free(raw);
+        free(out);
+        return nl_error(NL_ERR_NOMEM, "decode: no memory for %zu bytes of text", total);
+    }
+    size_t at = 0;
+    for (size_t i = 0; i < n_ids; i++) {
+        const char *b;
+        size_t n;
+        tokenizer_token_bytes(t, ids[i], skip_special, &b, &n);
+        memcpy(raw + at, b, n);
+        at += n;
+    }
+    size_t len = utf8_render_lossy((const uint8_t *)raw, total, out);
+    free(raw);
+    out[len] = '\0';
+    char *shrunk = realloc(out, len + 1);
+    *text = shrunk ? shrunk : out;
+    return NL_OK;
+}
+
+nl_status tokenizer_apply_chat_template(const tokenizer *t, const nl_chat_message *msgs, size_t n_msgs,
+                                        bool add_generation_prompt, bool enable_thinking, char **out)
+{
+    *out = NULL;
+    if (!t->chat_template)
+        return nl_error(NL_ERR_UNSUPPORTED, "chat: the model has no chat_template (tokenizer_config.json "
+                        "or chat_template.jinja)");
+    return chat_template_render(t->chat_template, msgs, n_msgs, add_generation_prompt,
+                                enable_thinking, out);
+}
