@@ -45,7 +45,13 @@ libnlleader_la_SOURCES += \
 	leader/engine/seq.c leader/engine/seq.h \
 	leader/engine/block_manager.c leader/engine/block_manager.h \
 	leader/engine/scheduler.c leader/engine/scheduler.h \
-	leader/engine/engine.c leader/engine/engine_internal.h leader/engine/engine_open.c \
+	leader/engine/batch_wire.c leader/engine/batch_wire.h \
+	leader/engine/request.c leader/engine/request.h \
+	leader/engine/output.c leader/engine/output.h \
+	leader/engine/engine.c leader/engine/engine_internal.h leader/engine/engine_state.h \
+	leader/engine/engine_config.c leader/engine/engine_submit.c \
+	leader/engine/engine_step.c leader/engine/engine_results.c \
+	leader/engine/engine_open.c \
 	leader/engine/runner.h leader/engine/executor.c leader/engine/executor.h
 
 # Tokenizer: byte-level BPE, pre-tokenizer, chat template, streaming decode.

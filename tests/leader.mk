@@ -7,7 +7,8 @@ tests_test_block_manager_SOURCES = tests/test_block_manager.c \
 tests_test_block_manager_CFLAGS = $(TEST_CFLAGS)
 tests_test_block_manager_LDADD = libnlcommon.la $(XXHASH_LIBS) $(TEST_LIBS)
 tests_test_scheduler_SOURCES = tests/test_scheduler.c tests/fake_runner.c tests/fake_runner.h \
-	leader/engine/scheduler.c leader/engine/block_manager.c leader/engine/seq.c leader/engine/u64map.c
+	leader/engine/scheduler.c leader/engine/block_manager.c leader/engine/seq.c leader/engine/u64map.c \
+	leader/engine/batch_wire.c
 tests_test_scheduler_CFLAGS = $(TEST_CFLAGS)
 tests_test_scheduler_LDADD = libnlcommon.la $(XXHASH_LIBS) $(TEST_LIBS)
 check_PROGRAMS += tests/test_engine

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "tests/fake_runner.h"
+#include "leader/engine/batch_wire.h"
 #include "leader/engine/scheduler.h"
 #include "tests/check_run.h"
 
@@ -80,17 +81,9 @@ static int32_t harness_step(harness *h)
         REQUIRE_EQ(s->status, SEQ_RUNNING);
         if (!b->is_prefill) REQUIRE_EQ(s->num_new, 1);
         REQUIRE((s->num_computed + s->num_new) <= (s->n_tokens), "%s", "s->num_computed + s->num_new");
-        wire_seq *w = &h->ws[i];
-        memset(w, 0, sizeof(*w));
-        w->seq_id = s->id;
-        w->num_computed = s->num_computed;
-        w->num_new = s->num_new;
-        w->n_blocks = s->n_blocks;
-        w->sample = s->num_computed + s->num_new == s->n_tokens;
-        w->tokens = s->tokens + s->num_computed;
-        w->block_table = s->block_table;
     }
-    wire_run cmd = {.kind = WIRE_RUN, .step_id = ++h->step_id, .n_seqs = b->n_seqs, .seqs = h->ws};
+    wire_run cmd;
+    int32_t n_sample = batch_wire_build(b, ++h->step_id, h->ws, &cmd);
     wire_reply reply;
     nl_status st = h->r->ops->execute(h->r, &cmd, &reply);
     REQUIRE(st == NL_OK, "%s", nl_last_error());
@@ -108,6 +101,7 @@ static int32_t harness_step(harness *h)
         else if (seq_num_output(s) >= s->params.max_tokens) scheduler_finish(h->sch, s, NL_FINISH_LENGTH);
     }
     REQUIRE_EQ(j, reply.n_sampled);
+    REQUIRE_EQ(j, n_sample);
     return n;
 }
 

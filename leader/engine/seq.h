@@ -1,10 +1,10 @@
 /* seq.h — one request as the scheduler and block manager see it.
  *
- * A seq owns its token ids (prompt followed by output), its block table, a
- * private copy of its sampling parameters (stop strings included), the text
- * detokenized so far (for stop strings and the result), per-token logprobs
- * and its finish reason.  Queue membership is intrusive (prev/next) so the
- * scheduler moves and aborts seqs in O(1) without allocating.
+ * A seq owns its token ids (prompt followed by output), its block table and
+ * the sampling knobs the workers use (a copy of the request's parameters
+ * without the stop strings, which belong to the request's output side in
+ * request.h).  Queue membership is intrusive (prev/next) so the scheduler
+ * moves and aborts seqs in O(1) without allocating.
  *
  * Counters, for a seq with n_tokens ids:
  *   num_cached   prompt tokens whose KV came from the prefix cache at the last
@@ -49,30 +49,24 @@ typedef struct seq {
     int32_t n_hashed;          /* block_hashes[0 .. n_hashed) are valid      */
     int32_t n_registered;      /* leading blocks offered to the prefix cache */
 
-    /* Sampling, copied at submission; stop strings are owned. */
+    /* Sampling, copied at submission (stop = NULL, n_stop = 0). */
     nl_sampling_params params;
-    char **stop;               /* [params.n_stop]                            */
-    size_t max_stop_len;
     uint64_t seed;             /* params.seed, or a random one               */
-
-    /* Output text (without the stopping string) and how much was streamed. */
-    char *text;
-    size_t text_len;
-    size_t text_cap;
-    size_t text_streamed;
-    void *detok;               /* the engine's streaming detokenizer         */
-
-    nl_token_logprob *logprobs; /* [max_tokens] when params.logprobs > 0     */
-    char *error;               /* finish == NL_FINISH_ERROR                  */
-    nl_result result;          /* the public view, filled when finished      */
 
     /* Scheduler bookkeeping. */
     struct seq *prev, *next;   /* the queue the seq is in                    */
     int32_t num_new;           /* tokens scheduled in the current step       */
 } seq;
 
-/* Copies tokens and params and reserves room for prompt_len + max_tokens
- * tokens and their blocks, so a step never allocates; the seq starts WAITING. */
+/* Copies tokens and params into *s and reserves room for prompt_len +
+ * max_tokens tokens and their blocks, so a step never allocates; the seq
+ * starts WAITING.  On failure *s holds nothing to free. */
+nl_status seq_init(seq *s, uint64_t id, const int32_t *prompt, int32_t prompt_len,
+                   const nl_sampling_params *params, uint64_t seed, int32_t block_size);
+/* Frees what seq_init allocated (not s itself). */
+void seq_fini(seq *s);
+
+/* seq_init on a seq of its own, and its release. */
 nl_status seq_create(uint64_t id, const int32_t *prompt, int32_t prompt_len,
                      const nl_sampling_params *params, uint64_t seed,
                      int32_t block_size, seq **out);
@@ -85,15 +79,5 @@ static inline int32_t seq_num_output(const seq *s)
 
 /* Appends a sampled token (room is reserved for max_tokens at creation). */
 void seq_append_token(seq *s, int32_t token);
-
-/* Appends detokenized text and looks for a stop string in the part that the
- * new text could complete.  On a match the text is cut where the stop string
- * begins and true is returned. */
-nl_status seq_append_text(seq *s, const char *text, size_t len, bool *stopped);
-
-/* The streamable tail of the text: everything not yet streamed except the
- * bytes that could still turn out to begin a stop string (all of it once
- * finished), cut at a UTF-8 character boundary.  Marks it streamed. */
-void seq_take_stream_text(seq *s, bool finished, const char **text, size_t *len);
 
 #endif

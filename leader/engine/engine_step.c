@@ -1,0 +1,96 @@
+/* engine_step.c — the step loop.
+ *
+ * A step schedules a batch, sends it as one RUN command whose tokens and
+ * block tables point straight into the seqs (batch_wire.h: no copies, no
+ * per-step allocation), checks the reply, commits the computed tokens to
+ * the scheduler and hands each sampled token to the output processor
+ * (output.h), finishing the requests it stops.
+ *
+ * A runner failure or a malformed reply fails the engine: every unfinished
+ * request ends with NL_FINISH_ERROR and the message, and later submissions
+ * and steps are refused with it.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "common/status.h"
+#include "leader/engine/batch_wire.h"
+#include "leader/engine/engine_state.h"
+
+/* Ends every unfinished request with the failure and stops the engine. */
+static nl_status fail_engine(nl_engine *e, nl_status st)
+{
+    snprintf(e->fail_msg, sizeof(e->fail_msg), "%s", nl_last_error());
+    e->failed = st;
+    for (uint32_t i = 0; i < e->requests.cap; i++) {
+        if (!e->requests.used[i]) continue;
+        request *r = (request *)(uintptr_t)e->requests.values[i];
+        if (r->seq.status == SEQ_FINISHED) continue;
+        r->error = strdup(e->fail_msg);
+        engine_finish_request(e, r, NL_FINISH_ERROR);
+    }
+    return nl_error(st, "%s", e->fail_msg);
+}
+
+nl_status nl_engine_step(nl_engine *e)
+{
+    if (e->failed)
+        return nl_error(e->failed, "engine stopped after an earlier failure: %s", e->fail_msg);
+    const sched_batch *b = scheduler_schedule(e->sch);
+    if (b->n_seqs == 0) return NL_OK;
+
+    wire_run cmd;
+    int32_t n_sample = batch_wire_build(b, ++e->step_id, e->wire_seqs, &cmd);
+    wire_reply reply;
+    reply.status = NL_OK;
+    reply.n_sampled = 0;
+    reply.sampled = NULL;
+    reply.error[0] = '\0';
+    nl_status st = e->runner->ops->execute(e->runner, &cmd, &reply);
+    if (st != NL_OK) return fail_engine(e, nl_error_prefix(NL_ERR_WORKER, "step %llu: ",
+                                                          (unsigned long long)cmd.step_id));
+    if (reply.status != NL_OK)
+        return fail_engine(e, nl_error(NL_ERR_WORKER, "step %llu: %s", (unsigned long long)cmd.step_id,
+                                       reply.error[0] ? reply.error : nl_status_name(reply.status)));
+    if (reply.n_sampled != n_sample)
+        return fail_engine(e, nl_error(NL_ERR_WORKER, "step %llu: the workers sampled %d tokens, expected %d",
+                                       (unsigned long long)cmd.step_id, reply.n_sampled, n_sample));
+
+    e->stats.steps++;
+    if (b->is_prefill) e->stats.prefill_steps++; else e->stats.decode_steps++;
+    scheduler_commit(e->sch);
+    int32_t j = 0;
+    for (int32_t i = 0; i < b->n_seqs; i++) {
+        if (!e->wire_seqs[i].sample) continue;
+        seq *s = b->seqs[i];
+        const wire_sampled *sm = &reply.sampled[j++];
+        if (sm->seq_id != s->id || sm->token_id < 0 || sm->token_id >= e->facts.vocab_size)
+            return fail_engine(e, nl_error(NL_ERR_WORKER,
+                                           "step %llu: reply %d is token %d for seq %llu, expected seq %llu "
+                                           "and a token in [0, %d)",
+                                           (unsigned long long)cmd.step_id, j - 1, sm->token_id,
+                                           (unsigned long long)sm->seq_id, (unsigned long long)s->id,
+                                           e->facts.vocab_size));
+        if (s->status == SEQ_FINISHED) continue; /* aborted by a stream callback this step */
+        if (s->prompt_cached >= 0 && seq_num_output(s) == 0) e->stats.cached_tokens += s->prompt_cached;
+        e->stats.output_tokens++;
+        request *r = request_of(s);
+        nl_finish_reason finish;
+        st = output_process_token(&e->output, r, sm, &finish);
+        if (st != NL_OK) return fail_engine(e, st);
+        /* The stream callback may have aborted it. */
+        if (finish != NL_FINISH_NONE && s->status != SEQ_FINISHED) engine_finish_request(e, r, finish);
+    }
+    return NL_OK;
+}
+
+bool nl_engine_has_unfinished(const nl_engine *e)
+{
+    return scheduler_has_unfinished(e->sch);
+}
+
+nl_status nl_engine_run_until_done(nl_engine *e)
+{
+    while (nl_engine_has_unfinished(e)) NL_TRY(nl_engine_step(e));
+    return NL_OK;
+}
