@@ -197,6 +197,75 @@ START_TEST(test_preemption_keeps_output)
 }
 END_TEST
 
+/* The RUN command of a chunked prefill and of a decode step carries each
+ * seq's position, chunk, block table and sampling knobs; only the chunk
+ * that completes a prompt samples. */
+START_TEST(test_batch_wire_fields)
+{
+    harness h;
+    harness_open(&h, 20, 16, false, 4, 40, 1000, -1);
+    int32_t prompt[50];
+    for (int i = 0; i < 50; i++) prompt[i] = i + 1;
+    nl_sampling_params p;
+    memset(&p, 0, sizeof(p));
+    p.max_tokens = 5;
+    p.temperature = 0.7f;
+    p.top_p = 0.9f;
+    p.min_p = 0.05f;
+    p.top_k = 40;
+    p.logprobs = 3;
+    seq *s = NULL;
+    ck_assert_int_eq(seq_create(7, prompt, 50, &p, 1234, 16, &s), NL_OK);
+    scheduler_add(h.sch, s);
+
+    wire_seq ws[4];
+    wire_run cmd;
+    const sched_batch *b = scheduler_schedule(h.sch);
+    ck_assert_int_eq(batch_wire_build(b, 11, ws, &cmd), 0);
+    ck_assert_int_eq(cmd.kind, WIRE_RUN);
+    ck_assert_uint_eq(cmd.step_id, 11);
+    ck_assert_int_eq(cmd.n_seqs, 1);
+    ck_assert_ptr_eq(cmd.seqs, ws);
+    ck_assert_uint_eq(ws[0].seq_id, 7);
+    ck_assert_int_eq(ws[0].num_computed, 0);
+    ck_assert_int_eq(ws[0].num_new, 40);
+    ck_assert_int_eq(ws[0].sample, 0);
+    ck_assert_ptr_eq(ws[0].tokens, s->tokens);
+    ck_assert_ptr_eq(ws[0].block_table, s->block_table);
+    ck_assert_int_eq(ws[0].n_blocks, s->n_blocks);
+    scheduler_commit(h.sch);
+
+    b = scheduler_schedule(h.sch);
+    ck_assert_int_eq(batch_wire_build(b, 12, ws, &cmd), 1);
+    ck_assert_int_eq(ws[0].num_computed, 40);
+    ck_assert_int_eq(ws[0].num_new, 10);
+    ck_assert_int_eq(ws[0].sample, 1);
+    ck_assert_ptr_eq(ws[0].tokens, s->tokens + 40);
+    ck_assert_uint_eq(ws[0].sample_offset, 0);
+    scheduler_commit(h.sch);
+    seq_append_token(s, 99);
+
+    b = scheduler_schedule(h.sch);
+    ck_assert(!b->is_prefill);
+    ck_assert_int_eq(batch_wire_build(b, 13, ws, &cmd), 1);
+    ck_assert_int_eq(ws[0].num_computed, 50);
+    ck_assert_int_eq(ws[0].num_new, 1);
+    ck_assert_int_eq(ws[0].tokens[0], 99);
+    ck_assert_int_eq(ws[0].n_blocks, 4);
+    ck_assert_uint_eq(ws[0].sample_offset, 1);
+    ck_assert_float_eq(ws[0].temperature, 0.7f);
+    ck_assert_float_eq(ws[0].top_p, 0.9f);
+    ck_assert_float_eq(ws[0].min_p, 0.05f);
+    ck_assert_int_eq(ws[0].top_k, 40);
+    ck_assert_int_eq(ws[0].n_logprobs, 3);
+    ck_assert_uint_eq(ws[0].seed, 1234);
+    scheduler_commit(h.sch);
+    scheduler_finish(h.sch, s, NL_FINISH_ABORT);
+    seq_destroy(s);
+    harness_close(&h);
+}
+END_TEST
+
 /* ---- randomized ------------------------------------------------------------- */
 
 #define N_REQ 3000
@@ -339,6 +408,7 @@ int main(void)
     tcase_add_test(tc, test_chunked_prefill);
     tcase_add_test(tc, test_prefix_cache_second_request);
     tcase_add_test(tc, test_preemption_keeps_output);
+    tcase_add_test(tc, test_batch_wire_fields);
     tcase_add_test(tc, test_random_prefix_caching);
     tcase_add_test(tc, test_random_no_caching);
     tcase_add_test(tc, test_random_block32);

@@ -2,7 +2,7 @@
  * engine.  Picks the directory (the demo model when none is given), reads
  * config.json and, when present, tokenizer.json, resolves the device,
  * starts the worker pool and hands everything to engine_open_with_runner().
- * The step loop itself is in engine.c.
+ * The engine itself is in engine.c and the files engine_state.h lists.
  */
 #include <dirent.h>
 #include <errno.h>
