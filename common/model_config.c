@@ -3,10 +3,12 @@
  * Owns the mapping between the Hugging Face config of a Qwen3 / Qwen2 causal
  * LM and the engine's nl_model_config: which fields are read, their defaults
  * (those of transformers' Qwen2Config / Qwen3Config), and the limits every
- * value must respect before any allocation is sized from it.  The tensor
+ * value must respect before any allocation is sized from it.  Which
+ * architectures exist is the family registry's (model_family.c); the tensor
  * list derived from a config lives in model_tensors.c.
  */
 #include "common/model_config.h"
+#include "common/model_family.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -95,27 +97,33 @@ static nl_status get_bool(const json_t *root, const char *src, const char *field
     return NL_OK;
 }
 
+/* The family registry (model_family.c) decides which names are supported. */
 static nl_status parse_arch(const json_t *root, const char *src, nl_arch *arch)
 {
+    char names[256];
     const json_t *archs = json_object_get(root, "architectures");
     const json_t *first = json_is_array(archs) ? json_array_get(archs, 0) : NULL;
     if (json_is_string(first)) {
         const char *a = json_string_value(first);
-        if (!strcmp(a, "Qwen3ForCausalLM")) *arch = NL_ARCH_QWEN3;
-        else if (!strcmp(a, "Qwen2ForCausalLM")) *arch = NL_ARCH_QWEN2;
-        else
+        const model_family *f = model_family_by_architecture(a);
+        if (!f) {
+            model_family_names(false, names, sizeof names);
             return nl_error(NL_ERR_UNSUPPORTED, "%s: architectures[0] = \"%s\" is not supported "
-                            "(Qwen3ForCausalLM, Qwen2ForCausalLM)", src, a);
+                            "(%s)", src, a, names);
+        }
+        *arch = f->arch;
         return NL_OK;
     }
     const json_t *mt = json_object_get(root, "model_type");
     if (json_is_string(mt)) {
         const char *t = json_string_value(mt);
-        if (!strcmp(t, "qwen3")) *arch = NL_ARCH_QWEN3;
-        else if (!strcmp(t, "qwen2")) *arch = NL_ARCH_QWEN2;
-        else
-            return nl_error(NL_ERR_UNSUPPORTED, "%s: model_type = \"%s\" is not supported "
-                            "(qwen3, qwen2)", src, t);
+        const model_family *f = model_family_by_model_type(t);
+        if (!f) {
+            model_family_names(true, names, sizeof names);
+            return nl_error(NL_ERR_UNSUPPORTED, "%s: model_type = \"%s\" is not supported (%s)",
+                            src, t, names);
+        }
+        *arch = f->arch;
         return NL_OK;
     }
     return nl_error(NL_ERR_FORMAT, "%s: neither architectures[0] nor model_type names the model",
@@ -279,10 +287,11 @@ static nl_status parse_root(const json_t *root, const char *src, nl_model_config
     c->rope_theta = (float)theta;
 
     NL_TRY(get_bool(root, src, "tie_word_embeddings", false, &c->tie_word_embeddings));
-    /* Qwen2 always has q/k/v biases (its modelling code ignores the flag);
-     * Qwen3 has them only when the config asks. */
-    NL_TRY(get_bool(root, src, "attention_bias", c->arch == NL_ARCH_QWEN2, &c->attention_bias));
-    if (c->arch == NL_ARCH_QWEN2) c->attention_bias = true;
+    /* Some families always have q/k/v biases (Qwen2's modelling code ignores
+     * the flag); the others have them only when the config asks. */
+    const bool bias_always = model_family_of(c)->bias_always;
+    NL_TRY(get_bool(root, src, "attention_bias", bias_always, &c->attention_bias));
+    if (bias_always) c->attention_bias = true;
 
     bool sliding;
     NL_TRY(get_bool(root, src, "use_sliding_window", false, &sliding));
@@ -354,7 +363,8 @@ nl_status model_config_save(const nl_model_config *cfg, const char *model_dir)
     char path[4096];
     if ((size_t)snprintf(path, sizeof path, "%s/config.json", model_dir) >= sizeof path)
         return nl_error(NL_ERR_INVALID_ARG, "%s: model path too long", model_dir);
-    bool qwen3 = cfg->arch == NL_ARCH_QWEN3;
+    const model_family *family = model_family_of(cfg);
+    if (!family) return nl_error(NL_ERR_INVALID_ARG, "%s: unknown arch %d", path, (int)cfg->arch);
 
     json_t *eos;
     if (cfg->n_eos == 1) {
@@ -368,7 +378,7 @@ nl_status model_config_save(const nl_model_config *cfg, const char *model_dir)
     }
     json_t *root = json_pack(
         "{s:[s], s:b, s:f, s:o, s:o, s:i, s:s, s:i, s:f, s:i, s:i, s:i, s:s, s:i, s:i, s:i}",
-        "architectures", qwen3 ? "Qwen3ForCausalLM" : "Qwen2ForCausalLM",
+        "architectures", family->architecture,
         "attention_bias", (int)cfg->attention_bias,
         "attention_dropout", 0.0,
         "bos_token_id", cfg->bos_token_id >= 0 ? json_integer(cfg->bos_token_id) : json_null(),
@@ -380,7 +390,7 @@ nl_status model_config_save(const nl_model_config *cfg, const char *model_dir)
         "intermediate_size", (json_int_t)cfg->intermediate_size,
         "max_position_embeddings", (json_int_t)cfg->max_position_embeddings,
         "max_window_layers", (json_int_t)cfg->num_hidden_layers,
-        "model_type", qwen3 ? "qwen3" : "qwen2",
+        "model_type", family->model_type,
         "num_attention_heads", (json_int_t)cfg->num_attention_heads,
         "num_hidden_layers", (json_int_t)cfg->num_hidden_layers,
         "num_key_value_heads", (json_int_t)cfg->num_key_value_heads);

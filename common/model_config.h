@@ -1,6 +1,7 @@
 /* model_config.h — the model's shape, read and validated from config.json.
  *
- * Accepts Qwen3ForCausalLM and Qwen2ForCausalLM in the hub's form
+ * Accepts the architectures of the family registry (model_family.h; today
+ * Qwen3ForCausalLM and Qwen2ForCausalLM) in the hub's form
  * (rope_theta, torch_dtype, head_dim absent for Qwen2) and in the newer form
  * (rope_parameters.rope_theta, dtype).  Every field the engine uses is
  * checked; an error names the file, the field and the value.
@@ -14,6 +15,7 @@
 #include "common/dtype.h"
 #include "common/status.h"
 
+/* One value per registered model family (model_family.c). */
 typedef enum nl_arch {
     NL_ARCH_QWEN3 = 0, /* QK-norm, no q/k/v bias      */
     NL_ARCH_QWEN2,     /* q/k/v bias, no QK-norm      */

@@ -1,9 +1,10 @@
-/* model_tensors.c — the tensor list of a Qwen3 / Qwen2 checkpoint.
+/* model_tensors.c — a family's tensor table expanded over a config, and
+ * the checkpoint check against it.
  *
- * Names and shapes are exactly those of Hugging Face transformers, so that a
- * hub checkpoint loads and a generated one is loadable by transformers.  The
- * loader checks a checkpoint against this list; the demo-model generator
- * writes this list.
+ * The table (common/model_<family>.c) says which tensors exist and their
+ * shapes as rules; this file turns it into the concrete list of names and
+ * shapes for one config.  The loader checks a checkpoint against this list;
+ * the model writer writes this list.
  */
 #include "common/model_tensors.h"
 
@@ -16,61 +17,71 @@
 /* Names shown per category in a check failure; the rest are counted. */
 #define CHECK_SHOW 6
 
-static void add(model_tensor_spec *s, size_t *n, model_tensor_kind kind, int64_t d0, int64_t d1,
-                const char *fmt, int layer)
+static void add(model_tensor_spec *s, size_t *n, const model_tensor_def *d, int layer,
+                const nl_model_config *cfg)
 {
     model_tensor_spec *t = &s[(*n)++];
-    snprintf(t->name, sizeof t->name, fmt, layer);
-    t->kind = kind;
-    t->shape[0] = d0;
-    t->shape[1] = d1;
-    t->n_dims = d1 ? 2 : 1;
+    model_tensor_name(d, layer, t->name, sizeof t->name);
+    t->kind = d->kind;
+    t->shape[0] = model_dim_size(d->dims[0], cfg);
+    t->shape[1] = model_dim_size(d->dims[1], cfg);
+    t->n_dims = d->dims[1] != MODEL_DIM_NONE ? 2 : 1;
+    t->def = d;
+    t->layer = model_tensor_per_layer(d) ? layer : -1;
+}
+
+/* Expands the table's rows that pass keep(): model-wide rows once, each
+ * contiguous run of per-layer rows once per layer.  With s NULL it only
+ * counts. */
+static size_t expand(const model_family *f, const nl_model_config *cfg, bool spares,
+                     model_tensor_spec *s)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < f->n_tensors;) {
+        size_t end = i + 1;
+        if (model_tensor_per_layer(&f->tensors[i]))
+            while (end < f->n_tensors && model_tensor_per_layer(&f->tensors[end])) end++;
+        int layers = model_tensor_per_layer(&f->tensors[i]) ? cfg->num_hidden_layers : 1;
+        for (int l = 0; l < layers; l++)
+            for (size_t j = i; j < end; j++) {
+                const model_tensor_def *d = &f->tensors[j];
+                /* spares: tensors a checkpoint may carry though the config
+                 * makes them unused (a tied LM head) */
+                bool present = model_tensor_present(f, d, cfg);
+                bool spare = !present && d->presence == MODEL_PRESENT_IF_UNTIED;
+                if (spares ? !spare : !present) continue;
+                if (s) add(s, &k, d, l, cfg);
+                else k++;
+            }
+        i = end;
+    }
+    return k;
+}
+
+static nl_status list_rows(const nl_model_config *cfg, bool spares, model_tensor_spec **specs,
+                           size_t *n)
+{
+    *specs = NULL;
+    *n = 0;
+    const model_family *f = model_family_of(cfg);
+    if (!f) return nl_error(NL_ERR_INVALID_ARG, "model_tensors_list: config has unknown arch %d",
+                            (int)cfg->arch);
+    if (cfg->num_hidden_layers <= 0 || cfg->vocab_size <= 0 || cfg->hidden_size <= 0 ||
+        cfg->intermediate_size <= 0 || cfg->head_dim <= 0 || cfg->num_attention_heads <= 0 ||
+        cfg->num_key_value_heads <= 0)
+        return nl_error(NL_ERR_INVALID_ARG, "model_tensors_list: config has a non-positive size");
+
+    const size_t cap = expand(f, cfg, spares, NULL);
+    model_tensor_spec *s = calloc(cap ? cap : 1, sizeof *s);
+    if (!s) return nl_error(NL_ERR_NOMEM, "model_tensors_list: out of memory for %zu specs", cap);
+    *n = expand(f, cfg, spares, s);
+    *specs = s;
+    return NL_OK;
 }
 
 nl_status model_tensors_list(const nl_model_config *cfg, model_tensor_spec **specs, size_t *n)
 {
-    *specs = NULL;
-    *n = 0;
-    const int64_t vocab = cfg->vocab_size, hidden = cfg->hidden_size;
-    const int64_t inter = cfg->intermediate_size, hd = cfg->head_dim;
-    const int64_t q_dim = (int64_t)cfg->num_attention_heads * hd;
-    const int64_t kv_dim = (int64_t)cfg->num_key_value_heads * hd;
-    const bool qk_norm = cfg->arch == NL_ARCH_QWEN3, bias = cfg->attention_bias;
-    if (cfg->num_hidden_layers <= 0 || vocab <= 0 || hidden <= 0 || inter <= 0 || hd <= 0 ||
-        q_dim <= 0 || kv_dim <= 0)
-        return nl_error(NL_ERR_INVALID_ARG, "model_tensors_list: config has a non-positive size");
-
-    const size_t per_layer = 9 + (bias ? 3 : 0) + (qk_norm ? 2 : 0);
-    const size_t cap = 3 + per_layer * (size_t)cfg->num_hidden_layers;
-    model_tensor_spec *s = calloc(cap, sizeof *s);
-    if (!s) return nl_error(NL_ERR_NOMEM, "model_tensors_list: out of memory for %zu specs", cap);
-
-    size_t k = 0;
-    add(s, &k, MODEL_TENSOR_MATRIX, vocab, hidden, "model.embed_tokens.weight", 0);
-    for (int i = 0; i < cfg->num_hidden_layers; i++) {
-        add(s, &k, MODEL_TENSOR_NORM, hidden, 0, "model.layers.%d.input_layernorm.weight", i);
-        add(s, &k, MODEL_TENSOR_MATRIX, q_dim, hidden, "model.layers.%d.self_attn.q_proj.weight", i);
-        if (bias) add(s, &k, MODEL_TENSOR_BIAS, q_dim, 0, "model.layers.%d.self_attn.q_proj.bias", i);
-        add(s, &k, MODEL_TENSOR_MATRIX, kv_dim, hidden, "model.layers.%d.self_attn.k_proj.weight", i);
-        if (bias) add(s, &k, MODEL_TENSOR_BIAS, kv_dim, 0, "model.layers.%d.self_attn.k_proj.bias", i);
-        add(s, &k, MODEL_TENSOR_MATRIX, kv_dim, hidden, "model.layers.%d.self_attn.v_proj.weight", i);
-        if (bias) add(s, &k, MODEL_TENSOR_BIAS, kv_dim, 0, "model.layers.%d.self_attn.v_proj.bias", i);
-        add(s, &k, MODEL_TENSOR_MATRIX, hidden, q_dim, "model.layers.%d.self_attn.o_proj.weight", i);
-        if (qk_norm) {
-            add(s, &k, MODEL_TENSOR_NORM, hd, 0, "model.layers.%d.self_attn.q_norm.weight", i);
-            add(s, &k, MODEL_TENSOR_NORM, hd, 0, "model.layers.%d.self_attn.k_norm.weight", i);
-        }
-        add(s, &k, MODEL_TENSOR_NORM, hidden, 0, "model.layers.%d.post_attention_layernorm.weight", i);
-        add(s, &k, MODEL_TENSOR_MATRIX, inter, hidden, "model.layers.%d.mlp.gate_proj.weight", i);
-        add(s, &k, MODEL_TENSOR_MATRIX, inter, hidden, "model.layers.%d.mlp.up_proj.weight", i);
-        add(s, &k, MODEL_TENSOR_MATRIX, hidden, inter, "model.layers.%d.mlp.down_proj.weight", i);
-    }
-    add(s, &k, MODEL_TENSOR_NORM, hidden, 0, "model.norm.weight", 0);
-    if (!cfg->tie_word_embeddings)
-        add(s, &k, MODEL_TENSOR_MATRIX, vocab, hidden, "lm_head.weight", 0);
-    *specs = s;
-    *n = k;
-    return NL_OK;
+    return list_rows(cfg, false, specs, n);
 }
 
 static int cmp_spec_name(const void *a, const void *b)
@@ -127,11 +138,35 @@ static bool ignorable(const char *name)
     return n >= k && !strcmp(name + n - k, suffix);
 }
 
+static void check_shape(name_list *shapes, const model_tensor_spec *spec, const st_tensor *t)
+{
+    if (shape_matches(spec, t)) return;
+    char want[64], got[96], item[256];
+    fmt_shape(want, sizeof want, spec->n_dims, spec->shape);
+    fmt_shape(got, sizeof got, t->n_dims, t->shape);
+    snprintf(item, sizeof item, "%s expected %s got %s", t->name, want, got);
+    list_add(shapes, item);
+}
+
+static const model_tensor_spec *find_spec(const model_tensor_spec *sorted, size_t n,
+                                          const char *name)
+{
+    model_tensor_spec key;
+    if (strlen(name) >= sizeof key.name) return NULL;
+    snprintf(key.name, sizeof key.name, "%s", name);
+    return bsearch(&key, sorted, n, sizeof *sorted, cmp_spec_name);
+}
+
 nl_status model_tensors_check(const nl_model_config *cfg, const st_model *m)
 {
-    model_tensor_spec *specs;
-    size_t n_specs;
-    NL_TRY(model_tensors_list(cfg, &specs, &n_specs));
+    model_tensor_spec *specs, *spares;
+    size_t n_specs, n_spares;
+    NL_TRY(list_rows(cfg, false, &specs, &n_specs));
+    nl_status st = list_rows(cfg, true, &spares, &n_spares);
+    if (st != NL_OK) {
+        free(specs);
+        return st;
+    }
 
     name_list missing = {0}, unexpected = {0}, shapes = {0}, dtypes = {0};
     for (size_t i = 0; i < n_specs; i++) {
@@ -140,13 +175,7 @@ nl_status model_tensors_check(const nl_model_config *cfg, const st_model *m)
             list_add(&missing, specs[i].name);
             continue;
         }
-        if (!shape_matches(&specs[i], t)) {
-            char want[64], got[96], item[256];
-            fmt_shape(want, sizeof want, specs[i].n_dims, specs[i].shape);
-            fmt_shape(got, sizeof got, t->n_dims, t->shape);
-            snprintf(item, sizeof item, "%s expected %s got %s", t->name, want, got);
-            list_add(&shapes, item);
-        }
+        check_shape(&shapes, &specs[i], t);
         if (t->dtype != NL_DTYPE_BF16 && t->dtype != NL_DTYPE_F16 && t->dtype != NL_DTYPE_F32) {
             char item[160];
             snprintf(item, sizeof item, "%s is %s", t->name, nl_dtype_name(t->dtype));
@@ -155,30 +184,22 @@ nl_status model_tensors_check(const nl_model_config *cfg, const st_model *m)
     }
 
     qsort(specs, n_specs, sizeof *specs, cmp_spec_name);
+    qsort(spares, n_spares, sizeof *spares, cmp_spec_name);
     for (size_t i = 0; i < st_count(m); i++) {
         const st_tensor *t = st_get(m, i);
-        model_tensor_spec key;
-        snprintf(key.name, sizeof key.name, "%s", t->name);
-        if (strlen(t->name) < sizeof key.name &&
-            bsearch(&key, specs, n_specs, sizeof *specs, cmp_spec_name))
-            continue;
+        if (find_spec(specs, n_specs, t->name)) continue;
         if (ignorable(t->name)) continue;
         /* A tied checkpoint may still carry the head; it is the embedding's
          * copy and goes unused, but a wrong shape means a wrong config. */
-        if (cfg->tie_word_embeddings && !strcmp(t->name, "lm_head.weight")) {
-            int64_t want[2] = {cfg->vocab_size, cfg->hidden_size};
-            if (t->n_dims != 2 || t->shape[0] != want[0] || t->shape[1] != want[1]) {
-                char w[64], g[96], item[256];
-                fmt_shape(w, sizeof w, 2, want);
-                fmt_shape(g, sizeof g, t->n_dims, t->shape);
-                snprintf(item, sizeof item, "%s expected %s got %s", t->name, w, g);
-                list_add(&shapes, item);
-            }
+        const model_tensor_spec *spare = find_spec(spares, n_spares, t->name);
+        if (spare) {
+            check_shape(&shapes, spare, t);
             continue;
         }
         list_add(&unexpected, t->name);
     }
     free(specs);
+    free(spares);
 
     if (!missing.total && !unexpected.total && !shapes.total && !dtypes.total) return NL_OK;
     char msg[1000] = "";

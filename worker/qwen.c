@@ -3,8 +3,11 @@
  *
  * The two architectures differ in two places only: Qwen3 normalises each
  * query and key head (q_norm, k_norm) before RoPE, and Qwen2 adds biases to
- * q, k and v (so may Qwen3 when its config sets attention_bias).  Both
- * follow one token through the same steps, top to bottom in qwen_forward.
+ * q, k and v (so may Qwen3 when its config sets attention_bias).  Which of
+ * them a model has is the family table's business (common/model_qwen.c):
+ * this file reads the weights it filled, and an absent one is NULL, which
+ * the ops skip.  Both follow one token through the same steps, top to
+ * bottom in qwen_forward.
  */
 #include "worker/qwen.h"
 

@@ -1,5 +1,10 @@
 /* weights.c — loads one tensor-parallel shard of the checkpoint.
  *
+ * Driven by the family's tensor table (common/model_<family>.c): each row
+ * says which slot of qwen_weights a tensor fills, which part of a fused
+ * slot it is, and which dimension tp splits.  This file knows no tensor
+ * name.
+ *
  * Only the shard's bytes are read from the mmapped files: row slices are a
  * pointer offset, and column slices of row-parallel layers use
  * weight_fill_rows' stride and first column, so the pages of other ranks'
@@ -10,6 +15,8 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+
+#include "common/model_tensors.h"
 
 nl_status weights_plan_shard(const nl_model_config *cfg, int32_t rank, int32_t tp, qwen_shard *out)
 {
@@ -40,122 +47,130 @@ nl_status weights_plan_shard(const nl_model_config *cfg, int32_t rank, int32_t t
     return NL_OK;
 }
 
-typedef struct loader {
-    nl_backend *be;
-    const st_model *m;
-    char name[128];
-} loader;
-
-static const st_tensor *find(loader *ld, const char *fmt, int layer)
+/* The field of w a slot names; layer is ignored for model-wide slots. */
+static nl_weight **slot_field(qwen_weights *w, int layer, model_slot slot)
 {
-    snprintf(ld->name, sizeof ld->name, fmt, layer);
-    return st_find(ld->m, ld->name);
+    qwen_layer *L = slot >= MODEL_SLOT_FIRST_LAYER ? &w->layers[layer] : NULL;
+    switch (slot) {
+    case MODEL_SLOT_EMBED: return &w->embed;
+    case MODEL_SLOT_FINAL_NORM: return &w->final_norm;
+    case MODEL_SLOT_LM_HEAD: return &w->lm_head;
+    case MODEL_SLOT_INPUT_NORM: return &L->input_norm;
+    case MODEL_SLOT_QKV: return &L->qkv;
+    case MODEL_SLOT_QKV_BIAS: return &L->qkv_bias;
+    case MODEL_SLOT_Q_NORM: return &L->q_norm;
+    case MODEL_SLOT_K_NORM: return &L->k_norm;
+    case MODEL_SLOT_O_PROJ: return &L->o_proj;
+    case MODEL_SLOT_POST_NORM: return &L->post_norm;
+    case MODEL_SLOT_GATE_UP: return &L->gate_up;
+    case MODEL_SLOT_DOWN: return &L->down;
+    case MODEL_SLOT_COUNT: break;
+    }
+    return NULL;
 }
 
-static nl_status create(loader *ld, int64_t rows, int64_t cols, nl_weight **out)
+/* This rank's part [*start, *start + *count) of a dimension tp splits:
+ * its query heads, its kv heads (several ranks share one when kv < tp),
+ * its intermediate columns or its vocabulary rows. */
+static void split_range(model_dim dim, const nl_model_config *cfg, const qwen_shard *s,
+                        int64_t *start, int64_t *count)
 {
-    nl_status st = ld->be->ops->weight_create(ld->be, rows, cols, out);
-    if (st != NL_OK) return nl_error_prefix(st, "loading %s: ", ld->name);
-    return NL_OK;
+    switch (dim) {
+    case MODEL_DIM_Q: *start = (int64_t)s->q_head0 * s->hd, *count = (int64_t)s->hq * s->hd; return;
+    case MODEL_DIM_KV: *start = (int64_t)s->kv_head0 * s->hd, *count = (int64_t)s->hk * s->hd; return;
+    case MODEL_DIM_INTER: *start = (int64_t)s->rank * s->inter, *count = s->inter; return;
+    case MODEL_DIM_VOCAB: *start = s->vocab_start, *count = s->vocab_shard; return;
+    default: *start = 0, *count = model_dim_size(dim, cfg); return;
+    }
 }
 
-/* Fills w's rows [row0, row0 + n_rows) from the tensor's rows [src_row0, ...)
- * and columns [col0, col0 + w.cols).  A 1-D tensor counts as one column. */
-static nl_status fill(loader *ld, nl_weight *w, int64_t row0, int64_t n_rows, const char *fmt,
-                      int layer, int64_t src_row0, int64_t col0)
+/* Where one tensor's shard goes: its rows [src_row0, + n_rows) and columns
+ * [col0, + cols) fill rows [row0, + n_rows) of a [rows, cols] weight.  A
+ * split 1-D tensor (a bias) is a column, so that a row range is an element
+ * range; a replicated one (a norm) is one row. */
+typedef struct part_plan {
+    int64_t n_rows, cols, src_row0, col0;
+} part_plan;
+
+static part_plan plan_part(const model_tensor_def *d, const nl_model_config *cfg,
+                           const qwen_shard *s)
 {
-    const st_tensor *t = find(ld, fmt, layer);
-    if (!t) return nl_error(NL_ERR_FORMAT, "checkpoint: tensor %s is missing", ld->name);
-    int64_t cols = t->n_dims >= 2 ? t->shape[1] : 1, rows = t->n_dims >= 1 ? t->shape[0] : 1;
-    if (src_row0 + n_rows > rows)
+    part_plan p = {.n_rows = model_dim_size(d->dims[0], cfg)};
+    if (d->dims[1] == MODEL_DIM_NONE) {
+        if (d->shard == MODEL_SHARD_REPLICATED) return (part_plan){.n_rows = 1, .cols = p.n_rows};
+        p.cols = 1;
+    } else {
+        p.cols = model_dim_size(d->dims[1], cfg);
+    }
+    if (d->shard == MODEL_SHARD_COLUMN || d->shard == MODEL_SHARD_VOCAB)
+        split_range(d->dims[0], cfg, s, &p.src_row0, &p.n_rows);
+    else if (d->shard == MODEL_SHARD_ROW)
+        split_range(d->dims[1], cfg, s, &p.col0, &p.cols);
+    return p;
+}
+
+/* Loads one tensor (spec) into its slot, creating the slot's weight, sized
+ * for every part the table fuses into it, when the first part arrives. */
+static nl_status load_part(nl_backend *be, const model_family *f, const model_tensor_spec *spec,
+                           const st_model *m, qwen_weights *w)
+{
+    const nl_model_config *cfg = &w->cfg;
+    const model_tensor_def *d = spec->def;
+    const part_plan p = plan_part(d, cfg, &w->shard);
+    int64_t row0 = 0, rows = 0;
+    for (size_t i = 0; i < f->n_tensors; i++) {
+        const model_tensor_def *o = &f->tensors[i];
+        if (o->slot != d->slot || !model_tensor_present(f, o, cfg)) continue;
+        int64_t n = plan_part(o, cfg, &w->shard).n_rows;
+        rows += n;
+        if (o->part < d->part) row0 += n;
+    }
+
+    nl_weight **slot = slot_field(w, spec->layer, d->slot);
+    nl_status st = NL_OK;
+    if (!*slot) st = be->ops->weight_create(be, rows, p.cols, slot);
+    const st_tensor *t = st_find(m, spec->name);
+    if (st == NL_OK && !t)
+        return nl_error(NL_ERR_FORMAT, "checkpoint: tensor %s is missing", spec->name);
+    int64_t src_rows = t && t->n_dims >= 1 ? t->shape[0] : 1;
+    int64_t src_cols = t && t->n_dims >= 2 ? t->shape[1] : 1;
+    if (d->dims[1] == MODEL_DIM_NONE && d->shard == MODEL_SHARD_REPLICATED)
+        src_cols = p.cols, src_rows = 1; /* the whole vector as one row */
+    if (st == NL_OK && p.src_row0 + p.n_rows > src_rows)
         return nl_error(NL_ERR_FORMAT, "checkpoint: tensor %s has %lld rows, shard needs %lld",
-                        ld->name, (long long)rows, (long long)(src_row0 + n_rows));
-    const char *src = (const char *)t->data + (size_t)(src_row0 * cols) * nl_dtype_size(t->dtype);
-    nl_status st = ld->be->ops->weight_fill_rows(ld->be, w, row0, n_rows, src, t->dtype, cols, col0);
-    if (st != NL_OK) return nl_error_prefix(st, "loading %s: ", ld->name);
-    return NL_OK;
-}
-
-/* A whole 1-D tensor (norm weight) as a [1, n] weight. */
-static nl_status load_vector(loader *ld, int64_t n, const char *fmt, int layer, nl_weight **out)
-{
-    const st_tensor *t = find(ld, fmt, layer);
-    if (!t) return nl_error(NL_ERR_FORMAT, "checkpoint: tensor %s is missing", ld->name);
-    NL_TRY(create(ld, 1, n, out));
-    nl_status st = ld->be->ops->weight_fill_rows(ld->be, *out, 0, 1, t->data, t->dtype, n, 0);
-    if (st != NL_OK) return nl_error_prefix(st, "loading %s: ", ld->name);
-    return NL_OK;
-}
-
-static nl_status load_layer(loader *ld, const nl_model_config *cfg, const qwen_shard *s, int i,
-                            qwen_layer *L)
-{
-    int64_t hidden = cfg->hidden_size, hd = s->hd;
-    int64_t q_rows = s->hq * hd, kv_rows = s->hk * hd;
-    int64_t q0 = s->q_head0 * hd, kv0 = s->kv_head0 * hd;
-
-    NL_TRY(load_vector(ld, hidden, "model.layers.%d.input_layernorm.weight", i, &L->input_norm));
-    NL_TRY(load_vector(ld, hidden, "model.layers.%d.post_attention_layernorm.weight", i, &L->post_norm));
-    if (cfg->arch == NL_ARCH_QWEN3) {
-        NL_TRY(load_vector(ld, hd, "model.layers.%d.self_attn.q_norm.weight", i, &L->q_norm));
-        NL_TRY(load_vector(ld, hd, "model.layers.%d.self_attn.k_norm.weight", i, &L->k_norm));
+                        spec->name, (long long)src_rows, (long long)(p.src_row0 + p.n_rows));
+    if (st == NL_OK && p.n_rows > 0) {
+        const char *src = (const char *)t->data +
+                          (size_t)(p.src_row0 * src_cols) * nl_dtype_size(t->dtype);
+        st = be->ops->weight_fill_rows(be, *slot, row0, p.n_rows, src, t->dtype, src_cols, p.col0);
     }
-
-    NL_TRY(create(ld, q_rows + 2 * kv_rows, hidden, &L->qkv));
-    NL_TRY(fill(ld, L->qkv, 0, q_rows, "model.layers.%d.self_attn.q_proj.weight", i, q0, 0));
-    NL_TRY(fill(ld, L->qkv, q_rows, kv_rows, "model.layers.%d.self_attn.k_proj.weight", i, kv0, 0));
-    NL_TRY(fill(ld, L->qkv, q_rows + kv_rows, kv_rows, "model.layers.%d.self_attn.v_proj.weight", i, kv0, 0));
-    if (cfg->attention_bias) {
-        /* biases are [n, 1] so that a row range is an element range */
-        NL_TRY(create(ld, q_rows + 2 * kv_rows, 1, &L->qkv_bias));
-        NL_TRY(fill(ld, L->qkv_bias, 0, q_rows, "model.layers.%d.self_attn.q_proj.bias", i, q0, 0));
-        NL_TRY(fill(ld, L->qkv_bias, q_rows, kv_rows, "model.layers.%d.self_attn.k_proj.bias", i, kv0, 0));
-        NL_TRY(fill(ld, L->qkv_bias, q_rows + kv_rows, kv_rows, "model.layers.%d.self_attn.v_proj.bias",
-                    i, kv0, 0));
-    }
-    NL_TRY(create(ld, hidden, q_rows, &L->o_proj));
-    NL_TRY(fill(ld, L->o_proj, 0, hidden, "model.layers.%d.self_attn.o_proj.weight", i, 0, q0));
-
-    int64_t inter = s->inter, i0 = (int64_t)s->rank * inter;
-    NL_TRY(create(ld, 2 * inter, hidden, &L->gate_up));
-    NL_TRY(fill(ld, L->gate_up, 0, inter, "model.layers.%d.mlp.gate_proj.weight", i, i0, 0));
-    NL_TRY(fill(ld, L->gate_up, inter, inter, "model.layers.%d.mlp.up_proj.weight", i, i0, 0));
-    NL_TRY(create(ld, hidden, inter, &L->down));
-    NL_TRY(fill(ld, L->down, 0, hidden, "model.layers.%d.mlp.down_proj.weight", i, 0, i0));
-    return NL_OK;
-}
-
-/* This rank's rows of a [vocab, hidden] matrix. */
-static nl_status load_vocab_rows(loader *ld, const nl_model_config *cfg, const qwen_shard *s,
-                                 const char *name, nl_weight **out)
-{
-    int64_t start = s->vocab_start, end = start + s->vocab_shard;
-    if (end > cfg->vocab_size) end = cfg->vocab_size;
-    find(ld, name, 0);
-    NL_TRY(create(ld, s->vocab_shard, cfg->hidden_size, out));
-    if (end > start) NL_TRY(fill(ld, *out, 0, end - start, name, 0, start, 0));
+    if (st != NL_OK) return nl_error_prefix(st, "loading %s: ", spec->name);
     return NL_OK;
 }
 
 nl_status weights_load(nl_backend *be, const nl_model_config *cfg, const st_model *m, int32_t rank,
                        int32_t tp, qwen_weights **out)
 {
+    const model_family *f = model_family_of(cfg);
+    if (!f) return nl_error(NL_ERR_INVALID_ARG, "weights: config has unknown arch %d", (int)cfg->arch);
     qwen_weights *w = calloc(1, sizeof *w);
     if (!w) return nl_error(NL_ERR_NOMEM, "weights: no memory");
     w->cfg = *cfg;
-    loader ld = {.be = be, .m = m};
+    model_tensor_spec *specs = NULL;
+    size_t n_specs = 0;
     nl_status st = weights_plan_shard(cfg, rank, tp, &w->shard);
     if (st == NL_OK) {
         w->layers = calloc((size_t)cfg->num_hidden_layers, sizeof *w->layers);
         if (!w->layers) st = nl_error(NL_ERR_NOMEM, "weights: no memory for %d layers", cfg->num_hidden_layers);
     }
-    if (st == NL_OK) st = load_vocab_rows(&ld, cfg, &w->shard, "model.embed_tokens.weight", &w->embed);
-    for (int i = 0; st == NL_OK && i < cfg->num_hidden_layers; i++)
-        st = load_layer(&ld, cfg, &w->shard, i, &w->layers[i]);
-    if (st == NL_OK) st = load_vector(&ld, cfg->hidden_size, "model.norm.weight", 0, &w->final_norm);
-    if (st == NL_OK) {
-        if (cfg->tie_word_embeddings) w->lm_head = w->embed;
-        else st = load_vocab_rows(&ld, cfg, &w->shard, "lm_head.weight", &w->lm_head);
+    if (st == NL_OK) st = model_tensors_list(cfg, &specs, &n_specs);
+    for (size_t i = 0; st == NL_OK && i < n_specs; i++) st = load_part(be, f, &specs[i], m, w);
+    free(specs);
+    /* A tied slot is the weight it is tied to, loaded once. */
+    for (size_t i = 0; st == NL_OK && i < f->n_tensors; i++) {
+        const model_tensor_def *d = &f->tensors[i];
+        if (d->presence == MODEL_PRESENT_IF_UNTIED && !model_tensor_present(f, d, cfg))
+            *slot_field(w, 0, d->slot) = *slot_field(w, 0, d->tied_to);
     }
     if (st != NL_OK) {
         weights_destroy(be, w);
@@ -168,16 +183,18 @@ nl_status weights_load(nl_backend *be, const nl_model_config *cfg, const st_mode
 void weights_destroy(nl_backend *be, qwen_weights *w)
 {
     if (!w) return;
-    for (int i = 0; w->layers && i < w->cfg.num_hidden_layers; i++) {
-        qwen_layer *L = &w->layers[i];
-        nl_weight *all[] = {L->input_norm, L->qkv,      L->qkv_bias, L->q_norm, L->k_norm,
-                            L->o_proj,     L->post_norm, L->gate_up, L->down};
-        for (size_t k = 0; k < sizeof all / sizeof all[0]; k++)
-            if (all[k]) be->ops->weight_destroy(be, all[k]);
+    for (int i = 0; w->layers && i < w->cfg.num_hidden_layers; i++)
+        for (int slot = MODEL_SLOT_FIRST_LAYER; slot < MODEL_SLOT_COUNT; slot++) {
+            nl_weight **p = slot_field(w, i, (model_slot)slot);
+            if (*p) be->ops->weight_destroy(be, *p);
+        }
+    /* model-wide slots; a tied one repeats an earlier slot's weight */
+    for (int slot = 0; slot < MODEL_SLOT_FIRST_LAYER; slot++) {
+        nl_weight *p = *slot_field(w, 0, (model_slot)slot);
+        bool seen = false;
+        for (int k = 0; k < slot; k++) seen |= *slot_field(w, 0, (model_slot)k) == p;
+        if (p && !seen) be->ops->weight_destroy(be, p);
     }
-    if (w->lm_head && w->lm_head != w->embed) be->ops->weight_destroy(be, w->lm_head);
-    if (w->embed) be->ops->weight_destroy(be, w->embed);
-    if (w->final_norm) be->ops->weight_destroy(be, w->final_norm);
     free(w->layers);
     free(w);
 }

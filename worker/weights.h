@@ -1,5 +1,10 @@
-/* weights.h — one tensor-parallel shard of a Qwen3 / Qwen2 checkpoint,
- * loaded into backend weights.
+/* weights.h — one tensor-parallel shard of a checkpoint, loaded into
+ * backend weights.
+ *
+ * The family's tensor table (common/model_family.h) says which checkpoint
+ * tensor fills which field below, which tensors are fused into one field
+ * and along which dimension each is split; a field the table leaves empty
+ * for a config (q_norm in Qwen2, qkv_bias without attention_bias) is NULL.
  *
  * Sharding (rank r of tp):
  *   query heads      hq = heads / tp, rank's heads [r hq, (r+1) hq)
@@ -55,7 +60,8 @@ typedef struct qwen_weights {
 nl_status weights_plan_shard(const nl_model_config *cfg, int32_t rank, int32_t tp,
                              qwen_shard *out);
 
-/* Loads rank's shard from m (already checked by model_tensors_check). */
+/* Loads rank's shard from m (already checked by model_tensors_check), as
+ * the family table of cfg->arch directs. */
 nl_status weights_load(nl_backend *be, const nl_model_config *cfg, const st_model *m,
                        int32_t rank, int32_t tp, qwen_weights **out);
 void weights_destroy(nl_backend *be, qwen_weights *w);
