@@ -85,23 +85,22 @@ static void split_range(model_dim dim, const nl_model_config *cfg, const qwen_sh
 }
 
 /* Where one tensor's shard goes: its rows [src_row0, + n_rows) and columns
- * [col0, + cols) fill rows [row0, + n_rows) of a [rows, cols] weight.  A
- * split 1-D tensor (a bias) is a column, so that a row range is an element
- * range; a replicated one (a norm) is one row. */
+ * [col0, + cols) of rows src_stride elements long fill n_rows rows of a
+ * weight cols wide.  A split 1-D tensor (a bias) is a column, so that a row
+ * range is an element range; a replicated one (a norm) is one row. */
 typedef struct part_plan {
-    int64_t n_rows, cols, src_row0, col0;
+    int64_t n_rows, cols, src_row0, col0, src_stride;
 } part_plan;
 
 static part_plan plan_part(const model_tensor_def *d, const nl_model_config *cfg,
                            const qwen_shard *s)
 {
-    part_plan p = {.n_rows = model_dim_size(d->dims[0], cfg)};
-    if (d->dims[1] == MODEL_DIM_NONE) {
-        if (d->shard == MODEL_SHARD_REPLICATED) return (part_plan){.n_rows = 1, .cols = p.n_rows};
-        p.cols = 1;
-    } else {
-        p.cols = model_dim_size(d->dims[1], cfg);
-    }
+    const int64_t d0 = model_dim_size(d->dims[0], cfg);
+    part_plan p = {.n_rows = d0, .cols = 1, .src_stride = 1};
+    if (d->dims[1] != MODEL_DIM_NONE)
+        p.cols = p.src_stride = model_dim_size(d->dims[1], cfg);
+    else if (d->shard == MODEL_SHARD_REPLICATED)
+        return (part_plan){.n_rows = 1, .cols = d0, .src_stride = d0};
     if (d->shard == MODEL_SHARD_COLUMN || d->shard == MODEL_SHARD_VOCAB)
         split_range(d->dims[0], cfg, s, &p.src_row0, &p.n_rows);
     else if (d->shard == MODEL_SHARD_ROW)
@@ -126,23 +125,21 @@ static nl_status load_part(nl_backend *be, const model_family *f, const model_te
         if (o->part < d->part) row0 += n;
     }
 
+    /* The check ran before, but bytes are read from the shape: verify it. */
+    const st_tensor *t = st_find(m, spec->name);
+    if (!t) return nl_error(NL_ERR_FORMAT, "checkpoint: tensor %s is missing", spec->name);
+    if (t->n_dims != spec->n_dims || t->shape[0] != spec->shape[0] ||
+        (spec->n_dims == 2 && t->shape[1] != spec->shape[1]))
+        return nl_error(NL_ERR_FORMAT, "checkpoint: tensor %s does not have the shape the "
+                        "config gives it", spec->name);
     nl_weight **slot = slot_field(w, spec->layer, d->slot);
     nl_status st = NL_OK;
     if (!*slot) st = be->ops->weight_create(be, rows, p.cols, slot);
-    const st_tensor *t = st_find(m, spec->name);
-    if (st == NL_OK && !t)
-        return nl_error(NL_ERR_FORMAT, "checkpoint: tensor %s is missing", spec->name);
-    int64_t src_rows = t && t->n_dims >= 1 ? t->shape[0] : 1;
-    int64_t src_cols = t && t->n_dims >= 2 ? t->shape[1] : 1;
-    if (d->dims[1] == MODEL_DIM_NONE && d->shard == MODEL_SHARD_REPLICATED)
-        src_cols = p.cols, src_rows = 1; /* the whole vector as one row */
-    if (st == NL_OK && p.src_row0 + p.n_rows > src_rows)
-        return nl_error(NL_ERR_FORMAT, "checkpoint: tensor %s has %lld rows, shard needs %lld",
-                        spec->name, (long long)src_rows, (long long)(p.src_row0 + p.n_rows));
     if (st == NL_OK && p.n_rows > 0) {
         const char *src = (const char *)t->data +
-                          (size_t)(p.src_row0 * src_cols) * nl_dtype_size(t->dtype);
-        st = be->ops->weight_fill_rows(be, *slot, row0, p.n_rows, src, t->dtype, src_cols, p.col0);
+                          (size_t)(p.src_row0 * p.src_stride) * nl_dtype_size(t->dtype);
+        st = be->ops->weight_fill_rows(be, *slot, row0, p.n_rows, src, t->dtype, p.src_stride,
+                                       p.col0);
     }
     if (st != NL_OK) return nl_error_prefix(st, "loading %s: ", spec->name);
     return NL_OK;
