@@ -30,9 +30,9 @@ static void add(model_tensor_spec *s, size_t *n, const model_tensor_def *d, int 
     t->layer = model_tensor_per_layer(d) ? layer : -1;
 }
 
-/* Expands the table's rows that pass keep(): model-wide rows once, each
- * contiguous run of per-layer rows once per layer.  With s NULL it only
- * counts. */
+/* Expands the table's present rows (with spares, only the rows a
+ * checkpoint may carry unused): model-wide rows once, the contiguous run of
+ * per-layer rows once per layer.  With s NULL it only counts. */
 static size_t expand(const model_family *f, const nl_model_config *cfg, bool spares,
                      model_tensor_spec *s)
 {
@@ -45,8 +45,7 @@ static size_t expand(const model_family *f, const nl_model_config *cfg, bool spa
         for (int l = 0; l < layers; l++)
             for (size_t j = i; j < end; j++) {
                 const model_tensor_def *d = &f->tensors[j];
-                /* spares: tensors a checkpoint may carry though the config
-                 * makes them unused (a tied LM head) */
+                /* a spare: the config makes it unused (a tied LM head) */
                 bool present = model_tensor_present(f, d, cfg);
                 bool spare = !present && d->presence == MODEL_PRESENT_IF_UNTIED;
                 if (spares ? !spare : !present) continue;
