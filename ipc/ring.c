@@ -60,6 +60,9 @@ nl_status ring_attach(void *mem, size_t bytes, ring *out)
     out->sh = sh;
     out->data = (uint8_t *)mem + sizeof *sh;
     out->capacity = sh->capacity;
+    out->n_readers = sh->n_readers;
+    out->write_pos = atomic_load(&sh->write_pos);
+    for (uint32_t i = 0; i < out->n_readers; i++) out->read_pos[i] = atomic_load(&sh->readers[i].pos);
     return NL_OK;
 }
 
@@ -68,45 +71,57 @@ size_t ring_max_message(const ring *r)
     return (size_t)(r->capacity - 8);
 }
 
+/* What a wait's condition finds: not yet, ready, or a segment whose
+ * positions contradict the handle's own (ring_corrupt has said how). */
+typedef enum ring_state { RING_NOT_YET, RING_READY, RING_CORRUPT } ring_state;
+
+static ring_state ring_corrupt(const char *what, uint64_t seen, uint64_t lo, uint64_t hi)
+{
+    nl_error(NL_ERR_RUNTIME, "ring: corrupt shared memory: %s is %llu, outside [%llu, %llu]", what,
+             (unsigned long long)seen, (unsigned long long)lo, (unsigned long long)hi);
+    return RING_CORRUPT;
+}
+
 /* Waits until ready(r, arg) holds: a short spin for the busy case, then
  * futex sleeps of one slice each with the liveness check in between. */
-static nl_status ring_wait(ring *r, bool (*ready)(const ring *, const void *), const void *arg,
+static nl_status ring_wait(ring *r, ring_state (*ready)(const ring *, const void *), const void *arg,
                            _Atomic uint32_t *seq, _Atomic uint32_t *waiters, ring_check_fn check,
                            void *ctx)
 {
+    ring_state rs;
     for (int i = 0; i < RING_SPINS; i++) {
-        if (ready(r, arg)) return NL_OK;
+        if ((rs = ready(r, arg)) != RING_NOT_YET) return rs == RING_READY ? NL_OK : NL_ERR_RUNTIME;
         cpu_relax();
     }
     for (;;) {
         uint32_t s = atomic_load(seq);
         atomic_fetch_add(waiters, 1);
-        if (ready(r, arg)) {
+        rs = ready(r, arg);
+        if (rs != RING_NOT_YET) {
             atomic_fetch_sub(waiters, 1);
-            return NL_OK;
+            return rs == RING_READY ? NL_OK : NL_ERR_RUNTIME;
         }
         futex_wait_shared(seq, s, RING_WAIT_SLICE_MS);
         atomic_fetch_sub(waiters, 1);
-        if (ready(r, arg)) return NL_OK;
+        if ((rs = ready(r, arg)) != RING_NOT_YET) return rs == RING_READY ? NL_OK : NL_ERR_RUNTIME;
         if (check) NL_TRY(check(ctx));
     }
 }
 
-static uint64_t slowest_reader(const ring *r)
-{
-    uint64_t min = UINT64_MAX;
-    for (uint32_t i = 0; i < r->sh->n_readers; i++) {
-        uint64_t p = atomic_load(&r->sh->readers[i].pos);
-        if (p < min) min = p;
-    }
-    return min;
-}
-
-static bool has_room(const ring *r, const void *arg)
+/* Room for need bytes once every reader has consumed enough.  A reader's
+ * position can only lie between the oldest byte still held and the
+ * writer's own position; anything else is a scribbled segment. */
+static ring_state has_room(const ring *r, const void *arg)
 {
     uint64_t need = *(const uint64_t *)arg;
-    uint64_t used = atomic_load_explicit(&r->sh->write_pos, memory_order_relaxed) - slowest_reader(r);
-    return r->capacity - used >= need;
+    uint64_t lo = r->write_pos > r->capacity ? r->write_pos - r->capacity : 0;
+    uint64_t slowest = r->write_pos;
+    for (uint32_t i = 0; i < r->n_readers; i++) {
+        uint64_t p = atomic_load(&r->sh->readers[i].pos);
+        if (p < lo || p > r->write_pos) return ring_corrupt("a reader's position", p, lo, r->write_pos);
+        if (p < slowest) slowest = p;
+    }
+    return r->capacity - (r->write_pos - slowest) >= need ? RING_READY : RING_NOT_YET;
 }
 
 static void copy_in(ring *r, uint64_t pos, const void *src, size_t len)
@@ -134,10 +149,11 @@ nl_status ring_write(ring *r, const void *msg, size_t len, ring_check_fn check, 
     uint64_t need = 8 + pad8(len);
     NL_TRY(ring_wait(r, has_room, &need, &r->sh->space_seq, &r->sh->space_waiters, check, ctx));
 
-    uint64_t wp = atomic_load_explicit(&r->sh->write_pos, memory_order_relaxed);
+    uint64_t wp = r->write_pos;
     uint64_t header = len;
     copy_in(r, wp, &header, sizeof header);
     copy_in(r, wp + 8, msg, len);
+    r->write_pos = wp + need;
     atomic_store(&r->sh->write_pos, wp + need);
     atomic_fetch_add(&r->sh->data_seq, 1);
     if (atomic_load(&r->sh->data_waiters) > 0) futex_wake_shared(&r->sh->data_seq);
@@ -148,22 +164,30 @@ typedef struct read_arg {
     uint64_t pos;
 } read_arg;
 
-static bool has_message(const ring *r, const void *arg)
+/* A message is there once the writer's position passes ours; it can never
+ * be more than a ring's capacity ahead. */
+static ring_state has_message(const ring *r, const void *arg)
 {
-    return atomic_load(&r->sh->write_pos) > ((const read_arg *)arg)->pos;
+    uint64_t pos = ((const read_arg *)arg)->pos;
+    uint64_t wp = atomic_load(&r->sh->write_pos);
+    if (wp < pos || wp - pos > r->capacity)
+        return ring_corrupt("the writer's position", wp, pos, pos + r->capacity);
+    return wp > pos ? RING_READY : RING_NOT_YET;
 }
 
 nl_status ring_read(ring *r, int reader, ring_buf *buf, ring_check_fn check, void *ctx)
 {
-    if (reader < 0 || (uint32_t)reader >= r->sh->n_readers)
-        return nl_error(NL_ERR_INVALID_ARG, "ring: reader %d of %u", reader, r->sh->n_readers);
+    if (reader < 0 || (uint32_t)reader >= r->n_readers)
+        return nl_error(NL_ERR_INVALID_ARG, "ring: reader %d of %u", reader, r->n_readers);
     _Atomic uint64_t *mine = &r->sh->readers[reader].pos;
-    read_arg arg = {.pos = atomic_load_explicit(mine, memory_order_relaxed)};
+    read_arg arg = {.pos = r->read_pos[reader]};
     NL_TRY(ring_wait(r, has_message, &arg, &r->sh->data_seq, &r->sh->data_waiters, check, ctx));
 
+    /* the message must lie wholly inside what the writer has published */
     uint64_t len;
+    uint64_t avail = atomic_load(&r->sh->write_pos) - arg.pos;
     copy_out(r, arg.pos, &len, sizeof len);
-    if (len > ring_max_message(r))
+    if (len > ring_max_message(r) || 8 + pad8(len) > avail)
         return nl_error(NL_ERR_RUNTIME, "ring: corrupt message length %llu at position %llu",
                         (unsigned long long)len, (unsigned long long)arg.pos);
     if (buf->cap < len || !buf->data) {
@@ -175,7 +199,8 @@ nl_status ring_read(ring *r, int reader, ring_buf *buf, ring_check_fn check, voi
     }
     copy_out(r, arg.pos + 8, buf->data, (size_t)len);
     buf->len = (size_t)len;
-    atomic_store(mine, arg.pos + 8 + pad8(len));
+    r->read_pos[reader] = arg.pos + 8 + pad8(len);
+    atomic_store(mine, r->read_pos[reader]);
     atomic_fetch_add(&r->sh->space_seq, 1);
     if (atomic_load(&r->sh->space_waiters) > 0) futex_wake_shared(&r->sh->space_seq);
     return NL_OK;

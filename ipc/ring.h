@@ -9,6 +9,13 @@
  * consumed enough room (back-pressure).  A waiter spins briefly, then sleeps
  * on a futex in slices of RING_WAIT_SLICE_MS, calling the caller's check
  * function between slices so a dead peer turns into an error, never a hang.
+ *
+ * Nothing in the shared part is trusted after it is attached: the reader
+ * count, the capacity and each side's own position live in the handle, in
+ * the process's private memory, and every position read from the segment
+ * (the writer's, the readers') is checked against them, so a process that
+ * scribbles on the segment causes an error naming the ring, never a wild
+ * copy, a crash or a hang.
  */
 #ifndef NL_IPC_RING_H
 #define NL_IPC_RING_H
@@ -44,11 +51,15 @@ typedef struct ring_shared {
     ring_reader_pos readers[RING_MAX_READERS];
 } ring_shared;
 
-/* One process's handle on a ring. */
+/* One process's handle on a ring: the facts it relies on, copied once at
+ * format or attach time. */
 typedef struct ring {
     ring_shared *sh;
     uint8_t *data; /* [capacity] */
     uint64_t capacity;
+    uint32_t n_readers;
+    uint64_t write_pos;                     /* the writer's own position */
+    uint64_t read_pos[RING_MAX_READERS];    /* each reader's own position */
 } ring;
 
 /* A reader's message buffer, grown as needed; free with ring_buf_free. */

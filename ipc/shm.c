@@ -145,6 +145,13 @@ nl_status shm_segment_attach_fd(int fd, shm_segment *out)
         st = nl_error(NL_ERR_FORMAT, "shm: %s: regions outside the %zu-byte segment", name, size);
         goto fail;
     }
+    if (h->cmd_offset % SHM_ALIGN || h->reply_offset % SHM_ALIGN || h->comm_offset % SHM_ALIGN) {
+        st = nl_error(NL_ERR_FORMAT, "shm: %s: region offsets %llu, %llu, %llu are not multiples "
+                      "of %d", name, (unsigned long long)h->cmd_offset,
+                      (unsigned long long)h->reply_offset, (unsigned long long)h->comm_offset,
+                      SHM_ALIGN);
+        goto fail;
+    }
     if ((st = ring_attach((uint8_t *)base + h->cmd_offset, h->cmd_bytes, &out->cmd)) != NL_OK ||
         (st = ring_attach((uint8_t *)base + h->reply_offset, h->reply_bytes, &out->reply)) != NL_OK)
         goto fail;

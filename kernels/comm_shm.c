@@ -11,6 +11,11 @@
  * back.  The next chunk's first barrier keeps a fast rank from overwriting
  * the result before everyone has read it.  Sums are in fp32 whatever the
  * element type, rounded once at the end.
+ *
+ * The barrier trusts nothing it reads from the area: an arrival count past
+ * the number of ranks is a corrupt segment, and a wait is bounded (ranks do
+ * equal work between barriers, so their skew is far below the bound): a
+ * stuck peer or a scribbled word ends the step with an error, never a hang.
  */
 #include "kernels/comm_shm.h"
 
@@ -28,6 +33,7 @@
 #define COMM_HEADER_BYTES 4096
 #define COMM_SPINS 2000
 #define COMM_WAIT_SLICE_MS 50
+#define COMM_BARRIER_TIMEOUT_S 60
 
 typedef struct comm_shared {
     alignas(64) _Atomic uint32_t arrived;
@@ -41,13 +47,25 @@ typedef struct comm_shm {
     size_t slot_bytes;
     nl_comm_check_fn check;
     void *check_ctx;
+    double timeout_s;  /* longest wait at one barrier */
 } comm_shm;
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 static nl_status barrier(comm_shm *c)
 {
     comm_shared *sh = c->sh;
     uint32_t gen = atomic_load(&sh->generation);
-    if (atomic_fetch_add(&sh->arrived, 1) == (uint32_t)c->base.size - 1) {
+    uint32_t before = atomic_fetch_add(&sh->arrived, 1);
+    if (before >= (uint32_t)c->base.size)
+        return nl_error(NL_ERR_RUNTIME, "comm_shm: corrupt shared memory: %u ranks arrived at a "
+                        "barrier of %d", before + 1, c->base.size);
+    if (before == (uint32_t)c->base.size - 1) {
         atomic_store(&sh->arrived, 0);
         atomic_fetch_add(&sh->generation, 1);
         futex_wake_shared(&sh->generation);
@@ -57,10 +75,15 @@ static nl_status barrier(comm_shm *c)
         if (atomic_load(&sh->generation) != gen) return NL_OK;
         if (i % 64 == 63) sched_yield();
     }
+    double deadline = now_seconds() + c->timeout_s;
     while (atomic_load(&sh->generation) == gen) {
         futex_wait_shared(&sh->generation, gen, COMM_WAIT_SLICE_MS);
         if (atomic_load(&sh->generation) != gen) break;
         if (c->check) NL_TRY(c->check(c->check_ctx));
+        if (now_seconds() > deadline)
+            return nl_error(NL_ERR_RUNTIME, "comm_shm: rank %d waited %.0f s at a barrier that %u of "
+                            "%d ranks reached (a peer is stuck or the segment was overwritten)",
+                            c->base.rank, c->timeout_s, atomic_load(&sh->arrived), c->base.size);
     }
     return NL_OK;
 }
@@ -190,6 +213,18 @@ nl_status nl_comm_shm_create(void *area, size_t bytes, int rank, int size,
     c->slot_bytes = ((bytes - COMM_HEADER_BYTES) / ((size_t)size + 1)) & ~(size_t)63;
     c->check = check;
     c->check_ctx = check_ctx;
+    c->timeout_s = COMM_BARRIER_TIMEOUT_S;
+    const char *env = getenv("NANOLLM_COMM_TIMEOUT_S");
+    if (env && env[0]) {
+        char *end;
+        double t = strtod(env, &end);
+        if (*end != '\0' || !(t > 0) || t > 1e6) {
+            free(c);
+            return nl_error(NL_ERR_INVALID_ARG, "NANOLLM_COMM_TIMEOUT_S=\"%s\": expected a "
+                            "positive number of seconds", env);
+        }
+        c->timeout_s = t;
+    }
     *out = &c->base;
     return NL_OK;
 }

@@ -27,3 +27,15 @@ EXTRA_DIST += \
 	tests/golden/make_model_golden.py tests/golden/make_model_golden.sh \
 	tests/fixtures/golden/qwen3_tied_gqa.json tests/fixtures/golden/qwen3_untied_mqa.json \
 	tests/fixtures/golden/qwen2_bias.json tests/fixtures/golden/qwen3_sharded_mha.json
+
+# The CPU shared-memory all-reduce on its own.
+if HAVE_CHECK
+check_PROGRAMS += tests/test_comm_shm
+TESTS += tests/test_comm_shm
+tests_test_comm_shm_SOURCES = tests/test_comm_shm.c
+tests_test_comm_shm_CFLAGS = $(TEST_CFLAGS)
+tests_test_comm_shm_LDADD = libnlkernels.la libnlcommon.la $(OPENBLAS_LIBS) $(TEST_LIBS) -lm
+if HAVE_CUDA
+tests_test_comm_shm_LDADD += libnlcuda.a $(CUDA_LIBS) -lstdc++
+endif
+endif

@@ -1,6 +1,7 @@
 /* test_ring.c — the shared-memory ring: wrap-around, back-pressure, large
  * messages, several readers, and waits that give up when a check fails. */
 #include <check.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -292,6 +293,52 @@ START_TEST(test_attach_checks_header)
 }
 END_TEST
 
+/* A process that scribbles on the segment must cause an error, never a
+ * crash or a hang: the reader count, the capacity and each side's position
+ * are the handle's own, and what the segment claims is checked. */
+START_TEST(test_scribbled_segment_is_an_error)
+{
+    const size_t cap = 256;
+    void *mem = shared_zeroed(ring_bytes(cap));
+    ring r;
+    ck_assert_int_eq(ring_format(mem, ring_bytes(cap), cap, 2, &r), NL_OK);
+    uint8_t msg[40] = {1, 2, 3};
+    ring_buf b = {0};
+
+    /* a reader count raised in the segment is not re-read: no walk past
+     * the readers array, and reader 5 stays refused */
+    r.sh->n_readers = 1000000;
+    ck_assert_int_eq(ring_write(&r, msg, sizeof msg, NULL, NULL), NL_OK);
+    ck_assert_int_eq(ring_read(&r, 5, &b, NULL, NULL), NL_ERR_INVALID_ARG);
+    ck_assert_int_eq(ring_read(&r, 0, &b, NULL, NULL), NL_OK);
+    ck_assert_int_eq(ring_read(&r, 1, &b, NULL, NULL), NL_OK);
+
+    /* a reader's position ahead of the writer would let the writer
+     * overwrite unread data */
+    atomic_store(&r.sh->readers[1].pos, 1u << 30);
+    ck_assert_int_eq(ring_write(&r, msg, sizeof msg, NULL, NULL), NL_ERR_RUNTIME);
+    ck_assert_ptr_nonnull(strstr(nl_last_error(), "corrupt shared memory"));
+    atomic_store(&r.sh->readers[1].pos, r.read_pos[1]);
+
+    /* a writer's position more than a ring ahead, or behind the reader */
+    uint64_t wp = atomic_load(&r.sh->write_pos);
+    atomic_store(&r.sh->write_pos, wp + 10 * cap);
+    ck_assert_int_eq(ring_read(&r, 0, &b, NULL, NULL), NL_ERR_RUNTIME);
+    atomic_store(&r.sh->write_pos, 0);
+    ck_assert_int_eq(ring_read(&r, 0, &b, NULL, NULL), NL_ERR_RUNTIME);
+    atomic_store(&r.sh->write_pos, wp);
+
+    /* a message length longer than what was published */
+    ck_assert_int_eq(ring_write(&r, msg, 8, NULL, NULL), NL_OK);
+    uint64_t bogus = 200;
+    memcpy(r.data + (r.read_pos[0] % cap), &bogus, 8);
+    ck_assert_int_eq(ring_read(&r, 0, &b, NULL, NULL), NL_ERR_RUNTIME);
+    ck_assert_ptr_nonnull(strstr(nl_last_error(), "corrupt message length 200"));
+    ring_buf_free(&b);
+    munmap(mem, ring_bytes(cap));
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("ring");
@@ -304,6 +351,7 @@ int main(void)
     tcase_add_test(tc, test_oversized_message_rejected);
     tcase_add_test(tc, test_wait_gives_up_when_check_fails);
     tcase_add_test(tc, test_attach_checks_header);
+    tcase_add_test(tc, test_scribbled_segment_is_an_error);
     suite_add_tcase(s, tc);
     return check_run(s);
 }

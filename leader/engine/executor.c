@@ -200,6 +200,9 @@ static nl_status pool_wait_states(executor *pool, shm_rank_state want)
         bool all = true;
         for (int r = 0; r < pool->tp; r++) {
             uint32_t st = atomic_load(&h->ranks[r].state);
+            if (st > SHM_RANK_FAILED)
+                return pool_fail(pool, NL_ERR_WORKER, "worker rank %d: corrupt shared memory: "
+                                 "start-up state %u", r, st);
             if (st == SHM_RANK_FAILED) /* a start-up failure keeps the rank's own status */
                 return pool_fail(pool, rank_status(pool, r), "worker rank %d: %s", r,
                                  rank_error(pool, r));
@@ -451,9 +454,20 @@ nl_status executor_start(const executor_params *p, runner **out)
         pool_free(pool);
         return st;
     }
-    int32_t blocks = pool->seg.hdr->ranks[0].num_kv_blocks;
-    for (int r = 1; r < p->tp; r++)
-        if (pool->seg.hdr->ranks[r].num_kv_blocks < blocks) blocks = pool->seg.hdr->ranks[r].num_kv_blocks;
+    /* every rank sized the same cache; a count out of range is a scribbled
+     * segment, not a number to build a block manager from */
+    int32_t blocks = INT32_MAX;
+    for (int r = 0; r < p->tp && st == NL_OK; r++) {
+        int32_t b = pool->seg.hdr->ranks[r].num_kv_blocks;
+        if (b < 1)
+            st = pool_fail(pool, NL_ERR_WORKER, "worker rank %d: corrupt shared memory: %d KV "
+                           "blocks", r, (int)b);
+        else if (b < blocks) blocks = b;
+    }
+    if (st != NL_OK) {
+        pool_free(pool);
+        return st;
+    }
     pool->base.num_kv_blocks = blocks;
     *out = &pool->base;
     return NL_OK;
