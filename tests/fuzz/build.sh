@@ -1,0 +1,30 @@
+#!/bin/sh
+# Builds the libFuzzer harnesses with clang (ASan + UBSan + libFuzzer) into
+# BUILD (default tests/fuzz/build), compiling the code under test from the
+# source tree directly so all of it is instrumented:
+#   tests/fuzz/build.sh [BUILD]
+set -eu
+top=$(cd "$(dirname "$0")/../.." && pwd)
+out=${1:-$top/tests/fuzz/build}
+mkdir -p "$out"
+CC=${CC:-clang}
+flags="-g -O1 -std=gnu11 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -I$top -I$top/include"
+pkgs="jansson libpcre2-8 libutf8proc libxxhash"
+cflags="$flags $(pkg-config --cflags $pkgs)"
+libs="$(pkg-config --libs $pkgs) -lm -lpthread"
+common="common/status.c common/dtype.c common/model_config.c common/model_tensors.c common/safetensors.c"
+ipc="ipc/ring.c ipc/shm.c ipc/wire.c"
+tok=$(cd "$top" && ls leader/tokenizer/*.c)
+objs=""
+for src in $common $ipc $tok; do
+    obj="$out/$(echo "$src" | tr / _ | sed 's/\.c$/.o/')"
+    if [ ! -f "$obj" ] || [ "$top/$src" -nt "$obj" ]; then
+        $CC $cflags -c "$top/$src" -o "$obj"
+    fi
+    objs="$objs $obj"
+done
+for h in "$top"/tests/fuzz/fuzz_*.c; do
+    name=$(basename "$h" .c)
+    $CC $cflags -fsanitize=fuzzer "$h" $objs $libs -o "$out/$name"
+done
+echo "fuzz harnesses built in $out"
