@@ -2,6 +2,7 @@
 noinst_LTLIBRARIES += libnlcommon.la
 libnlcommon_la_SOURCES = \
 	common/status.c common/status.h \
+	common/file.c common/file.h \
 	common/dtype.c common/dtype.h common/mix64.h common/futex.h \
 	common/model_config.c common/model_config.h \
 	common/safetensors.c common/safetensors.h \

@@ -18,6 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/file.h"
+
 /* Limits far above any real dense model, low enough that products of them
  * (hidden * vocab, heads * head_dim ...) stay well inside int64. */
 #define CFG_MAX_LAYERS 1024
@@ -323,15 +325,15 @@ nl_status model_config_load(const char *model_dir, nl_model_config *out)
     char path[4096];
     if ((size_t)snprintf(path, sizeof path, "%s/config.json", model_dir) >= sizeof path)
         return nl_error(NL_ERR_INVALID_ARG, "%s: model path too long", model_dir);
+    char *text;
+    size_t len;
+    NL_TRY(nl_file_read(path, true, &text, &len));
     json_error_t err;
-    json_t *root = json_load_file(path, 0, &err);
-    if (!root) {
-        FILE *f = fopen(path, "r");
-        if (!f) return nl_error(NL_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-        fclose(f);
+    json_t *root = json_loadb(text, len, 0, &err);
+    free(text);
+    if (!root)
         return nl_error(NL_ERR_FORMAT, "%s: invalid JSON at line %d column %d: %s", path,
                         err.line, err.column, err.text);
-    }
     nl_status st = parse_root(root, path, out);
     json_decref(root);
     return st;

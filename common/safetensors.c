@@ -23,6 +23,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/file.h"
+
 /* A header is a few hundred bytes per tensor; 100 MB is far beyond any real
  * checkpoint and keeps a corrupt length from allocating gigabytes. */
 #define ST_MAX_HEADER (100u * 1000u * 1000u)
@@ -324,8 +326,12 @@ static bool shard_name_ok(const char *s)
 
 static nl_status open_sharded(st_model *m, const char *dir, const char *index_path)
 {
+    char *text;
+    size_t len;
+    NL_TRY(nl_file_read(index_path, true, &text, &len));
     json_error_t err;
-    json_t *root = json_load_file(index_path, 0, &err);
+    json_t *root = json_loadb(text, len, 0, &err);
+    free(text);
     if (!root)
         return nl_error(NL_ERR_FORMAT, "%s: invalid JSON at line %d column %d: %s", index_path,
                         err.line, err.column, err.text);

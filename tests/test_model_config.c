@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/model_config.h"
@@ -271,6 +272,29 @@ START_TEST(test_load_missing_file)
 }
 END_TEST
 
+/* A config.json that is a FIFO must not block the open forever, and one
+ * that is a directory is not "invalid JSON": each is named for what it is. */
+START_TEST(test_special_files_refused_by_type)
+{
+    char dir[] = "/tmp/nl_cfg_XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char path[256];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    nl_model_config cfg;
+    ck_assert_int_eq(mkfifo(path, 0600), 0);
+    alarm(10); /* a blocking open would hang here */
+    ck_assert_int_eq(model_config_load(dir, &cfg), NL_ERR_IO);
+    alarm(0);
+    ck_assert_ptr_nonnull(strstr(nl_last_error(), "is a FIFO, not a regular file"));
+    ck_assert_int_eq(unlink(path), 0);
+    ck_assert_int_eq(mkdir(path, 0700), 0);
+    ck_assert_int_eq(model_config_load(dir, &cfg), NL_ERR_IO);
+    ck_assert_ptr_nonnull(strstr(nl_last_error(), "is a directory, not a regular file"));
+    ck_assert_int_eq(rmdir(path), 0);
+    ck_assert_int_eq(rmdir(dir), 0);
+}
+END_TEST
+
 START_TEST(test_save_roundtrip)
 {
     char dir[] = "/tmp/nl_cfg_XXXXXX";
@@ -321,6 +345,7 @@ static Suite *model_config_suite(void)
     Suite *s = suite_create("model_config");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, test_qwen3_hub);
+    tcase_add_test(tc, test_special_files_refused_by_type);
     tcase_add_test(tc, test_qwen2_hub);
     tcase_add_test(tc, test_newer_form);
     tcase_add_test(tc, test_model_type_only_and_eos_list);

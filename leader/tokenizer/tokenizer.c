@@ -18,6 +18,7 @@
 #include <string.h>
 #include <utf8proc.h>
 
+#include "common/file.h"
 #include "common/status.h"
 #include "leader/tokenizer/bpe.h"
 #include "leader/tokenizer/chat_template.h"
@@ -59,14 +60,13 @@ struct tokenizer {
 static nl_status load_json(const char *path, bool required, json_t **out)
 {
     *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        if (!required && errno == ENOENT) return NL_OK;
-        return nl_error(NL_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    }
+    char *text;
+    size_t len;
+    NL_TRY(nl_file_read(path, required, &text, &len));
+    if (!text) return NL_OK;
     json_error_t err;
-    json_t *root = json_loadf(f, 0, &err);
-    fclose(f);
+    json_t *root = json_loadb(text, len, 0, &err);
+    free(text);
     if (!root)
         return nl_error(NL_ERR_FORMAT, "%s: line %d column %d: %s", path, err.line, err.column,
                         err.text);
@@ -289,34 +289,12 @@ static nl_status load_chat_template_file(tokenizer *t, const char *dir)
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
-    FILE *f = fopen(path, "rb");
-    if (!f) return errno == ENOENT ? NL_OK : nl_error(NL_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    char *buf = NULL;
-    size_t n = 0, cap = 0;
-    for (;;) {
-        if (n + 4096 > cap) {
-            cap = cap ? cap * 2 : 8192;
-            char *grown = realloc(buf, cap);
-            if (!grown) {
-                free(buf);
-                fclose(f);
-                return nl_error(NL_ERR_NOMEM, "%s: no memory", path);
-            }
-            buf = grown;
-        }
-        size_t got = fread(buf + n, 1, cap - n - 1, f);
-        n += got;
-        if (got == 0) break;
-    }
-    bool failed = ferror(f);
-    fclose(f);
-    if (failed) {
-        free(buf);
-        return nl_error(NL_ERR_IO, "%s: read error", path);
-    }
-    buf[n] = '\0';
+    char *text;
+    size_t len;
+    NL_TRY(nl_file_read(path, false, &text, &len));
+    if (!text) return NL_OK;
     free(t->chat_template);
-    t->chat_template = buf;
+    t->chat_template = text;
     return NL_OK;
 }
 

@@ -1,0 +1,87 @@
+/* file.c — reading a whole small input file (see file.h for why). */
+#include "common/file.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const char *kind_of(mode_t m)
+{
+    if (S_ISDIR(m)) return "a directory";
+    if (S_ISFIFO(m)) return "a FIFO";
+    if (S_ISSOCK(m)) return "a socket";
+    if (S_ISCHR(m)) return "a character device";
+    if (S_ISBLK(m)) return "a block device";
+    return "not a regular file";
+}
+
+nl_status nl_file_read(const char *path, bool required, char **out, size_t *len)
+{
+    *out = NULL;
+    *len = 0;
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        if (!required && errno == ENOENT) return NL_OK;
+        return nl_error(NL_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    }
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        int e = errno;
+        close(fd);
+        return nl_error(NL_ERR_IO, "%s: cannot stat: %s", path, strerror(e));
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        close(fd);
+        return nl_error(NL_ERR_IO, "%s: is %s, not a regular file", path, kind_of(sb.st_mode));
+    }
+    if ((uint64_t)sb.st_size > NL_FILE_MAX_BYTES) {
+        close(fd);
+        return nl_error(NL_ERR_FORMAT, "%s: %lld bytes, more than the %zu-byte limit for this file",
+                        path, (long long)sb.st_size, NL_FILE_MAX_BYTES);
+    }
+    size_t cap = (size_t)sb.st_size + 1;
+    char *buf = malloc(cap);
+    if (!buf) {
+        close(fd);
+        return nl_error(NL_ERR_NOMEM, "%s: no memory for %zu bytes", path, cap);
+    }
+    size_t n = 0;
+    /* the size may change under us: read to end of file, within the cap */
+    for (;;) {
+        if (n + 1 == cap) {
+            if (cap > NL_FILE_MAX_BYTES) {
+                free(buf);
+                close(fd);
+                return nl_error(NL_ERR_FORMAT, "%s: grew past the %zu-byte limit while read", path,
+                                NL_FILE_MAX_BYTES);
+            }
+            char *grown = realloc(buf, cap * 2);
+            if (!grown) {
+                free(buf);
+                close(fd);
+                return nl_error(NL_ERR_NOMEM, "%s: no memory for %zu bytes", path, cap * 2);
+            }
+            buf = grown;
+            cap *= 2;
+        }
+        ssize_t got = read(fd, buf + n, cap - 1 - n);
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) {
+            int e = errno;
+            free(buf);
+            close(fd);
+            return nl_error(NL_ERR_IO, "%s: read error: %s", path, strerror(e));
+        }
+        if (got == 0) break;
+        n += (size_t)got;
+    }
+    close(fd);
+    buf[n] = '\0';
+    *out = buf;
+    *len = n;
+    return NL_OK;
+}
