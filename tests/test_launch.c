@@ -110,7 +110,10 @@ START_TEST(test_bad_usage)
     setenv("NANOLLM_CPU_KV_BYTES", "1G", 1);
     int rc = launch((const char *[]){"--device", "cpu", "generate", "x", NULL});
     unsetenv("NANOLLM_CPU_KV_BYTES");
-    ck_assert_msg(rc == 1 && strstr(err_text, "NANOLLM_CPU_KV_BYTES '1G'"), "exit %d: %s", rc, err_text);
+    ck_assert_msg(rc == 2 && strstr(err_text, "NANOLLM_CPU_KV_BYTES '1G'"), "exit %d: %s", rc, err_text);
+    /* above the model's own context is bad usage too, named */
+    rc = launch((const char *[]){"--device", "cpu", "--max-model-len", "100000", "generate", "x", NULL});
+    ck_assert_msg(rc == 2 && strstr(err_text, "max_model_len 100000"), "exit %d: %s", rc, err_text);
     ck_assert_int_eq(launch((const char *[]){"--help", NULL}), 0);
     ck_assert_ptr_nonnull(strstr(out_text, "usage: nanollm-launch"));
     ck_assert_ptr_nonnull(strstr(out_text, "--no-prefix-caching"));

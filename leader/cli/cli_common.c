@@ -143,7 +143,12 @@ int cli_open_engine(const nl_engine_config *config, nl_engine **engine)
     nl_status status = nl_engine_open(config, engine);
     if (status == NL_OK) return 0;
     cli_report("opening the engine");
-    return status == NL_ERR_IO || status == NL_ERR_FORMAT || status == NL_ERR_UNSUPPORTED ? 2 : 1;
+    /* an option or environment value out of range is bad usage, like a bad
+     * model file; memory, CUDA and workers are runtime failures */
+    return status == NL_ERR_INVALID_ARG || status == NL_ERR_IO || status == NL_ERR_FORMAT ||
+                   status == NL_ERR_UNSUPPORTED
+               ? 2
+               : 1;
 }
 
 void cli_demo_note(const nl_engine *engine)
