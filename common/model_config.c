@@ -263,8 +263,11 @@ static nl_status parse_root(const json_t *root, const char *src, nl_model_config
 
     double eps;
     NL_TRY(get_num(root, src, "rms_norm_eps", 1e-6, &eps));
-    if (!(eps > 0 && eps < 1))
-        return nl_error(NL_ERR_FORMAT, "%s: field rms_norm_eps = %g must be in (0, 1)", src, eps);
+    /* checked as the float it becomes: 1e-60 is positive as a double and
+     * 0 as a float, which would divide by zero in RMSNorm */
+    if (!(eps < 1) || !((float)eps > 0))
+        return nl_error(NL_ERR_FORMAT, "%s: field rms_norm_eps = %g must be in (0, 1) and "
+                        "representable as a float", src, eps);
     c->rms_norm_eps = (float)eps;
 
     /* The newer form nests the theta under rope_parameters; it wins when both
@@ -283,7 +286,7 @@ static nl_status parse_root(const json_t *root, const char *src, nl_model_config
                             theta_field, json_type_name(rp_theta));
         theta = json_number_value(rp_theta);
     }
-    if (!(theta > 0) || !isfinite(theta) || theta > 3.0e38)
+    if (!((float)theta > 0) || !isfinite(theta) || theta > 3.0e38)
         return nl_error(NL_ERR_FORMAT, "%s: field %s = %g must be a positive finite number", src,
                         theta_field, theta);
     c->rope_theta = (float)theta;

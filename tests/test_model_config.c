@@ -204,6 +204,9 @@ START_TEST(test_bad_fields)
     expect_error("vocab_size", "2147483648", NL_ERR_FORMAT, "vocab_size", "2147483648");
     expect_error("rms_norm_eps", "0", NL_ERR_FORMAT, "rms_norm_eps", "(0, 1)");
     expect_error("rms_norm_eps", "1.5", NL_ERR_FORMAT, "rms_norm_eps", "1.5");
+    /* found by fuzz_config: positive as a double, zero as a float */
+    expect_error("rms_norm_eps", "1e-60", NL_ERR_FORMAT, "rms_norm_eps", "float");
+    expect_error("rope_theta", "1e-50", NL_ERR_FORMAT, "rope_theta", "positive");
     expect_error("rms_norm_eps", "\"small\"", NL_ERR_FORMAT, "rms_norm_eps", "number");
     expect_error("rope_theta", "0", NL_ERR_FORMAT, "rope_theta", "positive");
     expect_error("rope_theta", "-10000", NL_ERR_FORMAT, "rope_theta", "-10000");
