@@ -9,6 +9,11 @@
  * captured size with rows that write no KV (slot -1) and read one token of
  * block 0, and their samples are dropped.
  *
+ * A step is a pipeline: prepare_inputs fills the host mirrors (and picks a
+ * graph or the eager path), upload_inputs moves them up, run_forward runs
+ * the model, sample_and_reply samples on rank 0 and fills the reply.  The
+ * buffers those stages move are rows of one table, step_bufs.
+ *
  * A RUN command is checked before anything touches the device: block ids,
  * token ids, lengths and totals are validated against the cache and the
  * maxima, and a bad command fails with a message instead of corrupting
@@ -30,6 +35,102 @@
 /* Decode batch sizes captured as graphs: 1, 2, 4, 8, then steps of 8. */
 #define GRAPH_MAX_SIZES 128
 
+/* ---- the step buffers ---------------------------------------------------
+ *
+ * Each buffer a step moves between host and device is one row of
+ * step_bufs: allocation (for the maximal step), upload, download and free
+ * loop over the table.  How many entries a step uses is a count rule
+ * evaluated on the step's shape; allocation evaluates it on the shape of
+ * the largest step the engine allows. */
+
+typedef enum step_buf {
+    BUF_IDS,     /* [tokens] input token ids                          */
+    BUF_POS,     /* [tokens] positions                                */
+    BUF_SLOTS,   /* [tokens] KV slots, -1 for padding                 */
+    BUF_CU,      /* [seqs + 1] cu_seqlens_q                           */
+    BUF_CTX,     /* [seqs] context lengths                            */
+    BUF_TABLES,  /* [seqs, stride] block tables                       */
+    BUF_ROWS,    /* [logits] token index of each logits row           */
+    BUF_PERM,    /* [logits tp] interleave of the gathered logits     */
+    BUF_SROWS,   /* [logits] sampling controls                        */
+    BUF_OUT_IDS, /* [logits] sampled ids                              */
+    BUF_OUT_LP,  /* [logits] their logprobs                           */
+    BUF_TOP_IDS, /* [logits, NL_MAX_LOGPROBS] top ids                 */
+    BUF_TOP_LP,  /* [logits, NL_MAX_LOGPROBS] their logprobs          */
+    BUF_REPLY,   /* [logits] reply storage, host only                 */
+    BUF_COUNT
+} step_buf;
+
+/* The extent of one step along each axis the buffers are sized by. */
+typedef struct step_shape {
+    int32_t n_tokens, n_seqs;
+    int32_t stride;   /* block table row width                             */
+    int32_t n_logits; /* logits rows computed (and sampled on rank 0)      */
+    int32_t n_perm;   /* gather permutation entries: tp n_logits on rank 0
+                         with tp > 1, else 0                               */
+} step_shape;
+
+typedef enum step_count {
+    COUNT_TOKENS,
+    COUNT_SEQS,
+    COUNT_SEQS_PLUS_ONE,
+    COUNT_TABLE,
+    COUNT_LOGITS,
+    COUNT_PERM,
+    COUNT_TOP,
+} step_count;
+
+/* When a buffer moves: forward inputs go up before the forward pass,
+ * sampler inputs before sampling, sampler outputs come down after it. */
+typedef enum step_phase { PHASE_FORWARD_IN, PHASE_SAMPLE_IN, PHASE_SAMPLE_OUT, PHASE_HOST } step_phase;
+
+static const struct step_buf_desc {
+    const char *name;
+    size_t elem;       /* bytes per entry                                  */
+    step_count count;
+    step_phase phase;
+    bool device;       /* a device buffer beside the host mirror            */
+} step_bufs[BUF_COUNT] = {
+    [BUF_IDS] = {"token ids", sizeof(int32_t), COUNT_TOKENS, PHASE_FORWARD_IN, true},
+    [BUF_POS] = {"positions", sizeof(int32_t), COUNT_TOKENS, PHASE_FORWARD_IN, true},
+    [BUF_SLOTS] = {"slots", sizeof(int32_t), COUNT_TOKENS, PHASE_FORWARD_IN, true},
+    [BUF_CU] = {"cu_seqlens", sizeof(int32_t), COUNT_SEQS_PLUS_ONE, PHASE_FORWARD_IN, true},
+    [BUF_CTX] = {"context lengths", sizeof(int32_t), COUNT_SEQS, PHASE_FORWARD_IN, true},
+    [BUF_TABLES] = {"block tables", sizeof(int32_t), COUNT_TABLE, PHASE_FORWARD_IN, true},
+    [BUF_ROWS] = {"logits rows", sizeof(int32_t), COUNT_LOGITS, PHASE_FORWARD_IN, true},
+    [BUF_PERM] = {"gather permutation", sizeof(int32_t), COUNT_PERM, PHASE_FORWARD_IN, true},
+    [BUF_SROWS] = {"sampling rows", sizeof(nl_sample_row), COUNT_LOGITS, PHASE_SAMPLE_IN, true},
+    [BUF_OUT_IDS] = {"sampled ids", sizeof(int32_t), COUNT_LOGITS, PHASE_SAMPLE_OUT, true},
+    [BUF_OUT_LP] = {"sampled logprobs", sizeof(float), COUNT_LOGITS, PHASE_SAMPLE_OUT, true},
+    [BUF_TOP_IDS] = {"top ids", sizeof(int32_t), COUNT_TOP, PHASE_SAMPLE_OUT, true},
+    [BUF_TOP_LP] = {"top logprobs", sizeof(float), COUNT_TOP, PHASE_SAMPLE_OUT, true},
+    [BUF_REPLY] = {"replies", sizeof(wire_sampled), COUNT_LOGITS, PHASE_HOST, false},
+};
+
+static size_t step_count_of(step_count c, const step_shape *s)
+{
+    switch (c) {
+    case COUNT_TOKENS: return (size_t)s->n_tokens;
+    case COUNT_SEQS: return (size_t)s->n_seqs;
+    case COUNT_SEQS_PLUS_ONE: return (size_t)s->n_seqs + 1;
+    case COUNT_TABLE: return (size_t)s->n_seqs * (size_t)s->stride;
+    case COUNT_LOGITS: return (size_t)s->n_logits;
+    case COUNT_PERM: return (size_t)s->n_perm;
+    case COUNT_TOP: return (size_t)s->n_logits * NL_MAX_LOGPROBS;
+    }
+    return 0;
+}
+
+/* One step as prepared on the host: which path runs it and what the
+ * device inputs hold. */
+typedef struct step_plan {
+    int32_t graph;      /* index of the graph replayed, -1: eager forward */
+    int32_t n_tokens;   /* real tokens, padding excluded                  */
+    step_shape shape;   /* what is uploaded, padding included             */
+    int32_t max_q, max_ctx;
+    bool all_decode;
+} step_plan;
+
 typedef struct model_runner {
     model_runner_params p;
     nl_backend *be;
@@ -40,22 +141,8 @@ typedef struct model_runner {
     int32_t num_blocks;
     int32_t max_blocks_per_seq; /* ceil(max_model_len / block_size) */
 
-    /* step inputs: device buffers and their host staging copies */
-    int32_t *d_ids, *h_ids;           /* [max_tokens]                     */
-    int32_t *d_pos, *h_pos;           /* [max_tokens]                     */
-    int32_t *d_slots, *h_slots;       /* [max_tokens]                     */
-    int32_t *d_cu, *h_cu;             /* [max_seqs + 1]                   */
-    int32_t *d_ctx, *h_ctx;           /* [max_seqs]                       */
-    int32_t *d_tables, *h_tables;     /* [max_seqs, max_blocks_per_seq]   */
-    int32_t *d_rows, *h_rows;         /* [max_seqs] logits rows           */
-    int32_t *d_perm, *h_perm;         /* [max_seqs tp] logits interleave  */
-    nl_sample_row *d_srows, *h_srows; /* [max_seqs]                       */
-    /* sampler outputs */
-    int32_t *d_out_ids, *h_out_ids;   /* [max_seqs]                       */
-    float *d_out_lp, *h_out_lp;       /* [max_seqs]                       */
-    int32_t *d_top_ids, *h_top_ids;   /* [max_seqs, NL_MAX_LOGPROBS]      */
-    float *d_top_lp, *h_top_lp;       /* [max_seqs, NL_MAX_LOGPROBS]      */
-    wire_sampled *sampled;            /* [max_seqs] reply storage         */
+    void *dev[BUF_COUNT];  /* step buffers on the backend, NULL if host only */
+    void *host[BUF_COUNT]; /* their host mirrors                             */
 
     int32_t n_graphs;
     int32_t graph_size[GRAPH_MAX_SIZES];
@@ -112,41 +199,44 @@ int32_t model_runner_num_kv_blocks(const model_runner *r)
 
 /* ---- buffers ------------------------------------------------------------ */
 
-static nl_status buffer_pair(model_runner *r, size_t bytes, void **dev, void **host)
+/* The shape of the largest step: what every buffer is allocated for. */
+static step_shape max_shape(const model_runner *r)
 {
-    *host = calloc(1, bytes);
-    if (!*host) return nl_error(NL_ERR_NOMEM, "model runner: no host memory for %zu bytes", bytes);
-    return r->be->ops->alloc(r->be, bytes, dev);
+    return (step_shape){.n_tokens = r->p.max_num_batched_tokens, .n_seqs = r->p.max_num_seqs,
+                        .stride = r->max_blocks_per_seq, .n_logits = r->p.max_num_seqs,
+                        .n_perm = r->p.max_num_seqs * r->p.tp};
 }
 
-static nl_status alloc_inputs(model_runner *r)
+static nl_status alloc_step_buffers(model_runner *r)
 {
-    size_t T = (size_t)r->p.max_num_batched_tokens, S = (size_t)r->p.max_num_seqs;
-    size_t i32 = sizeof(int32_t);
-    NL_TRY(buffer_pair(r, T * i32, (void **)&r->d_ids, (void **)&r->h_ids));
-    NL_TRY(buffer_pair(r, T * i32, (void **)&r->d_pos, (void **)&r->h_pos));
-    NL_TRY(buffer_pair(r, T * i32, (void **)&r->d_slots, (void **)&r->h_slots));
-    NL_TRY(buffer_pair(r, (S + 1) * i32, (void **)&r->d_cu, (void **)&r->h_cu));
-    NL_TRY(buffer_pair(r, S * i32, (void **)&r->d_ctx, (void **)&r->h_ctx));
-    NL_TRY(buffer_pair(r, S * (size_t)r->max_blocks_per_seq * i32, (void **)&r->d_tables,
-                       (void **)&r->h_tables));
-    NL_TRY(buffer_pair(r, S * i32, (void **)&r->d_rows, (void **)&r->h_rows));
-    NL_TRY(buffer_pair(r, S * (size_t)r->p.tp * i32, (void **)&r->d_perm, (void **)&r->h_perm));
-    NL_TRY(buffer_pair(r, S * sizeof(nl_sample_row), (void **)&r->d_srows, (void **)&r->h_srows));
-    NL_TRY(buffer_pair(r, S * i32, (void **)&r->d_out_ids, (void **)&r->h_out_ids));
-    NL_TRY(buffer_pair(r, S * sizeof(float), (void **)&r->d_out_lp, (void **)&r->h_out_lp));
-    NL_TRY(buffer_pair(r, S * NL_MAX_LOGPROBS * i32, (void **)&r->d_top_ids, (void **)&r->h_top_ids));
-    NL_TRY(buffer_pair(r, S * NL_MAX_LOGPROBS * sizeof(float), (void **)&r->d_top_lp,
-                       (void **)&r->h_top_lp));
-    r->sampled = calloc(S, sizeof *r->sampled);
-    if (!r->sampled) return nl_error(NL_ERR_NOMEM, "model runner: no memory for %zu replies", S);
+    step_shape max = max_shape(r);
+    for (int b = 0; b < BUF_COUNT; b++) {
+        const struct step_buf_desc *d = &step_bufs[b];
+        size_t n = step_count_of(d->count, &max), bytes = n * d->elem;
+        r->host[b] = calloc(n ? n : 1, d->elem);
+        if (!r->host[b])
+            return nl_error(NL_ERR_NOMEM, "model runner: no host memory for %zu bytes of %s", bytes,
+                            d->name);
+        if (d->device) NL_TRY(r->be->ops->alloc(r->be, bytes, &r->dev[b]));
+    }
     return NL_OK;
 }
 
-static void free_pair(model_runner *r, void *dev, void *host)
+/* Moves the first entries of every buffer of a phase that the shape uses. */
+static nl_status transfer_phase(model_runner *r, step_phase phase, const step_shape *shape)
 {
-    if (dev) r->be->ops->free(r->be, dev);
-    free(host);
+    nl_backend *be = r->be;
+    for (int b = 0; b < BUF_COUNT; b++) {
+        const struct step_buf_desc *d = &step_bufs[b];
+        if (d->phase != phase) continue;
+        size_t bytes = step_count_of(d->count, shape) * d->elem;
+        if (bytes == 0) continue;
+        if (phase == PHASE_SAMPLE_OUT)
+            NL_TRY(be->ops->download(be, r->host[b], r->dev[b], bytes));
+        else
+            NL_TRY(be->ops->upload(be, r->dev[b], r->host[b], bytes));
+    }
+    return NL_OK;
 }
 
 void model_runner_destroy(model_runner *r)
@@ -155,20 +245,10 @@ void model_runner_destroy(model_runner *r)
     if (r->profile) profile_report(r);
     for (int32_t g = 0; g < r->n_graphs; g++)
         if (r->graph[g]) r->be->ops->graph_destroy(r->be, r->graph[g]);
-    free_pair(r, r->d_ids, r->h_ids);
-    free_pair(r, r->d_pos, r->h_pos);
-    free_pair(r, r->d_slots, r->h_slots);
-    free_pair(r, r->d_cu, r->h_cu);
-    free_pair(r, r->d_ctx, r->h_ctx);
-    free_pair(r, r->d_tables, r->h_tables);
-    free_pair(r, r->d_rows, r->h_rows);
-    free_pair(r, r->d_perm, r->h_perm);
-    free_pair(r, r->d_srows, r->h_srows);
-    free_pair(r, r->d_out_ids, r->h_out_ids);
-    free_pair(r, r->d_out_lp, r->h_out_lp);
-    free_pair(r, r->d_top_ids, r->h_top_ids);
-    free_pair(r, r->d_top_lp, r->h_top_lp);
-    free(r->sampled);
+    for (int b = 0; b < BUF_COUNT; b++) {
+        if (r->dev[b]) r->be->ops->free(r->be, r->dev[b]);
+        free(r->host[b]);
+    }
     if (r->w) qwen_state_destroy(r->be, r->w, r->s);
     weights_destroy(r->be, r->w);
     free(r);
@@ -249,63 +329,68 @@ static nl_status size_kv_cache(model_runner *r)
 
 /* ---- step inputs -------------------------------------------------------- */
 
-/* A padding decode row: no KV write, one token of block 0 read. */
-static void pad_seq(model_runner *r, int32_t s, int32_t t, int32_t stride)
+static step_shape shape_of(const model_runner *r, int32_t n_tokens, int32_t n_seqs, int32_t stride,
+                           int32_t n_logits)
 {
-    r->h_ids[t] = 0;
-    r->h_pos[t] = 0;
-    r->h_slots[t] = -1;
-    r->h_cu[s + 1] = t + 1;
-    r->h_ctx[s] = 1;
-    r->h_tables[(size_t)s * stride] = 0;
-    r->h_rows[s] = t;
-    r->h_srows[s] = (nl_sample_row){.temperature = 0.0f, .top_p = 1.0f};
+    bool perm = r->p.tp > 1 && r->p.rank == 0;
+    return (step_shape){.n_tokens = n_tokens, .n_seqs = n_seqs, .stride = stride,
+                        .n_logits = n_logits, .n_perm = perm ? n_logits * r->p.tp : 0};
 }
 
-/* Uploads the first n_tokens / n_seqs / n_logits entries of the staging
- * arrays and describes them in *in. */
-static nl_status upload_inputs(model_runner *r, int32_t n_tokens, int32_t n_seqs, int32_t stride,
-                               int32_t max_q, int32_t max_ctx, bool all_decode, int32_t n_logits,
-                               qwen_inputs *in)
+/* Pads a decode batch with rows from..size-1 to the graph size `size`:
+ * each writes no KV (slot -1), reads one token of block 0 and is sampled
+ * greedily, and its sample is dropped.  Rows [0, from) are the step's own,
+ * one token and one logits row each. */
+static void pad_decode(model_runner *r, int32_t from, int32_t size, step_plan *plan)
 {
-    nl_backend *be = r->be;
-    size_t i32 = sizeof(int32_t);
-    NL_TRY(be->ops->upload(be, r->d_ids, r->h_ids, n_tokens * i32));
-    NL_TRY(be->ops->upload(be, r->d_pos, r->h_pos, n_tokens * i32));
-    NL_TRY(be->ops->upload(be, r->d_slots, r->h_slots, n_tokens * i32));
-    NL_TRY(be->ops->upload(be, r->d_cu, r->h_cu, (n_seqs + 1) * i32));
-    NL_TRY(be->ops->upload(be, r->d_ctx, r->h_ctx, n_seqs * i32));
-    NL_TRY(be->ops->upload(be, r->d_tables, r->h_tables, (size_t)n_seqs * stride * i32));
-    NL_TRY(be->ops->upload(be, r->d_rows, r->h_rows, n_logits * i32));
-    int32_t tp = r->p.tp;
-    if (tp > 1 && r->p.rank == 0) {
-        for (int32_t i = 0; i < n_logits; i++)
-            for (int32_t k = 0; k < tp; k++) r->h_perm[i * tp + k] = k * n_logits + i;
-        NL_TRY(be->ops->upload(be, r->d_perm, r->h_perm, (size_t)n_logits * tp * i32));
+    int32_t *ids = r->host[BUF_IDS], *pos = r->host[BUF_POS], *slots = r->host[BUF_SLOTS];
+    int32_t *cu = r->host[BUF_CU], *ctx = r->host[BUF_CTX], *tables = r->host[BUF_TABLES];
+    int32_t *rows = r->host[BUF_ROWS];
+    nl_sample_row *srows = r->host[BUF_SROWS];
+    int32_t stride = r->max_blocks_per_seq; /* graphs replay with the widest table */
+    for (int32_t s = from; s < size; s++) {
+        ids[s] = 0;
+        pos[s] = 0;
+        slots[s] = -1;
+        cu[s + 1] = s + 1;
+        ctx[s] = 1;
+        tables[(size_t)s * stride] = 0;
+        rows[s] = s;
+        srows[s] = (nl_sample_row){.temperature = 0.0f, .top_p = 1.0f};
     }
+    /* a graph's host maxima are the engine's, since it replays for any step */
+    plan->shape = shape_of(r, size, size, stride, size);
+    plan->max_q = 1;
+    plan->max_ctx = r->p.max_model_len;
+    plan->all_decode = true;
+}
+
+/* Uploads the forward inputs the plan's shape uses and describes them in
+ * *in. */
+static nl_status upload_inputs(model_runner *r, const step_plan *plan, qwen_inputs *in)
+{
+    const step_shape *sh = &plan->shape;
+    if (sh->n_perm > 0) {
+        int32_t *perm = r->host[BUF_PERM], tp = r->p.tp;
+        for (int32_t i = 0; i < sh->n_logits; i++)
+            for (int32_t k = 0; k < tp; k++) perm[i * tp + k] = k * sh->n_logits + i;
+    }
+    NL_TRY(transfer_phase(r, PHASE_FORWARD_IN, sh));
     *in = (qwen_inputs){
-        .n_tokens = n_tokens,
-        .ids = r->d_ids,
-        .positions = r->d_pos,
-        .slots = r->d_slots,
-        .attn = {.n_seqs = n_seqs, .n_tokens = n_tokens, .max_q_len = max_q,
-                 .max_context_len = max_ctx, .max_blocks_per_seq = stride,
-                 .block_size = r->p.block_size, .all_decode = all_decode,
-                 .cu_seqlens_q = r->d_cu, .context_lens = r->d_ctx, .block_tables = r->d_tables},
-        .n_logits = n_logits,
-        .logit_rows = r->d_rows,
-        .gather_perm = r->d_perm,
+        .n_tokens = sh->n_tokens,
+        .ids = r->dev[BUF_IDS],
+        .positions = r->dev[BUF_POS],
+        .slots = r->dev[BUF_SLOTS],
+        .attn = {.n_seqs = sh->n_seqs, .n_tokens = sh->n_tokens, .max_q_len = plan->max_q,
+                 .max_context_len = plan->max_ctx, .max_blocks_per_seq = sh->stride,
+                 .block_size = r->p.block_size, .all_decode = plan->all_decode,
+                 .cu_seqlens_q = r->dev[BUF_CU], .context_lens = r->dev[BUF_CTX],
+                 .block_tables = r->dev[BUF_TABLES]},
+        .n_logits = sh->n_logits,
+        .logit_rows = r->dev[BUF_ROWS],
+        .gather_perm = r->dev[BUF_PERM],
     };
     return NL_OK;
-}
-
-/* A decode batch of n padded rows: what a graph is captured with.  Its
- * host maxima are the engine's, since the graph replays for any step. */
-static nl_status padded_decode_inputs(model_runner *r, int32_t n, qwen_inputs *in)
-{
-    r->h_cu[0] = 0;
-    for (int32_t s = 0; s < n; s++) pad_seq(r, s, s, r->max_blocks_per_seq);
-    return upload_inputs(r, n, n, r->max_blocks_per_seq, 1, r->p.max_model_len, true, n, in);
 }
 
 static nl_status capture_graphs(model_runner *r)
@@ -314,8 +399,11 @@ static nl_status capture_graphs(model_runner *r)
     int32_t max = r->p.max_num_seqs < r->p.max_num_batched_tokens ? r->p.max_num_seqs
                                                                    : r->p.max_num_batched_tokens;
     for (int32_t n = 1; n <= max && r->n_graphs < GRAPH_MAX_SIZES; n = n < 8 ? n * 2 : n + 8) {
+        step_plan plan = {.graph = -1};
         qwen_inputs in;
-        NL_TRY(padded_decode_inputs(r, n, &in));
+        ((int32_t *)r->host[BUF_CU])[0] = 0;
+        pad_decode(r, 0, n, &plan);
+        NL_TRY(upload_inputs(r, &plan, &in));
         /* one eager run first: libraries choose algorithms and allocate
          * workspaces outside the capture */
         NL_TRY(qwen_forward(be, r->comm, r->w, r->s, &in));
@@ -363,7 +451,7 @@ static nl_status runner_init(model_runner *r)
     NL_TRY(st);
     r->max_blocks_per_seq = (p->max_model_len + p->block_size - 1) / p->block_size;
     NL_TRY(qwen_state_create(r->be, r->w, p->max_num_batched_tokens, p->max_num_seqs, &r->s));
-    NL_TRY(alloc_inputs(r));
+    NL_TRY(alloc_step_buffers(r));
     NL_TRY(size_kv_cache(r));
     if (r->be->ops->capture_begin && !p->enforce_eager) NL_TRY(capture_graphs(r));
     return NL_OK;
@@ -457,100 +545,123 @@ static nl_sample_row sample_row_of(const wire_seq *q)
     return row;
 }
 
-static nl_status execute(model_runner *r, const wire_run *cmd, wire_reply *reply)
+/* Stage 1, on the host: checks the command, picks the path (the smallest
+ * captured graph that fits an all-decode step, else eager) and fills the
+ * host mirrors of the forward and sampler inputs. */
+static nl_status prepare_inputs(model_runner *r, const wire_run *cmd, step_plan *plan)
 {
-    nl_backend *be = r->be;
     int32_t n_tokens = 0;
     NL_TRY(validate(r, cmd, &n_tokens));
     int32_t n_seqs = cmd->n_seqs, bs = r->p.block_size;
-
-    bool all_decode = true;
-    for (int32_t s = 0; s < n_seqs; s++) all_decode &= cmd->seqs[s].num_new == 1;
-    int32_t g = -1;
-    if (all_decode)
-        for (int32_t i = 0; i < r->n_graphs && g < 0; i++)
-            if (r->graph_size[i] >= n_seqs) g = i;
+    *plan = (step_plan){.graph = -1, .n_tokens = n_tokens, .all_decode = true};
+    for (int32_t s = 0; s < n_seqs; s++) plan->all_decode &= cmd->seqs[s].num_new == 1;
+    if (plan->all_decode)
+        for (int32_t i = 0; i < r->n_graphs && plan->graph < 0; i++)
+            if (r->graph_size[i] >= n_seqs) plan->graph = i;
 
     /* a graph replays with the engine-wide table stride; an eager step
      * uploads only as wide a table as its longest seq needs */
-    int32_t stride = 1, max_q = 0, max_ctx = 0, n_logits = 0, t = 0;
+    int32_t stride = 1, n_logits = 0, t = 0;
     for (int32_t s = 0; s < n_seqs; s++)
         if (cmd->seqs[s].n_blocks > stride) stride = cmd->seqs[s].n_blocks;
-    if (g >= 0) stride = r->max_blocks_per_seq;
-    r->h_cu[0] = 0;
+    if (plan->graph >= 0) stride = r->max_blocks_per_seq;
+    int32_t *ids = r->host[BUF_IDS], *pos = r->host[BUF_POS], *slots = r->host[BUF_SLOTS];
+    int32_t *cu = r->host[BUF_CU], *ctx = r->host[BUF_CTX], *tables = r->host[BUF_TABLES];
+    int32_t *rows = r->host[BUF_ROWS];
+    nl_sample_row *srows = r->host[BUF_SROWS];
+    cu[0] = 0;
     for (int32_t s = 0; s < n_seqs; s++) {
         const wire_seq *q = &cmd->seqs[s];
-        int32_t ctx = q->num_computed + q->num_new;
+        int32_t len = q->num_computed + q->num_new;
         for (int32_t i = 0; i < q->num_new; i++, t++) {
-            int32_t pos = q->num_computed + i;
-            r->h_ids[t] = q->tokens[i];
-            r->h_pos[t] = pos;
-            r->h_slots[t] = q->block_table[pos / bs] * bs + pos % bs;
+            int32_t at = q->num_computed + i;
+            ids[t] = q->tokens[i];
+            pos[t] = at;
+            slots[t] = q->block_table[at / bs] * bs + at % bs;
         }
-        r->h_cu[s + 1] = t;
-        r->h_ctx[s] = ctx;
-        memcpy(r->h_tables + (size_t)s * stride, q->block_table, sizeof(int32_t) * q->n_blocks);
-        if (q->num_new > max_q) max_q = q->num_new;
-        if (ctx > max_ctx) max_ctx = ctx;
-        if (q->sample || g >= 0) { /* a graph computes every row's logits */
-            r->h_rows[n_logits] = t - 1;
-            r->h_srows[n_logits++] = q->sample ? sample_row_of(q) : (nl_sample_row){.top_p = 1.0f};
+        cu[s + 1] = t;
+        ctx[s] = len;
+        memcpy(tables + (size_t)s * stride, q->block_table, sizeof(int32_t) * q->n_blocks);
+        if (q->num_new > plan->max_q) plan->max_q = q->num_new;
+        if (len > plan->max_ctx) plan->max_ctx = len;
+        if (q->sample || plan->graph >= 0) { /* a graph computes every row's logits */
+            rows[n_logits] = t - 1;
+            srows[n_logits++] = q->sample ? sample_row_of(q) : (nl_sample_row){.top_p = 1.0f};
         }
     }
+    if (plan->graph >= 0)
+        pad_decode(r, n_seqs, r->graph_size[plan->graph], plan);
+    else
+        plan->shape = shape_of(r, n_tokens, n_seqs, stride, n_logits);
+    return NL_OK;
+}
 
-    double mark = r->profile ? now_s() : 0;
-    struct step_profile *prof = &r->prof[!all_decode ? PROFILE_PREFILL
-                                         : g >= 0  ? PROFILE_DECODE_GRAPH
-                                                   : PROFILE_DECODE_EAGER];
-    prof->steps++;
-    prof->tokens += n_tokens;
-    qwen_inputs in;
-    if (g >= 0) {
-        int32_t size = r->graph_size[g];
-        for (int32_t s = n_seqs; s < size; s++) pad_seq(r, s, s, stride);
-        NL_TRY(upload_inputs(r, size, size, stride, 1, r->p.max_model_len, true, size, &in));
-        if (r->profile) prof->prep_s += profile_lap(r, &mark);
-        NL_TRY(be->ops->graph_launch(be, r->graph[g]));
-        n_logits = size;
-    } else {
-        NL_TRY(upload_inputs(r, n_tokens, n_seqs, stride, max_q, max_ctx, all_decode, n_logits, &in));
-        if (r->profile) prof->prep_s += profile_lap(r, &mark);
-        NL_TRY(qwen_forward(be, r->comm, r->w, r->s, &in));
-    }
-    if (r->profile) prof->forward_s += profile_lap(r, &mark);
+/* Stage 2: the forward pass, replayed from its graph or run op by op. */
+static nl_status run_forward(model_runner *r, const step_plan *plan, const qwen_inputs *in)
+{
+    if (plan->graph >= 0) return r->be->ops->graph_launch(r->be, r->graph[plan->graph]);
+    return qwen_forward(r->be, r->comm, r->w, r->s, in);
+}
 
-    if (r->p.rank != 0 || !reply) return be->ops->synchronize(be);
-    reply->n_sampled = 0;
-    reply->sampled = r->sampled;
-    if (n_logits == 0) return be->ops->synchronize(be);
-    size_t m = (size_t)n_logits;
-    NL_TRY(be->ops->upload(be, r->d_srows, r->h_srows, m * sizeof(nl_sample_row)));
-    NL_TRY(be->ops->sample(be, r->s->logits, n_logits, r->cfg.vocab_size, r->d_srows, r->d_out_ids,
-                           r->d_out_lp, r->d_top_ids, r->d_top_lp));
-    NL_TRY(be->ops->download(be, r->h_out_ids, r->d_out_ids, m * sizeof(int32_t)));
-    NL_TRY(be->ops->download(be, r->h_out_lp, r->d_out_lp, m * sizeof(float)));
-    NL_TRY(be->ops->download(be, r->h_top_ids, r->d_top_ids, m * NL_MAX_LOGPROBS * sizeof(int32_t)));
-    NL_TRY(be->ops->download(be, r->h_top_lp, r->d_top_lp, m * NL_MAX_LOGPROBS * sizeof(float)));
+/* Stage 3, rank 0: samples every logits row and answers with the rows of
+ * the seqs that asked.  Row k of the logits is the k-th sampling seq, or
+ * seq k under a graph. */
+static nl_status sample_and_reply(model_runner *r, const wire_run *cmd, const step_plan *plan,
+                                  wire_reply *reply)
+{
+    nl_backend *be = r->be;
+    const step_shape *sh = &plan->shape;
+    NL_TRY(transfer_phase(r, PHASE_SAMPLE_IN, sh));
+    NL_TRY(be->ops->sample(be, r->s->logits, sh->n_logits, r->cfg.vocab_size, r->dev[BUF_SROWS],
+                           r->dev[BUF_OUT_IDS], r->dev[BUF_OUT_LP], r->dev[BUF_TOP_IDS],
+                           r->dev[BUF_TOP_LP]));
+    NL_TRY(transfer_phase(r, PHASE_SAMPLE_OUT, sh));
     NL_TRY(be->ops->synchronize(be));
-    if (r->profile) prof->sample_s += profile_lap(r, &mark);
 
-    /* row k of the logits is the k-th sampling seq, or seq k under a graph */
+    const int32_t *out_ids = r->host[BUF_OUT_IDS], *top_ids = r->host[BUF_TOP_IDS];
+    const float *out_lp = r->host[BUF_OUT_LP], *top_lp = r->host[BUF_TOP_LP];
+    wire_sampled *sampled = r->host[BUF_REPLY];
     int32_t k = 0;
-    for (int32_t s = 0; s < n_seqs; s++) {
+    for (int32_t s = 0; s < cmd->n_seqs; s++) {
         const wire_seq *q = &cmd->seqs[s];
-        int32_t row = g >= 0 ? s : k;
+        int32_t row = plan->graph >= 0 ? s : k;
         if (!q->sample) continue;
         k++;
-        wire_sampled *o = &r->sampled[reply->n_sampled++];
+        wire_sampled *o = &sampled[reply->n_sampled++];
         o->seq_id = q->seq_id;
-        o->token_id = r->h_out_ids[row];
-        o->logprob = r->h_out_lp[row];
+        o->token_id = out_ids[row];
+        o->logprob = out_lp[row];
         o->n_top = q->n_logprobs;
         for (int32_t j = 0; j < q->n_logprobs; j++) {
-            o->top_ids[j] = r->h_top_ids[row * NL_MAX_LOGPROBS + j];
-            o->top_logprobs[j] = r->h_top_lp[row * NL_MAX_LOGPROBS + j];
+            o->top_ids[j] = top_ids[row * NL_MAX_LOGPROBS + j];
+            o->top_logprobs[j] = top_lp[row * NL_MAX_LOGPROBS + j];
         }
     }
+    return NL_OK;
+}
+
+/* The step as a pipeline: prepare, upload, run, sample and reply.  With
+ * NANOLLM_PROFILE=1 each stage after the host's is timed to its end. */
+static nl_status execute(model_runner *r, const wire_run *cmd, wire_reply *reply)
+{
+    step_plan plan;
+    NL_TRY(prepare_inputs(r, cmd, &plan));
+
+    double mark = r->profile ? now_s() : 0;
+    struct step_profile *prof = &r->prof[!plan.all_decode ? PROFILE_PREFILL
+                                         : plan.graph >= 0 ? PROFILE_DECODE_GRAPH
+                                                           : PROFILE_DECODE_EAGER];
+    prof->steps++;
+    prof->tokens += plan.n_tokens;
+    qwen_inputs in;
+    NL_TRY(upload_inputs(r, &plan, &in));
+    if (r->profile) prof->prep_s += profile_lap(r, &mark);
+    NL_TRY(run_forward(r, &plan, &in));
+    if (r->profile) prof->forward_s += profile_lap(r, &mark);
+
+    if (r->p.rank != 0 || !reply || plan.shape.n_logits == 0) return r->be->ops->synchronize(r->be);
+    NL_TRY(sample_and_reply(r, cmd, &plan, reply));
+    if (r->profile) prof->sample_s += profile_lap(r, &mark);
     return NL_OK;
 }
 
@@ -561,7 +672,7 @@ nl_status model_runner_execute(model_runner *r, const wire_run *cmd, wire_reply 
         reply->status = NL_OK;
         reply->error[0] = '\0';
         reply->n_sampled = 0;
-        reply->sampled = r->sampled;
+        reply->sampled = r->host[BUF_REPLY];
     }
     nl_status st = execute(r, cmd, reply);
     if (st != NL_OK && reply) {
