@@ -35,22 +35,12 @@
 #define ATTN_MAX_HD 256
 #define ATTN_MIN_SPLIT_TILES 4   /* a decode split covers at least 256 keys   */
 
-typedef struct attn_params {
-    bf16 *out;                /* [n, hq * hd]                                */
-    const bf16 *qkv;          /* [n, (hq + 2 hk) * hd]                       */
-    const bf16 *k_cache;      /* [num_blocks, block_size, hk, hd]           */
-    const bf16 *v_cache;
-    const int32_t *cu_seqlens_q;
-    const int32_t *context_lens;
-    const int32_t *block_tables;
+struct attn_params : attn_args {
     float *part_o;            /* [n * hq * n_splits, hd] when n_splits > 1   */
     float *part_ml;           /* [n * hq * n_splits, 2]                      */
-    int hq, hk, group, hd;
-    int block_size, max_blocks_per_seq;
     int tokens_per_block;     /* query tokens one block serves               */
     int n_splits;
-    float scale_log2;         /* softmax scale * log2(e)                     */
-} attn_params;
+};
 
 /* Dynamic shared memory of kernel_attention for hd and RPW. */
 static size_t attn_smem_bytes(int hd, int rpw)
@@ -287,27 +277,12 @@ static nl_status launch_rpw(cuda_backend *be, attn_params *p, int rpw, int n_seq
     }
 }
 
-nl_status cuda_attention_generic(cuda_backend *be, bf16 *out, const bf16 *qkv,
-                                 const bf16 *k_cache, const bf16 *v_cache, const nl_attn_batch *b,
-                                 int hq, int hk, int hd, float scale)
+nl_status cuda_attention_generic(cuda_backend *be, const attn_args *a, const nl_attn_batch *b)
 {
-    int group = hq / hk;
+    const int hq = a->hq, hk = a->hk, hd = a->hd, group = a->group;
     attn_params p;
-    p.out = out;
-    p.qkv = qkv;
-    p.k_cache = k_cache;
-    p.v_cache = v_cache;
-    p.cu_seqlens_q = b->cu_seqlens_q;
-    p.context_lens = b->context_lens;
-    p.block_tables = b->block_tables;
-    p.part_o = be->attn_scratch;
-    p.hq = hq;
-    p.hk = hk;
-    p.group = group;
-    p.hd = hd;
-    p.block_size = b->block_size;
-    p.max_blocks_per_seq = b->max_blocks_per_seq;
-    p.scale_log2 = scale * NL_LOG2E;
+    static_cast<attn_args &>(p) = *a;
+    p.part_o = attn_scratch(be);
     p.n_splits = 1;
 
     int rpw;
@@ -324,7 +299,7 @@ nl_status cuda_attention_generic(cuda_backend *be, bf16 *out, const bf16 *qkv,
         int most = (tiles + ATTN_MIN_SPLIT_TILES - 1) / ATTN_MIN_SPLIT_TILES;
         if (want > most) want = most;
         size_t per_split = (size_t)b->n_tokens * hq * (hd + 2);
-        size_t fit = be->attn_scratch_floats / per_split;
+        size_t fit = attn_scratch_floats(be) / per_split;
         if ((size_t)want > fit) want = (int)fit;
         p.n_splits = want < 1 ? 1 : want;
     } else {
@@ -332,7 +307,7 @@ nl_status cuda_attention_generic(cuda_backend *be, bf16 *out, const bf16 *qkv,
         p.tokens_per_block = ATTN_WARPS * rpw / group;
         q_tiles = (b->max_q_len + p.tokens_per_block - 1) / p.tokens_per_block;
     }
-    p.part_ml = be->attn_scratch + (size_t)b->n_tokens * hq * p.n_splits * hd;
+    p.part_ml = attn_scratch(be) + (size_t)b->n_tokens * hq * p.n_splits * hd;
 
     if (hd <= 64)
         NL_TRY(launch_rpw<64>(be, &p, rpw, b->n_seqs, q_tiles));
@@ -366,10 +341,11 @@ static bool use_generic(void)
     return cached != 0;
 }
 
-nl_status cuda_attention(cuda_backend *be, void *out, const void *qkv, const void *k_cache,
+nl_status cuda_attention(nl_backend *backend, void *out, const void *qkv, const void *k_cache,
                          const void *v_cache, const nl_attn_batch *b, int32_t hq, int32_t hk,
                          int32_t hd, float scale)
 {
+    cuda_backend *be = cuda_be(backend);
     if (b->n_seqs <= 0 || b->n_tokens <= 0) return NL_OK;
     if (hk <= 0 || hq % hk != 0)
         return nl_error(NL_ERR_INVALID_ARG, "cuda: attention heads hq=%d not a multiple of hk=%d",
@@ -379,14 +355,27 @@ nl_status cuda_attention(cuda_backend *be, void *out, const void *qkv, const voi
                         "of 8 up to %d)", hd, ATTN_MAX_HD);
     if (b->block_size <= 0)
         return nl_error(NL_ERR_INVALID_ARG, "cuda: attention block_size %d", b->block_size);
-    bf16 *o = (bf16 *)out;
-    const bf16 *q = (const bf16 *)qkv, *kc = (const bf16 *)k_cache, *vc = (const bf16 *)v_cache;
+    attn_args a;
+    a.out = (bf16 *)out;
+    a.qkv = (const bf16 *)qkv;
+    a.k_cache = (const bf16 *)k_cache;
+    a.v_cache = (const bf16 *)v_cache;
+    a.cu_seqlens_q = b->cu_seqlens_q;
+    a.context_lens = b->context_lens;
+    a.block_tables = b->block_tables;
+    a.hq = hq;
+    a.hk = hk;
+    a.group = hq / hk;
+    a.hd = hd;
+    a.block_size = b->block_size;
+    a.max_blocks_per_seq = b->max_blocks_per_seq;
+    a.scale_log2 = scale * NL_LOG2E;
     if (use_generic() || !has_fast_kernel(hd)) {
-        if (hq / hk > ATTN_WARPS * 8)
+        if (a.group > ATTN_WARPS * 8)
             return nl_error(NL_ERR_UNSUPPORTED, "cuda: attention group of %d query heads per kv "
-                            "head (at most %d)", hq / hk, ATTN_WARPS * 8);
-        return cuda_attention_generic(be, o, q, kc, vc, b, hq, hk, hd, scale);
+                            "head (at most %d)", a.group, ATTN_WARPS * 8);
+        return cuda_attention_generic(be, &a, b);
     }
-    if (b->all_decode) return cuda_attention_decode(be, o, q, kc, vc, b, hq, hk, hd, scale);
-    return cuda_attention_prefill(be, o, q, kc, vc, b, hq, hk, hd, scale);
+    if (b->all_decode) return cuda_attention_decode(be, &a, b);
+    return cuda_attention_prefill(be, &a, b);
 }

@@ -1,7 +1,7 @@
 /* attention.cuh — the entry points the attention kernel files export to the
  * dispatcher in attention.cu, and the small PTX helpers they share (16-byte
  * cp.async, ldmatrix, bf16 mma.sync).  Every entry point has already had its
- * arguments checked by cuda_attention.
+ * arguments checked, and the shared parameters filled, by cuda_attention.
  */
 #ifndef NL_KERNELS_CUDA_ATTENTION_CUH
 #define NL_KERNELS_CUDA_ATTENTION_CUH
@@ -10,25 +10,47 @@
 
 #define NL_LOG2E 1.4426950408889634f
 
+/* What every attention kernel reads, filled once by cuda_attention from the
+ * op's arguments.  Each kernel's parameter struct extends it with what only
+ * that kernel needs (context splits, scratch pointers), so a field means the
+ * same thing in all three. */
+struct attn_args {
+    bf16 *out;                   /* [n, hq * hd]                             */
+    const bf16 *qkv;             /* [n, (hq + 2 hk) * hd]                    */
+    const bf16 *k_cache;         /* [num_blocks, block_size, hk, hd]         */
+    const bf16 *v_cache;
+    const int32_t *cu_seqlens_q; /* [n_seqs + 1]                             */
+    const int32_t *context_lens; /* [n_seqs]                                 */
+    const int32_t *block_tables; /* [n_seqs, max_blocks_per_seq]             */
+    int hq, hk, group, hd;       /* group = hq / hk query heads per kv head  */
+    int block_size, max_blocks_per_seq;
+    float scale_log2;            /* softmax scale * log2(e)                  */
+};
+
+/* The scratch the split kernels keep their partials in, as floats. */
+static inline float *attn_scratch(const cuda_backend *be)
+{
+    return (float *)be->step_scratch;
+}
+
+static inline size_t attn_scratch_floats(const cuda_backend *be)
+{
+    return be->step_scratch_bytes / sizeof(float);
+}
+
 /* Decode (every q_len == 1), GQA groups of any size, head_dim 32, 64, 80, 96,
  * 128 or 256:
  * one block per (context split, sequence, kv head, group slice). */
-nl_status cuda_attention_decode(cuda_backend *be, bf16 *out, const bf16 *qkv, const bf16 *k_cache,
-                                const bf16 *v_cache, const nl_attn_batch *b, int hq, int hk,
-                                int hd, float scale);
+nl_status cuda_attention_decode(cuda_backend *be, const attn_args *a, const nl_attn_batch *b);
 
 /* Prefill and mixed batches on tensor cores, head_dim 32, 64, 80, 96, 128 or
  * 256. */
-nl_status cuda_attention_prefill(cuda_backend *be, bf16 *out, const bf16 *qkv,
-                                 const bf16 *k_cache, const bf16 *v_cache, const nl_attn_batch *b,
-                                 int hq, int hk, int hd, float scale);
+nl_status cuda_attention_prefill(cuda_backend *be, const attn_args *a, const nl_attn_batch *b);
 
 /* The first CUDA-core kernel for both cases, for any head_dim that is a
  * multiple of 8 up to 256: the path for head dims without a specialised
  * kernel, and a reference (NL_ATTN_GENERIC=1) to compare those against. */
-nl_status cuda_attention_generic(cuda_backend *be, bf16 *out, const bf16 *qkv,
-                                 const bf16 *k_cache, const bf16 *v_cache, const nl_attn_batch *b,
-                                 int hq, int hk, int hd, float scale);
+nl_status cuda_attention_generic(cuda_backend *be, const attn_args *a, const nl_attn_batch *b);
 
 static __device__ __forceinline__ void attn_cp_async16(void *smem, const void *gmem)
 {

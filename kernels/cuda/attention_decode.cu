@@ -31,22 +31,13 @@
 #define DEC_SPLIT_BELOW 2    /* split when blocks < this many waves of SMs   */
 #define DEC_TARGET_WAVES 4   /* ... aiming at this many waves with splits    */
 
-typedef struct dec_params {
-    bf16 *out;                /* [n, hq * hd]                                */
-    const bf16 *qkv;          /* [n, (hq + 2 hk) * hd]                       */
-    const bf16 *k_cache;      /* [num_blocks, block_size, hk, hd]           */
-    const bf16 *v_cache;
-    const int32_t *cu_seqlens_q;
-    const int32_t *context_lens;
-    const int32_t *block_tables;
+struct dec_params : attn_args {
     float *part_o;            /* [n_seqs * hq * n_splits, hd]                */
     float *part_ml;           /* [n_seqs * hq * n_splits, 2]                 */
-    int hq, hk, group, n_slices;
-    int block_size, block_shift; /* block_shift < 0: not a power of two       */
-    int max_blocks_per_seq;
+    int n_slices;             /* blocks per kv head's group                  */
+    int block_shift;          /* log2 block_size, < 0: not a power of two    */
     int n_splits;             /* blocks per (sequence, kv head, slice)      */
-    float scale_log2;
-} dec_params;
+};
 
 /* Keys per split of a sequence of ctx keys: the context spread over the
  * splits, rounded to 64 keys, never under DEC_MIN_CHUNK.  The decode kernel
@@ -305,32 +296,18 @@ static nl_status launch_decode_g(cuda_backend *be, const dec_params *p, int g, i
     }
 }
 
-nl_status cuda_attention_decode(cuda_backend *be, bf16 *out, const bf16 *qkv, const bf16 *k_cache,
-                                const bf16 *v_cache, const nl_attn_batch *b, int hq, int hk,
-                                int hd, float scale)
+nl_status cuda_attention_decode(cuda_backend *be, const attn_args *a, const nl_attn_batch *b)
 {
-    const int group = hq / hk;
+    const int hq = a->hq, hk = a->hk, hd = a->hd, group = a->group;
     /* A block serves up to 8 query heads; larger groups take slices. */
     const int g = group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : 8;
 
     dec_params p;
-    p.out = out;
-    p.qkv = qkv;
-    p.k_cache = k_cache;
-    p.v_cache = v_cache;
-    p.cu_seqlens_q = b->cu_seqlens_q;
-    p.context_lens = b->context_lens;
-    p.block_tables = b->block_tables;
-    p.hq = hq;
-    p.hk = hk;
-    p.group = group;
+    static_cast<attn_args &>(p) = *a;
     p.n_slices = (group + g - 1) / g;
-    p.block_size = b->block_size;
     p.block_shift = -1;
     for (int s = 0; s < 31; s++)
         if ((1 << s) == b->block_size) p.block_shift = s;
-    p.max_blocks_per_seq = b->max_blocks_per_seq;
-    p.scale_log2 = scale * NL_LOG2E;
 
     /* Split only when the sequences alone leave SMs idle.  The count
      * depends on the block count, not on the host's maximum context; a
@@ -344,13 +321,13 @@ nl_status cuda_attention_decode(cuda_backend *be, bf16 *out, const bf16 *qkv, co
         if (n_splits > most) n_splits = most;
         if (n_splits > DEC_MAX_SPLITS) n_splits = DEC_MAX_SPLITS;
         const size_t per_split = (size_t)b->n_seqs * hq * (hd + 2);
-        const size_t fit = be->attn_scratch_floats / per_split;
+        const size_t fit = attn_scratch_floats(be) / per_split;
         if ((size_t)n_splits > fit) n_splits = (int)fit;
         if (n_splits < 1) n_splits = 1;
     }
     p.n_splits = n_splits;
-    p.part_o = be->attn_scratch;
-    p.part_ml = be->attn_scratch + (size_t)b->n_seqs * hq * n_splits * hd;
+    p.part_o = attn_scratch(be);
+    p.part_ml = attn_scratch(be) + (size_t)b->n_seqs * hq * n_splits * hd;
 
     switch (hd) {
     case 32: NL_TRY(launch_decode_g<32>(be, &p, g, b->n_seqs)); break;

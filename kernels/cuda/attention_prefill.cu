@@ -24,18 +24,8 @@
 #define PF_WARPS 4
 #define PF_BQ 64  /* query rows per block (16 per warp)                      */
 
-typedef struct pf_params {
-    bf16 *out;                /* [n, hq * hd]                                */
-    const bf16 *qkv;          /* [n, (hq + 2 hk) * hd]                       */
-    const bf16 *k_cache;      /* [num_blocks, block_size, hk, hd]           */
-    const bf16 *v_cache;
-    const int32_t *cu_seqlens_q;
-    const int32_t *context_lens;
-    const int32_t *block_tables;
-    int hq, hk, group;
-    int block_size, max_blocks_per_seq;
-    float scale_log2;
-} pf_params;
+/* Prefill needs nothing beyond the shared parameters. */
+typedef attn_args pf_params;
 
 /* Keys per tile for a head_dim. */
 template <int HD>
@@ -289,27 +279,12 @@ static nl_status launch_prefill(cuda_backend *be, const pf_params *p, int n_seqs
     return NL_OK;
 }
 
-nl_status cuda_attention_prefill(cuda_backend *be, bf16 *out, const bf16 *qkv,
-                                 const bf16 *k_cache, const bf16 *v_cache, const nl_attn_batch *b,
-                                 int hq, int hk, int hd, float scale)
+nl_status cuda_attention_prefill(cuda_backend *be, const attn_args *a, const nl_attn_batch *b)
 {
-    pf_params p;
-    p.out = out;
-    p.qkv = qkv;
-    p.k_cache = k_cache;
-    p.v_cache = v_cache;
-    p.cu_seqlens_q = b->cu_seqlens_q;
-    p.context_lens = b->context_lens;
-    p.block_tables = b->block_tables;
-    p.hq = hq;
-    p.hk = hk;
-    p.group = hq / hk;
-    p.block_size = b->block_size;
-    p.max_blocks_per_seq = b->max_blocks_per_seq;
-    p.scale_log2 = scale * NL_LOG2E;
+    const pf_params &p = *a;
     const int q_tiles = (b->max_q_len + PF_BQ - 1) / PF_BQ;
     if (q_tiles <= 0) return NL_OK;
-    switch (hd) {
+    switch (p.hd) {
     case 32: return launch_prefill<32>(be, &p, b->n_seqs, q_tiles);
     case 64: return launch_prefill<64>(be, &p, b->n_seqs, q_tiles);
     case 80: return launch_prefill<80>(be, &p, b->n_seqs, q_tiles);
@@ -318,6 +293,6 @@ nl_status cuda_attention_prefill(cuda_backend *be, bf16 *out, const bf16 *qkv,
     case 256: return launch_prefill<256>(be, &p, b->n_seqs, q_tiles);
     default:
         return nl_error(NL_ERR_UNSUPPORTED, "cuda: prefill attention head_dim %d (kernels for "
-                        "32, 64, 80, 96, 128, 256)", hd);
+                        "32, 64, 80, 96, 128, 256)", p.hd);
     }
 }

@@ -2,9 +2,11 @@
  * table, cuBLASLt GEMMs and CUDA graphs.
  *
  * Everything runs on one stream the backend owns.  Ops only enqueue work: the
- * cuBLASLt workspace, the decode split-K scratch and the pinned staging
- * buffer are allocated once at creation, so a forward pass can be captured
- * into a CUDA graph.  Kernels live in the other files of this folder.
+ * cuBLASLt workspace, the step scratch (attention's split partials, the
+ * sampler's scan partials) and the pinned staging buffer are allocated once
+ * at creation, so a forward pass can be captured into a CUDA graph.  Kernels
+ * live in the other files of this folder; their entry points fill the op
+ * table as they are, with no forwarding layer between.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -13,7 +15,7 @@
 
 #define WORKSPACE_BYTES (32u << 20)   /* what cuBLASLt asks for on Hopper    */
 #define STAGING_BYTES (16u << 20)
-#define ATTN_SCRATCH_BYTES (64u << 20) /* bounds the decode split count        */
+#define STEP_SCRATCH_BYTES (64u << 20) /* bounds decode splits and sampler scans */
 
 extern "C" int nl_cuda_device_count(void)
 {
@@ -266,7 +268,7 @@ static nl_status plan_get(cuda_backend *be, int64_t m, int64_t n, int64_t k,
     return NL_OK;
 }
 
-nl_status cuda_gemm(cuda_backend *be, void *out, cudaDataType_t out_type, const void *x,
+static nl_status cuda_gemm(cuda_backend *be, void *out, cudaDataType_t out_type, const void *x,
                     const nl_weight *w, const nl_weight *bias, int32_t n)
 {
     if (n <= 0) return NL_OK;
@@ -287,71 +289,16 @@ nl_status cuda_gemm(cuda_backend *be, void *out, cudaDataType_t out_type, const 
     return NL_OK;
 }
 
-static nl_status op_linear(nl_backend *b, void *out, const void *x, const nl_weight *w,
-                           const nl_weight *bias, int32_t n)
+static nl_status cuda_linear(nl_backend *b, void *out, const void *x, const nl_weight *w,
+                             const nl_weight *bias, int32_t n)
 {
     return cuda_gemm(cuda_be(b), out, CUDA_R_16BF, x, w, bias, n);
 }
 
-static nl_status op_linear_f32(nl_backend *b, float *out, const void *x, const nl_weight *w,
-                               int32_t n)
+static nl_status cuda_linear_f32(nl_backend *b, float *out, const void *x, const nl_weight *w,
+                                 int32_t n)
 {
     return cuda_gemm(cuda_be(b), out, CUDA_R_32F, x, w, NULL, n);
-}
-
-/* ---- ops implemented in the kernel files ------------------------------------ */
-
-static nl_status op_embedding(nl_backend *b, void *out, const nl_weight *table,
-                              const int32_t *ids, int32_t n, int32_t vocab_start)
-{
-    return cuda_embedding(cuda_be(b), out, table, ids, n, vocab_start);
-}
-
-static nl_status op_rmsnorm(nl_backend *b, void *out, const void *x, void *residual,
-                            const nl_weight *w, int32_t n, int32_t dim, float eps)
-{
-    return cuda_rmsnorm(cuda_be(b), out, x, residual, w, n, dim, eps);
-}
-
-static nl_status op_qk_norm_rope(nl_backend *b, void *qkv, const int32_t *positions,
-                                 const nl_weight *q_norm, const nl_weight *k_norm, int32_t n,
-                                 int32_t hq, int32_t hk, int32_t hd, float eps, float rope_theta)
-{
-    return cuda_qk_norm_rope(cuda_be(b), qkv, positions, q_norm, k_norm, n, hq, hk, hd, eps,
-                             rope_theta);
-}
-
-static nl_status op_store_kv(nl_backend *b, void *k_cache, void *v_cache, const void *qkv,
-                             const int32_t *slots, int32_t n, int32_t hq, int32_t hk, int32_t hd,
-                             int32_t block_size)
-{
-    return cuda_store_kv(cuda_be(b), k_cache, v_cache, qkv, slots, n, hq, hk, hd);
-}
-
-static nl_status op_attention(nl_backend *b, void *out, const void *qkv, const void *k_cache,
-                              const void *v_cache, const nl_attn_batch *batch, int32_t hq,
-                              int32_t hk, int32_t hd, float scale)
-{
-    return cuda_attention(cuda_be(b), out, qkv, k_cache, v_cache, batch, hq, hk, hd, scale);
-}
-
-static nl_status op_silu_mul(nl_backend *b, void *out, const void *gate_up, int32_t n,
-                             int32_t inter)
-{
-    return cuda_silu_mul(cuda_be(b), out, gate_up, n, inter);
-}
-
-static nl_status op_gather_rows(nl_backend *b, void *out, const void *x, const int32_t *rows,
-                                int32_t m, int32_t dim)
-{
-    return cuda_gather_rows(cuda_be(b), out, x, rows, m, dim);
-}
-
-static nl_status op_sample(nl_backend *b, const float *logits, int32_t m, int32_t vocab,
-                           const nl_sample_row *rows, int32_t *ids, float *logprobs,
-                           int32_t *top_ids, float *top_logprobs)
-{
-    return cuda_sample(cuda_be(b), logits, m, vocab, rows, ids, logprobs, top_ids, top_logprobs);
 }
 
 /* ---- CUDA graphs --------------------------------------------------------------- */
@@ -411,7 +358,7 @@ static void cuda_destroy(nl_backend *b)
     for (int i = 0; i < NL_GEMM_PLAN_CACHE; i++) plan_release(&be->plans[i]);
     if (be->lt) cublasLtDestroy(be->lt);
     cudaFree(be->workspace);
-    cudaFree(be->attn_scratch);
+    cudaFree(be->step_scratch);
     if (be->staging) cudaFreeHost(be->staging);
     if (be->stream) cudaStreamDestroy(be->stream);
     free(be);
@@ -431,16 +378,16 @@ static const nl_backend_ops cuda_ops = {
     .weight_create = cuda_weight_create,
     .weight_fill_rows = cuda_weight_fill_rows,
     .weight_destroy = cuda_weight_destroy,
-    .embedding = op_embedding,
-    .rmsnorm = op_rmsnorm,
-    .linear = op_linear,
-    .linear_f32 = op_linear_f32,
-    .qk_norm_rope = op_qk_norm_rope,
-    .store_kv = op_store_kv,
-    .attention = op_attention,
-    .silu_mul = op_silu_mul,
-    .gather_rows = op_gather_rows,
-    .sample = op_sample,
+    .embedding = cuda_embedding,
+    .rmsnorm = cuda_rmsnorm,
+    .linear = cuda_linear,
+    .linear_f32 = cuda_linear_f32,
+    .qk_norm_rope = cuda_qk_norm_rope,
+    .store_kv = cuda_store_kv,
+    .attention = cuda_attention,
+    .silu_mul = cuda_silu_mul,
+    .gather_rows = cuda_gather_rows,
+    .sample = cuda_sample,
     .capture_begin = cuda_capture_begin,
     .capture_end = cuda_capture_end,
     .graph_launch = cuda_graph_launch,
@@ -456,8 +403,8 @@ static nl_status backend_init(cuda_backend *be)
     NL_CUBLAS_CHECK(cublasLtCreate(&be->lt));
     be->workspace_bytes = WORKSPACE_BYTES;
     NL_CUDA_CHECK(cudaMalloc(&be->workspace, be->workspace_bytes));
-    be->attn_scratch_floats = ATTN_SCRATCH_BYTES / sizeof(float);
-    NL_CUDA_CHECK(cudaMalloc((void **)&be->attn_scratch, ATTN_SCRATCH_BYTES));
+    be->step_scratch_bytes = STEP_SCRATCH_BYTES;
+    NL_CUDA_CHECK(cudaMalloc(&be->step_scratch, be->step_scratch_bytes));
     be->staging_bytes = STAGING_BYTES;
     NL_CUDA_CHECK(cudaMallocHost(&be->staging, be->staging_bytes));
     return NL_OK;

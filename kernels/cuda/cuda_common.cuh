@@ -1,7 +1,7 @@
 /* cuda_common.cuh — what every CUDA source of the backend shares: the check
  * macros that turn CUDA/cuBLAS/NCCL failures into nl_error messages naming the
  * file, line and error string; the backend object; bf16 helpers; and the
- * launch entry points each kernel file exports to backend.cu.
+ * op entry points each kernel file exports to backend.cu's op table.
  *
  * The op table and the object's lifetime live in backend.cu; kernels live in
  * one .cu file per operator family.
@@ -69,8 +69,12 @@ typedef struct cuda_backend {
     size_t workspace_bytes;
     void *staging;             /* pinned host buffer for weight uploads    */
     size_t staging_bytes;
-    float *attn_scratch;       /* split-K partial results of decode        */
-    size_t attn_scratch_floats;
+    /* Device scratch for the partial results one op leaves for its own
+     * next kernel (attention's context splits, the sampler's scan).  Ops
+     * run in order on the one stream and none keeps partials past its
+     * return, so they share it in turn; sized once at creation. */
+    void *step_scratch;
+    size_t step_scratch_bytes;
     cuda_gemm_plan plans[NL_GEMM_PLAN_CACHE];
     int next_plan;             /* round-robin replacement when full        */
 } cuda_backend;
@@ -85,27 +89,29 @@ static inline cuda_backend *cuda_be(nl_backend *be)
     return (cuda_backend *)be;
 }
 
-/* Launch entry points, one group per kernel file. */
-nl_status cuda_embedding(cuda_backend *be, void *out, const nl_weight *table, const int32_t *ids,
+/* The op entry points, one group per kernel file.  Each has exactly the
+ * signature of its slot in nl_backend_ops, so backend.cu's op table points
+ * at them directly. */
+nl_status cuda_embedding(nl_backend *b, void *out, const nl_weight *table, const int32_t *ids,
                          int32_t n, int32_t vocab_start);
-nl_status cuda_rmsnorm(cuda_backend *be, void *out, const void *x, void *residual,
+nl_status cuda_rmsnorm(nl_backend *b, void *out, const void *x, void *residual,
                        const nl_weight *w, int32_t n, int32_t dim, float eps);
-nl_status cuda_qk_norm_rope(cuda_backend *be, void *qkv, const int32_t *positions,
+nl_status cuda_qk_norm_rope(nl_backend *b, void *qkv, const int32_t *positions,
                             const nl_weight *q_norm, const nl_weight *k_norm, int32_t n,
                             int32_t hq, int32_t hk, int32_t hd, float eps, float rope_theta);
-nl_status cuda_store_kv(cuda_backend *be, void *k_cache, void *v_cache, const void *qkv,
-                        const int32_t *slots, int32_t n, int32_t hq, int32_t hk, int32_t hd);
-nl_status cuda_silu_mul(cuda_backend *be, void *out, const void *gate_up, int32_t n,
+/* Slots are absolute, so block_size is not needed here. */
+nl_status cuda_store_kv(nl_backend *b, void *k_cache, void *v_cache, const void *qkv,
+                        const int32_t *slots, int32_t n, int32_t hq, int32_t hk, int32_t hd,
+                        int32_t block_size);
+nl_status cuda_silu_mul(nl_backend *b, void *out, const void *gate_up, int32_t n,
                         int32_t inter);
-nl_status cuda_gather_rows(cuda_backend *be, void *out, const void *x, const int32_t *rows,
+nl_status cuda_gather_rows(nl_backend *b, void *out, const void *x, const int32_t *rows,
                            int32_t m, int32_t dim);
-nl_status cuda_attention(cuda_backend *be, void *out, const void *qkv, const void *k_cache,
+nl_status cuda_attention(nl_backend *b, void *out, const void *qkv, const void *k_cache,
                          const void *v_cache, const nl_attn_batch *batch, int32_t hq,
                          int32_t hk, int32_t hd, float scale);
-nl_status cuda_sample(cuda_backend *be, const float *logits, int32_t m, int32_t vocab,
+nl_status cuda_sample(nl_backend *b, const float *logits, int32_t m, int32_t vocab,
                       const nl_sample_row *rows, int32_t *ids, float *logprobs,
                       int32_t *top_ids, float *top_logprobs);
-nl_status cuda_gemm(cuda_backend *be, void *out, cudaDataType_t out_type, const void *x,
-                    const nl_weight *w, const nl_weight *bias, int32_t n);
 
 #endif

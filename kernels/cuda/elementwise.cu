@@ -77,9 +77,10 @@ __global__ void kernel_embedding(bf16 *out /* [n, cols] */, const bf16 *table /*
     }
 }
 
-nl_status cuda_embedding(cuda_backend *be, void *out, const nl_weight *table, const int32_t *ids,
+nl_status cuda_embedding(nl_backend *b, void *out, const nl_weight *table, const int32_t *ids,
                          int32_t n, int32_t vocab_start)
 {
+    cuda_backend *be = cuda_be(b);
     if (n <= 0) return NL_OK;
     bool vec = table->cols % VEC == 0 && aligned16(out);
     kernel_embedding<<<n, 256, 0, be->stream>>>((bf16 *)out, table->data, ids, table->rows,
@@ -150,9 +151,10 @@ __global__ void kernel_rmsnorm(bf16 *out, const bf16 *x, bf16 *residual, const b
     }
 }
 
-nl_status cuda_rmsnorm(cuda_backend *be, void *out, const void *x, void *residual,
+nl_status cuda_rmsnorm(nl_backend *b, void *out, const void *x, void *residual,
                        const nl_weight *w, int32_t n, int32_t dim, float eps)
 {
+    cuda_backend *be = cuda_be(b);
     if (n <= 0) return NL_OK;
     if (w->rows * w->cols != dim)
         return nl_error(NL_ERR_INVALID_ARG, "cuda: rmsnorm weight has %lld values, dim is %d",
@@ -213,10 +215,11 @@ __global__ void kernel_qk_norm_rope(bf16 *qkv, const int32_t *positions, const b
     }
 }
 
-nl_status cuda_qk_norm_rope(cuda_backend *be, void *qkv, const int32_t *positions,
+nl_status cuda_qk_norm_rope(nl_backend *b, void *qkv, const int32_t *positions,
                             const nl_weight *q_norm, const nl_weight *k_norm, int32_t n,
                             int32_t hq, int32_t hk, int32_t hd, float eps, float rope_theta)
 {
+    cuda_backend *be = cuda_be(b);
     if (n <= 0) return NL_OK;
     if (hd % 2 != 0)
         return nl_error(NL_ERR_INVALID_ARG, "cuda: rope head_dim %d is odd", hd);
@@ -251,9 +254,11 @@ __global__ void kernel_store_kv(bf16 *k_cache, bf16 *v_cache, const bf16 *qkv,
     ((bf16x8 *)(v_cache + (size_t)slot * hk * hd))[j] = v[j];
 }
 
-nl_status cuda_store_kv(cuda_backend *be, void *k_cache, void *v_cache, const void *qkv,
-                        const int32_t *slots, int32_t n, int32_t hq, int32_t hk, int32_t hd)
+nl_status cuda_store_kv(nl_backend *b, void *k_cache, void *v_cache, const void *qkv,
+                        const int32_t *slots, int32_t n, int32_t hq, int32_t hk, int32_t hd,
+                        int32_t block_size)
 {
+    cuda_backend *be = cuda_be(b);
     if (n <= 0) return NL_OK;
     if (hd % VEC != 0 || !aligned16(qkv) || !aligned16(k_cache) || !aligned16(v_cache))
         return nl_error(NL_ERR_UNSUPPORTED,
@@ -299,9 +304,10 @@ __global__ void kernel_silu_mul(bf16 *out, const bf16 *gate_up, int n, int inter
         __float2bfloat16(silu_mul1(__bfloat162float(row[j]), __bfloat162float(row[inter + j])));
 }
 
-nl_status cuda_silu_mul(cuda_backend *be, void *out, const void *gate_up, int32_t n,
+nl_status cuda_silu_mul(nl_backend *b, void *out, const void *gate_up, int32_t n,
                         int32_t inter)
 {
+    cuda_backend *be = cuda_be(b);
     if (n <= 0) return NL_OK;
     int threads = 256;
     if (inter % VEC == 0 && aligned16(out) && aligned16(gate_up)) {
@@ -332,9 +338,10 @@ __global__ void kernel_gather_rows(bf16 *out, const bf16 *x, const int32_t *rows
     }
 }
 
-nl_status cuda_gather_rows(cuda_backend *be, void *out, const void *x, const int32_t *rows,
+nl_status cuda_gather_rows(nl_backend *b, void *out, const void *x, const int32_t *rows,
                            int32_t m, int32_t dim)
 {
+    cuda_backend *be = cuda_be(b);
     if (m <= 0) return NL_OK;
     bool vec = dim % VEC == 0 && aligned16(out) && aligned16(x);
     kernel_gather_rows<<<m, 256, 0, be->stream>>>((bf16 *)out, (const bf16 *)x, rows, dim, vec);

@@ -23,9 +23,9 @@
  * (measured after top_k has cut, as on the CPU), min_p a threshold; the race
  * then runs over the tokens kept.
  *
- * The partials live in the backend's attention scratch: attention and
- * sampling are ordered on the one stream, and attention's partials are dead
- * once its own combine kernel has run.
+ * The partials live in the backend's step scratch, which the sampler has to
+ * itself while it runs: ops are ordered on the one stream and none keeps
+ * partials there past its own last kernel.
  */
 #include <math.h>
 
@@ -538,10 +538,11 @@ __global__ void __launch_bounds__(SAMPLE_THREADS)
     }
 }
 
-nl_status cuda_sample(cuda_backend *be, const float *logits, int32_t m, int32_t vocab,
+nl_status cuda_sample(nl_backend *b, const float *logits, int32_t m, int32_t vocab,
                       const nl_sample_row *rows, int32_t *ids, float *logprobs,
                       int32_t *top_ids, float *top_logprobs)
 {
+    cuda_backend *be = cuda_be(b);
     if (m <= 0) return NL_OK;
     if (vocab <= 0 || vocab >= NO_ID)
         return nl_error(NL_ERR_INVALID_ARG, "cuda: sample vocab %d", vocab);
@@ -549,15 +550,15 @@ nl_status cuda_sample(cuda_backend *be, const float *logits, int32_t m, int32_t 
     /* About four blocks per SM in all, each at least SCAN_MIN_CHUNK logits. */
     int splits = (4 * be->num_sms + m - 1) / m;
     splits = min(splits, min(SCAN_MAX_SPLITS, (vocab + SCAN_MIN_CHUNK - 1) / SCAN_MIN_CHUNK));
-    size_t fit = be->attn_scratch_floats * sizeof(float) / ((size_t)m * sizeof(scan_part));
+    size_t fit = be->step_scratch_bytes / ((size_t)m * sizeof(scan_part));
     if ((size_t)splits > fit) splits = (int)fit;
     if (splits < 1)
         return nl_error(NL_ERR_INVALID_ARG, "cuda: sample %d rows need more scratch than %zu bytes",
-                        m, be->attn_scratch_floats * sizeof(float));
+                        m, be->step_scratch_bytes);
     int chunk = ((vocab + splits - 1) / splits + 3) & ~3;
     splits = (vocab + chunk - 1) / chunk;
     bool vec4 = vocab % 4 == 0 && ((uintptr_t)logits & 15) == 0;
-    scan_part *parts = reinterpret_cast<scan_part *>(be->attn_scratch);
+    scan_part *parts = reinterpret_cast<scan_part *>(be->step_scratch);
     kernel_sample_scan<<<dim3(splits, m), SCAN_THREADS, 0, be->stream>>>(logits, vocab, rows, chunk,
                                                                         vec4, parts);
     NL_CUDA_CHECK_LAUNCH();
