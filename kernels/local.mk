@@ -15,7 +15,7 @@ if HAVE_CUDA
 noinst_LIBRARIES += libnlcuda.a
 libnlcuda_a_SOURCES = \
 	kernels/cuda/cuda_common.cuh kernels/cuda/cuda_backend.h kernels/cuda/comm_nccl.h \
-	kernels/cuda/backend.cu kernels/cuda/elementwise.cu kernels/cuda/attention.cuh \
+	kernels/cuda/backend.cu kernels/cuda/gemm.cu kernels/cuda/elementwise.cu kernels/cuda/attention.cuh \
 	kernels/cuda/attention.cu kernels/cuda/attention_decode.cu kernels/cuda/attention_prefill.cu \
 	kernels/cuda/sample.cu kernels/cuda/comm_nccl.cu
 NVCCFLAGS = -O3 -std=c++17 $(CUDA_ARCH_FLAGS) -Xcompiler -fPIC -I$(top_srcdir) -I$(top_srcdir)/include -DNL_HAVE_CUDA=1 -I$(top_builddir) $(CUDA_CPPFLAGS)
@@ -25,4 +25,6 @@ NVCCFLAGS = -O3 -std=c++17 $(CUDA_ARCH_FLAGS) -Xcompiler -fPIC -I$(top_srcdir) -
 $(libnlcuda_a_OBJECTS): $(top_srcdir)/kernels/cuda/cuda_common.cuh \
 	$(top_srcdir)/kernels/cuda/cuda_backend.h $(top_srcdir)/kernels/cuda/comm_nccl.h \
 	$(top_srcdir)/kernels/kernels.h $(top_srcdir)/kernels/comm.h
+kernels/cuda/attention.o kernels/cuda/attention_decode.o kernels/cuda/attention_prefill.o: \
+	$(top_srcdir)/kernels/cuda/attention.cuh
 endif

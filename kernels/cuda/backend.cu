@@ -1,5 +1,5 @@
-/* backend.cu — the CUDA backend object: device memory, bf16 weights, the op
- * table, cuBLASLt GEMMs and CUDA graphs.
+/* backend.cu — the CUDA backend object: the device and its stream, device
+ * memory, bf16 weights, CUDA graphs and the op table.
  *
  * Everything runs on one stream the backend owns.  Ops only enqueue work: the
  * cuBLASLt workspace, the step scratch (attention's split partials, the
@@ -185,122 +185,6 @@ static void cuda_weight_destroy(nl_backend *b, nl_weight *w)
     free(w);
 }
 
-/* ---- GEMM through cuBLASLt --------------------------------------------------- */
-
-static void plan_release(cuda_gemm_plan *p)
-{
-    if (!p->valid) return;
-    cublasLtMatrixLayoutDestroy(p->a);
-    cublasLtMatrixLayoutDestroy(p->b);
-    cublasLtMatrixLayoutDestroy(p->c);
-    cublasLtMatmulDescDestroy(p->desc);
-    p->valid = false;
-}
-
-/* Row-major out[n, m] = x[n, k] @ W[m, k]^T is, read column-major,
- * out^T[m, n] = op_T(W^T[k, m]) * x^T[k, n]: A = W with transa, B = x. */
-static nl_status plan_build(cuda_backend *be, cuda_gemm_plan *p, int64_t m, int64_t n, int64_t k,
-                            cudaDataType_t out_type, bool bias)
-{
-    memset(p, 0, sizeof *p);
-    p->m = m;
-    p->n = n;
-    p->k = k;
-    p->out_type = out_type;
-    p->bias = bias;
-    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    NL_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    NL_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta,
-                                                   sizeof ta));
-    NL_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb,
-                                                   sizeof tb));
-    if (bias) {
-        cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
-        cudaDataType_t bt = CUDA_R_16BF;
-        NL_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
-                                                       &ep, sizeof ep));
-        NL_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-            p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
-    }
-    NL_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16BF, k, m, k));
-    NL_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16BF, k, n, k));
-    NL_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->c, out_type, m, n, m));
-    p->valid = true;
-
-    cublasLtMatmulPreference_t pref;
-    NL_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    size_t ws = be->workspace_bytes;
-    cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(
-        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
-    cublasLtMatmulHeuristicResult_t res;
-    int found = 0;
-    if (st == CUBLAS_STATUS_SUCCESS)
-        st = cublasLtMatmulAlgoGetHeuristic(be->lt, p->desc, p->a, p->b, p->c, p->c, pref, 1,
-                                            &res, &found);
-    cublasLtMatmulPreferenceDestroy(pref);
-    if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
-        plan_release(p);
-        if (st != CUBLAS_STATUS_SUCCESS)
-            return NL_CUDA_FAIL("cublasLtMatmulAlgoGetHeuristic", cublasLtGetStatusString(st));
-        return nl_error(NL_ERR_UNSUPPORTED, "cuda: no cuBLASLt algorithm for m=%lld n=%lld k=%lld",
-                        (long long)m, (long long)n, (long long)k);
-    }
-    p->algo = res.algo;
-    return NL_OK;
-}
-
-static nl_status plan_get(cuda_backend *be, int64_t m, int64_t n, int64_t k,
-                          cudaDataType_t out_type, bool bias, cuda_gemm_plan **out)
-{
-    for (int i = 0; i < NL_GEMM_PLAN_CACHE; i++) {
-        cuda_gemm_plan *p = &be->plans[i];
-        if (p->valid && p->m == m && p->n == n && p->k == k && p->out_type == out_type &&
-            p->bias == bias) {
-            *out = p;
-            return NL_OK;
-        }
-    }
-    cuda_gemm_plan *p = &be->plans[be->next_plan];
-    be->next_plan = (be->next_plan + 1) % NL_GEMM_PLAN_CACHE;
-    plan_release(p);
-    NL_TRY(plan_build(be, p, m, n, k, out_type, bias));
-    *out = p;
-    return NL_OK;
-}
-
-static nl_status cuda_gemm(cuda_backend *be, void *out, cudaDataType_t out_type, const void *x,
-                    const nl_weight *w, const nl_weight *bias, int32_t n)
-{
-    if (n <= 0) return NL_OK;
-    if (bias && bias->rows * bias->cols != w->rows)
-        return nl_error(NL_ERR_INVALID_ARG, "cuda: linear bias has %lld values for %lld rows",
-                        (long long)(bias->rows * bias->cols), (long long)w->rows);
-    cuda_gemm_plan *p;
-    NL_TRY(plan_get(be, w->rows, n, w->cols, out_type, bias != NULL, &p));
-    if (bias) {
-        const void *bp = bias->data;
-        NL_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                                       &bp, sizeof bp));
-    }
-    const float alpha = 1.0f, beta = 0.0f;
-    NL_CUBLAS_CHECK(cublasLtMatmul(be->lt, p->desc, &alpha, w->data, p->a, x, p->b, &beta, out,
-                                   p->c, out, p->c, &p->algo, be->workspace, be->workspace_bytes,
-                                   be->stream));
-    return NL_OK;
-}
-
-static nl_status cuda_linear(nl_backend *b, void *out, const void *x, const nl_weight *w,
-                             const nl_weight *bias, int32_t n)
-{
-    return cuda_gemm(cuda_be(b), out, CUDA_R_16BF, x, w, bias, n);
-}
-
-static nl_status cuda_linear_f32(nl_backend *b, float *out, const void *x, const nl_weight *w,
-                                 int32_t n)
-{
-    return cuda_gemm(cuda_be(b), out, CUDA_R_32F, x, w, NULL, n);
-}
-
 /* ---- CUDA graphs --------------------------------------------------------------- */
 
 struct nl_graph {
@@ -355,7 +239,7 @@ static void cuda_destroy(nl_backend *b)
     if (!be) return;
     cudaSetDevice(be->device);
     if (be->stream) cudaStreamSynchronize(be->stream);
-    for (int i = 0; i < NL_GEMM_PLAN_CACHE; i++) plan_release(&be->plans[i]);
+    cuda_gemm_release_plans(be);
     if (be->lt) cublasLtDestroy(be->lt);
     cudaFree(be->workspace);
     cudaFree(be->step_scratch);

@@ -92,6 +92,10 @@ static inline cuda_backend *cuda_be(nl_backend *be)
 /* The op entry points, one group per kernel file.  Each has exactly the
  * signature of its slot in nl_backend_ops, so backend.cu's op table points
  * at them directly. */
+nl_status cuda_linear(nl_backend *b, void *out, const void *x, const nl_weight *w,
+                      const nl_weight *bias, int32_t n);
+nl_status cuda_linear_f32(nl_backend *b, float *out, const void *x, const nl_weight *w,
+                          int32_t n);
 nl_status cuda_embedding(nl_backend *b, void *out, const nl_weight *table, const int32_t *ids,
                          int32_t n, int32_t vocab_start);
 nl_status cuda_rmsnorm(nl_backend *b, void *out, const void *x, void *residual,
@@ -113,5 +117,8 @@ nl_status cuda_attention(nl_backend *b, void *out, const void *qkv, const void *
 nl_status cuda_sample(nl_backend *b, const float *logits, int32_t m, int32_t vocab,
                       const nl_sample_row *rows, int32_t *ids, float *logprobs,
                       int32_t *top_ids, float *top_logprobs);
+
+/* Frees the GEMM plan cache (gemm.cu), at the backend's destruction. */
+void cuda_gemm_release_plans(cuda_backend *be);
 
 #endif
