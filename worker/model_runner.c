@@ -37,7 +37,8 @@
 
 /* ---- the step buffers ---------------------------------------------------
  *
- * Each buffer a step moves between host and device is one row of
+ * Each buffer a step moves between host and device (a device buffer and
+ * its host mirror), and the host-only reply storage, is one row of
  * step_bufs: allocation (for the maximal step), upload, download and free
  * loop over the table.  How many entries a step uses is a count rule
  * evaluated on the step's shape; allocation evaluates it on the shape of
@@ -81,30 +82,35 @@ typedef enum step_count {
 } step_count;
 
 /* When a buffer moves: forward inputs go up before the forward pass,
- * sampler inputs before sampling, sampler outputs come down after it. */
-typedef enum step_phase { PHASE_FORWARD_IN, PHASE_SAMPLE_IN, PHASE_SAMPLE_OUT, PHASE_HOST } step_phase;
+ * sampler inputs before sampling, sampler outputs come down after it; a
+ * host-only buffer has no device side. */
+typedef enum step_phase {
+    PHASE_FORWARD_IN,
+    PHASE_SAMPLE_IN,
+    PHASE_SAMPLE_OUT,
+    PHASE_HOST_ONLY,
+} step_phase;
 
 static const struct step_buf_desc {
     const char *name;
     size_t elem;       /* bytes per entry                                  */
     step_count count;
     step_phase phase;
-    bool device;       /* a device buffer beside the host mirror            */
 } step_bufs[BUF_COUNT] = {
-    [BUF_IDS] = {"token ids", sizeof(int32_t), COUNT_TOKENS, PHASE_FORWARD_IN, true},
-    [BUF_POS] = {"positions", sizeof(int32_t), COUNT_TOKENS, PHASE_FORWARD_IN, true},
-    [BUF_SLOTS] = {"slots", sizeof(int32_t), COUNT_TOKENS, PHASE_FORWARD_IN, true},
-    [BUF_CU] = {"cu_seqlens", sizeof(int32_t), COUNT_SEQS_PLUS_ONE, PHASE_FORWARD_IN, true},
-    [BUF_CTX] = {"context lengths", sizeof(int32_t), COUNT_SEQS, PHASE_FORWARD_IN, true},
-    [BUF_TABLES] = {"block tables", sizeof(int32_t), COUNT_TABLE, PHASE_FORWARD_IN, true},
-    [BUF_ROWS] = {"logits rows", sizeof(int32_t), COUNT_LOGITS, PHASE_FORWARD_IN, true},
-    [BUF_PERM] = {"gather permutation", sizeof(int32_t), COUNT_PERM, PHASE_FORWARD_IN, true},
-    [BUF_SROWS] = {"sampling rows", sizeof(nl_sample_row), COUNT_LOGITS, PHASE_SAMPLE_IN, true},
-    [BUF_OUT_IDS] = {"sampled ids", sizeof(int32_t), COUNT_LOGITS, PHASE_SAMPLE_OUT, true},
-    [BUF_OUT_LP] = {"sampled logprobs", sizeof(float), COUNT_LOGITS, PHASE_SAMPLE_OUT, true},
-    [BUF_TOP_IDS] = {"top ids", sizeof(int32_t), COUNT_TOP, PHASE_SAMPLE_OUT, true},
-    [BUF_TOP_LP] = {"top logprobs", sizeof(float), COUNT_TOP, PHASE_SAMPLE_OUT, true},
-    [BUF_REPLY] = {"replies", sizeof(wire_sampled), COUNT_LOGITS, PHASE_HOST, false},
+    [BUF_IDS] = {"token ids", sizeof(int32_t), COUNT_TOKENS, PHASE_FORWARD_IN},
+    [BUF_POS] = {"positions", sizeof(int32_t), COUNT_TOKENS, PHASE_FORWARD_IN},
+    [BUF_SLOTS] = {"slots", sizeof(int32_t), COUNT_TOKENS, PHASE_FORWARD_IN},
+    [BUF_CU] = {"cu_seqlens", sizeof(int32_t), COUNT_SEQS_PLUS_ONE, PHASE_FORWARD_IN},
+    [BUF_CTX] = {"context lengths", sizeof(int32_t), COUNT_SEQS, PHASE_FORWARD_IN},
+    [BUF_TABLES] = {"block tables", sizeof(int32_t), COUNT_TABLE, PHASE_FORWARD_IN},
+    [BUF_ROWS] = {"logits rows", sizeof(int32_t), COUNT_LOGITS, PHASE_FORWARD_IN},
+    [BUF_PERM] = {"gather permutation", sizeof(int32_t), COUNT_PERM, PHASE_FORWARD_IN},
+    [BUF_SROWS] = {"sampling rows", sizeof(nl_sample_row), COUNT_LOGITS, PHASE_SAMPLE_IN},
+    [BUF_OUT_IDS] = {"sampled ids", sizeof(int32_t), COUNT_LOGITS, PHASE_SAMPLE_OUT},
+    [BUF_OUT_LP] = {"sampled logprobs", sizeof(float), COUNT_LOGITS, PHASE_SAMPLE_OUT},
+    [BUF_TOP_IDS] = {"top ids", sizeof(int32_t), COUNT_TOP, PHASE_SAMPLE_OUT},
+    [BUF_TOP_LP] = {"top logprobs", sizeof(float), COUNT_TOP, PHASE_SAMPLE_OUT},
+    [BUF_REPLY] = {"replies", sizeof(wire_sampled), COUNT_LOGITS, PHASE_HOST_ONLY},
 };
 
 static size_t step_count_of(step_count c, const step_shape *s)
@@ -217,7 +223,7 @@ static nl_status alloc_step_buffers(model_runner *r)
         if (!r->host[b])
             return nl_error(NL_ERR_NOMEM, "model runner: no host memory for %zu bytes of %s", bytes,
                             d->name);
-        if (d->device) NL_TRY(r->be->ops->alloc(r->be, bytes, &r->dev[b]));
+        if (d->phase != PHASE_HOST_ONLY) NL_TRY(r->be->ops->alloc(r->be, bytes, &r->dev[b]));
     }
     return NL_OK;
 }
