@@ -111,6 +111,14 @@ START_TEST(test_bad_usage)
     int rc = launch((const char *[]){"--device", "cpu", "generate", "x", NULL});
     unsetenv("NANOLLM_CPU_KV_BYTES");
     ck_assert_msg(rc == 2 && strstr(err_text, "NANOLLM_CPU_KV_BYTES '1G'"), "exit %d: %s", rc, err_text);
+    /* options that size more memory than the machine has are refused by the
+     * memory plan before anything is allocated, naming them and the bytes
+     * (the worker used to zero-fill until the OOM killer ended it) */
+    rc = launch((const char *[]){"--device", "cpu", "--max-num-seqs", "65536",
+                                 "--max-num-batched-tokens", "16777216", "generate", "x", NULL});
+    ck_assert_msg(rc == 1 && strstr(err_text, "memory plan: --max-num-batched-tokens 16777216 "
+                                              "and --max-num-seqs 65536 need"),
+                  "exit %d: %s", rc, err_text);
     /* above the model's own context is bad usage too, named */
     rc = launch((const char *[]){"--device", "cpu", "--max-model-len", "100000", "generate", "x", NULL});
     ck_assert_msg(rc == 2 && strstr(err_text, "max_model_len 100000"), "exit %d: %s", rc, err_text);

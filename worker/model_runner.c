@@ -213,6 +213,50 @@ static step_shape max_shape(const model_runner *r)
                         .n_perm = r->p.max_num_seqs * r->p.tp};
 }
 
+/* Bytes the step buffers take on the backend and on the host. */
+static void step_buffer_bytes(const model_runner *r, size_t *dev, size_t *host)
+{
+    step_shape max = max_shape(r);
+    *dev = *host = 0;
+    for (int b = 0; b < BUF_COUNT; b++) {
+        size_t bytes = step_count_of(step_bufs[b].count, &max) * step_bufs[b].elem;
+        *host += bytes;
+        if (step_bufs[b].phase != PHASE_HOST_ONLY) *dev += bytes;
+    }
+}
+
+/* The memory plan: everything the options size (activations for
+ * max_num_batched_tokens, logits for max_num_seqs rows, the step buffers)
+ * is added up and held against what the backend has free before any of it
+ * is allocated, so options too large for the machine are an error that
+ * names them and the bytes, not an allocation failure deep inside, or on
+ * the CPU the kernel's OOM killer after a minute of zero-filling.  The KV
+ * cache is sized afterwards from what is left. */
+static nl_status check_memory_plan(model_runner *r)
+{
+    const model_runner_params *p = &r->p;
+    size_t act = qwen_state_bytes(r->be, r->w, p->max_num_batched_tokens, p->max_num_seqs);
+    size_t step_dev, step_host;
+    step_buffer_bytes(r, &step_dev, &step_host);
+    bool host_is_device = strcmp(r->be->ops->name, "cpu") == 0;
+    size_t need = act + step_dev + (host_is_device ? step_host : 0);
+    size_t free_b = 0, total_b = 0;
+    NL_TRY(r->be->ops->memory_info(r->be, &free_b, &total_b));
+    /* CPU ranks share the machine's memory; a GPU keeps back its share */
+    double limit = host_is_device ? (double)free_b / p->tp
+                                  : (double)free_b - (1.0 - (p->gpu_memory_utilization > 0
+                                                                 ? p->gpu_memory_utilization
+                                                                 : 0.9)) * (double)total_b;
+    if ((double)need > limit)
+        return nl_error(NL_ERR_NOMEM,
+                        "memory plan: --max-num-batched-tokens %d and --max-num-seqs %d need "
+                        "%.2f GiB of %s memory per worker for activations and step buffers, but "
+                        "only %.2f GiB is available to it; lower them",
+                        p->max_num_batched_tokens, p->max_num_seqs, need / 1073741824.0,
+                        host_is_device ? "host" : "device", (limit > 0 ? limit : 0) / 1073741824.0);
+    return NL_OK;
+}
+
 static nl_status alloc_step_buffers(model_runner *r)
 {
     step_shape max = max_shape(r);
@@ -456,6 +500,7 @@ static nl_status runner_init(model_runner *r)
     st_close(m); /* the weights are copies on the backend now */
     NL_TRY(st);
     r->max_blocks_per_seq = (p->max_model_len + p->block_size - 1) / p->block_size;
+    NL_TRY(check_memory_plan(r));
     NL_TRY(qwen_state_create(r->be, r->w, p->max_num_batched_tokens, p->max_num_seqs, &r->s));
     NL_TRY(alloc_step_buffers(r));
     NL_TRY(size_kv_cache(r));

@@ -12,6 +12,7 @@
 #include "worker/qwen.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 
 size_t qwen_kv_block_bytes(const qwen_weights *w, nl_backend *be, int32_t block_size)
@@ -26,30 +27,63 @@ static nl_status alloc_zero(nl_backend *be, size_t bytes, void **out)
     return be->ops->memset_zero(be, *out, bytes);
 }
 
+/* The bytes of each activation buffer for steps of up to max_tokens tokens
+ * and max_logits sampled rows: one formula for the memory plan and the
+ * allocation. */
+typedef struct state_sizes {
+    size_t x, xn, residual, work, work2, last, logits_shard, logits_gathered, logits;
+} state_sizes;
+
+static state_sizes state_sizes_of(const qwen_weights *w, size_t act_size, int32_t max_tokens,
+                                  int32_t max_logits)
+{
+    const qwen_shard *sh = &w->shard;
+    size_t T = (size_t)max_tokens, L = (size_t)max_logits, a = act_size;
+    size_t hidden = (size_t)w->cfg.hidden_size;
+    size_t qkv_w = (size_t)(sh->hq + 2 * sh->hk) * sh->hd, attn_w = (size_t)sh->hq * sh->hd;
+    size_t gu_w = 2 * (size_t)sh->inter, mlp_w = (size_t)sh->inter;
+    size_t vs = (size_t)sh->vocab_shard, tp = (size_t)sh->tp;
+    bool gathers = tp > 1 && sh->rank == 0;
+    return (state_sizes){
+        .x = T * hidden * a,
+        .xn = T * hidden * a,
+        .residual = T * hidden * a,
+        .work = T * (qkv_w > gu_w ? qkv_w : gu_w) * a,
+        .work2 = T * (attn_w > mlp_w ? attn_w : mlp_w) * a,
+        .last = L * hidden * a,
+        .logits_shard = L * vs * sizeof(float),
+        .logits_gathered = gathers ? tp * L * vs * sizeof(float) : 0,
+        .logits = gathers ? tp * L * vs * sizeof(float) : 0,
+    };
+}
+
+size_t qwen_state_bytes(nl_backend *be, const qwen_weights *w, int32_t max_tokens, int32_t max_logits)
+{
+    state_sizes z = state_sizes_of(w, nl_dtype_size(be->ops->act_dtype), max_tokens, max_logits);
+    return z.x + z.xn + z.residual + z.work + z.work2 + z.last + z.logits_shard +
+           z.logits_gathered + z.logits;
+}
+
 nl_status qwen_state_create(nl_backend *be, const qwen_weights *w, int32_t max_tokens,
                             int32_t max_logits, qwen_state **out)
 {
-    const qwen_shard *sh = &w->shard;
     qwen_state *s = calloc(1, sizeof *s);
     if (!s) return nl_error(NL_ERR_NOMEM, "model state: no memory");
     s->max_tokens = max_tokens;
     s->max_logits = max_logits;
     s->act_size = nl_dtype_size(be->ops->act_dtype);
-    size_t T = (size_t)max_tokens, a = s->act_size, hidden = (size_t)w->cfg.hidden_size;
-    size_t qkv_w = (size_t)(sh->hq + 2 * sh->hk) * sh->hd, attn_w = (size_t)sh->hq * sh->hd;
-    size_t gu_w = 2 * (size_t)sh->inter, mlp_w = (size_t)sh->inter;
-    size_t vs = (size_t)sh->vocab_shard, tp = (size_t)sh->tp;
+    state_sizes z = state_sizes_of(w, s->act_size, max_tokens, max_logits);
     nl_status st = NL_OK;
-    if (st == NL_OK) st = alloc_zero(be, T * hidden * a, &s->x);
-    if (st == NL_OK) st = alloc_zero(be, T * hidden * a, &s->xn);
-    if (st == NL_OK) st = alloc_zero(be, T * hidden * a, &s->residual);
-    if (st == NL_OK) st = alloc_zero(be, T * (qkv_w > gu_w ? qkv_w : gu_w) * a, &s->work);
-    if (st == NL_OK) st = alloc_zero(be, T * (attn_w > mlp_w ? attn_w : mlp_w) * a, &s->work2);
-    if (st == NL_OK) st = alloc_zero(be, (size_t)max_logits * hidden * a, &s->last);
-    if (st == NL_OK) st = alloc_zero(be, (size_t)max_logits * vs * sizeof(float), (void **)&s->logits_shard);
-    if (st == NL_OK && tp > 1 && sh->rank == 0) {
-        st = alloc_zero(be, tp * (size_t)max_logits * vs * sizeof(float), (void **)&s->logits_gathered);
-        if (st == NL_OK) st = alloc_zero(be, tp * (size_t)max_logits * vs * sizeof(float), (void **)&s->logits);
+    if (st == NL_OK) st = alloc_zero(be, z.x, &s->x);
+    if (st == NL_OK) st = alloc_zero(be, z.xn, &s->xn);
+    if (st == NL_OK) st = alloc_zero(be, z.residual, &s->residual);
+    if (st == NL_OK) st = alloc_zero(be, z.work, &s->work);
+    if (st == NL_OK) st = alloc_zero(be, z.work2, &s->work2);
+    if (st == NL_OK) st = alloc_zero(be, z.last, &s->last);
+    if (st == NL_OK) st = alloc_zero(be, z.logits_shard, (void **)&s->logits_shard);
+    if (st == NL_OK && z.logits) {
+        st = alloc_zero(be, z.logits_gathered, (void **)&s->logits_gathered);
+        if (st == NL_OK) st = alloc_zero(be, z.logits, (void **)&s->logits);
     } else {
         s->logits = s->logits_shard;
     }

@@ -46,6 +46,9 @@ typedef struct qwen_state {
 /* Bytes of KV cache one block takes over all layers of this shard. */
 size_t qwen_kv_block_bytes(const qwen_weights *w, nl_backend *be, int32_t block_size);
 
+/* Bytes of backend memory qwen_state_create takes for these maxima (the
+ * memory plan adds it up before anything is allocated). */
+size_t qwen_state_bytes(nl_backend *be, const qwen_weights *w, int32_t max_tokens, int32_t max_logits);
 /* Allocates the activations for max_tokens tokens and max_logits sampled
  * rows. */
 nl_status qwen_state_create(nl_backend *be, const qwen_weights *w, int32_t max_tokens,
