@@ -1,8 +1,11 @@
-# common/: status codes, logging, config.json, safetensors, dtypes.
+# common/: status codes, logging, config.json, safetensors, dtypes, and the
+# facts that cross a process boundary (limits, sampling controls, engine
+# settings).
 noinst_LTLIBRARIES += libnlcommon.la
 libnlcommon_la_SOURCES = \
-	common/status.c common/status.h \
+	common/status.c common/status.h common/limits.h \
 	common/file.c common/file.h \
+	common/sampling.c common/sampling.h common/engine_settings.c common/engine_settings.h \
 	common/dtype.c common/dtype.h common/mix64.h common/futex.h \
 	common/model_config.c common/model_config.h \
 	common/safetensors.c common/safetensors.h \

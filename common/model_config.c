@@ -183,22 +183,29 @@ static nl_status parse_token_ids(const json_t *root, const char *src, nl_model_c
     int64_t bos;
     NL_TRY(get_int(root, src, "bos_token_id", false, -1, 0, c->vocab_size - 1, &bos));
     c->bos_token_id = (int32_t)bos;
+    return model_config_parse_eos_ids(json_object_get(root, "eos_token_id"), src, c->vocab_size,
+                                      c->eos_token_ids, &c->n_eos);
+}
 
-    c->n_eos = 0;
-    const json_t *v = json_object_get(root, "eos_token_id");
+nl_status model_config_parse_eos_ids(const json_t *v, const char *src, int64_t id_limit,
+                                     int32_t ids[NL_MAX_EOS], int32_t *n_ids)
+{
+    *n_ids = 0;
     if (!v || json_is_null(v)) return NL_OK;
     if (json_is_integer(v)) {
-        int64_t e;
-        NL_TRY(get_int(root, src, "eos_token_id", true, 0, 0, c->vocab_size - 1, &e));
-        c->eos_token_ids[c->n_eos++] = (int32_t)e;
+        json_int_t id = json_integer_value(v);
+        if (id < 0 || id >= id_limit)
+            return nl_error(NL_ERR_FORMAT, "%s: field eos_token_id = %" JSON_INTEGER_FORMAT
+                            " is out of range [0, %" PRId64 "]", src, id, id_limit - 1);
+        ids[(*n_ids)++] = (int32_t)id;
         return NL_OK;
     }
     if (!json_is_array(v))
         return nl_error(NL_ERR_FORMAT, "%s: field eos_token_id must be an integer or a list of "
                         "integers, got %s", src, json_type_name(v));
-    if (json_array_size(v) > NL_MAX_EOS_IDS)
+    if (json_array_size(v) > NL_MAX_EOS)
         return nl_error(NL_ERR_UNSUPPORTED, "%s: field eos_token_id lists %zu ids (limit %d)", src,
-                        json_array_size(v), NL_MAX_EOS_IDS);
+                        json_array_size(v), NL_MAX_EOS);
     size_t i;
     const json_t *e;
     json_array_foreach(v, i, e) {
@@ -206,10 +213,10 @@ static nl_status parse_token_ids(const json_t *root, const char *src, nl_model_c
             return nl_error(NL_ERR_FORMAT, "%s: field eos_token_id[%zu] must be an integer, got %s",
                             src, i, json_type_name(e));
         json_int_t id = json_integer_value(e);
-        if (id < 0 || id >= c->vocab_size)
+        if (id < 0 || id >= id_limit)
             return nl_error(NL_ERR_FORMAT, "%s: field eos_token_id[%zu] = %" JSON_INTEGER_FORMAT
-                            " is out of range [0, %d)", src, i, id, c->vocab_size);
-        c->eos_token_ids[c->n_eos++] = (int32_t)id;
+                            " is out of range [0, %" PRId64 ")", src, i, id, id_limit);
+        ids[(*n_ids)++] = (int32_t)id;
     }
     return NL_OK;
 }

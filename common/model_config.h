@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "common/dtype.h"
+#include "common/limits.h"
 #include "common/status.h"
 
 /* One value per registered model family (model_family.c). */
@@ -20,8 +21,6 @@ typedef enum nl_arch {
     NL_ARCH_QWEN3 = 0, /* QK-norm, no q/k/v bias      */
     NL_ARCH_QWEN2,     /* q/k/v bias, no QK-norm      */
 } nl_arch;
-
-#define NL_MAX_EOS_IDS 8
 
 typedef struct nl_model_config {
     nl_arch arch;
@@ -40,7 +39,7 @@ typedef struct nl_model_config {
     nl_dtype dtype;                /* torch_dtype / dtype                    */
     int32_t bos_token_id;          /* -1 when absent                         */
     int32_t n_eos;                 /* eos_token_id: an int or a list         */
-    int32_t eos_token_ids[NL_MAX_EOS_IDS];
+    int32_t eos_token_ids[NL_MAX_EOS];
 } nl_model_config;
 
 /* Parses config.json text; source names it in messages. */
@@ -48,6 +47,13 @@ nl_status model_config_parse(const char *json_text, const char *source,
                              nl_model_config *out);
 /* Reads DIR/config.json. */
 nl_status model_config_load(const char *model_dir, nl_model_config *out);
+/* Parses an "eos_token_id" value as config.json and generation_config.json
+ * hold it: absent or null (no ids), an id, or a list of at most NL_MAX_EOS
+ * ids, each in [0, id_limit).  source names the file in messages.  The one
+ * reader of EOS ids: the model config and the tokenizer both use it. */
+struct json_t;
+nl_status model_config_parse_eos_ids(const struct json_t *value, const char *source,
+                                     int64_t id_limit, int32_t ids[NL_MAX_EOS], int32_t *n_ids);
 /* Writes a hub-style config.json for cfg into DIR. */
 nl_status model_config_save(const nl_model_config *cfg, const char *model_dir);
 

@@ -18,7 +18,7 @@
 #include "common/futex.h"
 
 #define SHM_MAGIC 0x4d534c4eu /* "NLSM" */
-#define SHM_VERSION 2
+#define SHM_VERSION 3
 #define SHM_ALIGN 4096
 
 static uint64_t align_up(uint64_t n)
@@ -36,7 +36,7 @@ static nl_status make_name(char name[SHM_NAME_MAX])
     return NL_OK;
 }
 
-nl_status shm_segment_create(const shm_layout *layout, const worker_config *config,
+nl_status shm_segment_create(const shm_layout *layout, const engine_settings *config,
                              shm_segment *out)
 {
     memset(out, 0, sizeof *out);
@@ -91,7 +91,7 @@ nl_status shm_segment_create(const shm_layout *layout, const worker_config *conf
     h->comm_offset = comm_offset;
     h->comm_bytes = comm_bytes;
     h->config = *config;
-    h->config.model_dir[SHM_PATH_MAX - 1] = '\0';
+    h->config.model_dir[NL_MODEL_DIR_MAX - 1] = '\0';
     if ((st = ring_format((uint8_t *)base + cmd_offset, cmd_bytes, layout->cmd_capacity,
                           layout->n_ranks, &out->cmd)) != NL_OK ||
         (st = ring_format((uint8_t *)base + reply_offset, reply_bytes, layout->reply_capacity, 1,

@@ -1,8 +1,9 @@
 /* shm.h — the engine's shared-memory segment: layout and lifecycle.
  *
  * One POSIX shared-memory object per engine holds, in order:
- *   shm_header  the worker configuration, each rank's start-up state and
- *               error message, the NCCL unique id, and where the rest lies;
+ *   shm_header  the engine settings (common/engine_settings.h), each
+ *               rank's start-up state and error message, the NCCL unique
+ *               id, and where the rest lies;
  *   command ring (leader -> every rank), reply ring (rank 0 -> leader);
  *   comm area   scratch for the CPU shared-memory all-reduce (tp > 1 on
  *               the CPU only; zero bytes otherwise).
@@ -21,35 +22,19 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/engine_settings.h"
+#include "common/limits.h"
 #include "common/status.h"
 #include "ipc/ring.h"
 
-#define SHM_MAX_RANKS 64
+#define SHM_MAX_RANKS NL_MAX_TP
 #define SHM_NAME_MAX 64
-#define SHM_PATH_MAX 4096
 #define SHM_ERROR_MAX 512
 #define SHM_NCCL_ID_BYTES 128
 
 /* The comm area for n CPU ranks: a page of barrier words, then one 4 MiB
  * slot per rank plus one for results (kernels/comm_shm.c). */
 #define SHM_COMM_BYTES(n) ((size_t)4096 + ((size_t)(n) + 1) * ((size_t)4 << 20))
-
-/* What every worker needs to build its shard; written by the leader before
- * the workers start and read-only afterwards. */
-typedef struct worker_config {
-    char model_dir[SHM_PATH_MAX];
-    int32_t tp;
-    int32_t device;               /* nl_device: CPU or CUDA */
-    int32_t block_size;
-    int32_t num_kv_blocks;        /* 0: size from memory */
-    float gpu_memory_utilization;
-    int32_t max_num_seqs;
-    int64_t cpu_kv_bytes;
-    int32_t max_num_batched_tokens;
-    int32_t max_model_len;
-    int32_t enforce_eager;
-    int32_t reserved;
-} worker_config;
 
 /* A rank's start-up progress, only ever moving forward. */
 typedef enum shm_rank_state {
@@ -76,7 +61,7 @@ typedef struct shm_header {
     uint64_t cmd_offset, cmd_bytes;
     uint64_t reply_offset, reply_bytes;
     uint64_t comm_offset, comm_bytes;
-    worker_config config;
+    engine_settings config; /* written before the workers start, read-only after */
     alignas(64) _Atomic uint32_t state_seq; /* futex: bumped on any rank change */
     _Atomic uint32_t nccl_id_ready;         /* futex: 1 once rank 0 wrote it */
     uint8_t nccl_id[SHM_NCCL_ID_BYTES];
@@ -113,7 +98,7 @@ typedef struct shm_segment {
  * descriptor out->fd that they inherit, so no crash at any moment -- not
  * even a SIGKILL of the leader while its workers start -- can leave a name
  * behind in /dev/shm. */
-nl_status shm_segment_create(const shm_layout *layout, const worker_config *config,
+nl_status shm_segment_create(const shm_layout *layout, const engine_settings *config,
                              shm_segment *out);
 
 /* Worker: maps the segment open on fd (which it takes over and closes) and

@@ -5,7 +5,7 @@
  * every array against the bytes that remain before touching them, with
  * counts widened to 64 bits so no multiplication can overflow.  Values are
  * validated as well as lengths (counts non-negative, logprob counts within
- * WIRE_MAX_LOGPROBS, status a known code), so whatever decodes is safe to
+ * NL_MAX_LOGPROBS, status a known code), so whatever decodes is safe to
  * act on.
  */
 #include "ipc/wire.h"
@@ -101,9 +101,9 @@ static nl_status check_seq_for_encode(const wire_seq *s, int32_t i)
                         i, (unsigned long long)s->seq_id);
     if (s->sample != 0 && s->sample != 1)
         return nl_error(NL_ERR_INVALID_ARG, "wire: seq %d: sample = %d, expected 0 or 1", i, s->sample);
-    if (s->n_logprobs < 0 || s->n_logprobs > WIRE_MAX_LOGPROBS)
+    if (s->sampling.n_logprobs < 0 || s->sampling.n_logprobs > NL_MAX_LOGPROBS)
         return nl_error(NL_ERR_INVALID_ARG, "wire: seq %d: n_logprobs = %d, limit %d", i,
-                        s->n_logprobs, WIRE_MAX_LOGPROBS);
+                        s->sampling.n_logprobs, NL_MAX_LOGPROBS);
     return NL_OK;
 }
 
@@ -130,13 +130,13 @@ nl_status wire_encode_run(const wire_run *cmd, wire_buf *out)
         p = put_i32(p, s->num_new);
         p = put_i32(p, s->n_blocks);
         p = put_i32(p, s->sample);
-        p = put_f32(p, s->temperature);
-        p = put_f32(p, s->top_p);
-        p = put_f32(p, s->min_p);
-        p = put_i32(p, s->top_k);
-        p = put_i32(p, s->n_logprobs);
-        p = put_u64(p, s->seed);
-        p = put_u64(p, s->sample_offset);
+        p = put_f32(p, s->sampling.temperature);
+        p = put_f32(p, s->sampling.top_p);
+        p = put_f32(p, s->sampling.min_p);
+        p = put_i32(p, s->sampling.top_k);
+        p = put_i32(p, s->sampling.n_logprobs);
+        p = put_u64(p, s->sampling.seed);
+        p = put_u64(p, s->sampling.offset);
         for (int32_t k = 0; k < s->num_new; k++) p = put_i32(p, s->tokens[k]);
         for (int32_t k = 0; k < s->n_blocks; k++) p = put_i32(p, s->block_table[k]);
     }
@@ -152,9 +152,9 @@ nl_status wire_encode_reply(const wire_reply *reply, wire_buf *out)
     size_t total = WIRE_HEADER_BYTES + WIRE_REPLY_FIXED + err_len;
     for (int32_t i = 0; i < reply->n_sampled; i++) {
         int32_t n_top = reply->sampled[i].n_top;
-        if (n_top < 0 || n_top > WIRE_MAX_LOGPROBS)
+        if (n_top < 0 || n_top > NL_MAX_LOGPROBS)
             return nl_error(NL_ERR_INVALID_ARG, "wire: reply entry %d: n_top = %d, limit %d", i,
-                            n_top, WIRE_MAX_LOGPROBS);
+                            n_top, NL_MAX_LOGPROBS);
         total += WIRE_SAMPLED_FIXED + 8 * (size_t)n_top;
     }
     NL_TRY(buf_reserve(out, total));
@@ -274,22 +274,22 @@ nl_status wire_decode_run(const void *msg, size_t len, wire_buf *arena, wire_run
         s->num_new = get_i32(&c);
         s->n_blocks = get_i32(&c);
         s->sample = get_i32(&c);
-        s->temperature = get_f32(&c);
-        s->top_p = get_f32(&c);
-        s->min_p = get_f32(&c);
-        s->top_k = get_i32(&c);
-        s->n_logprobs = get_i32(&c);
-        s->seed = get_u64(&c);
-        s->sample_offset = get_u64(&c);
+        s->sampling.temperature = get_f32(&c);
+        s->sampling.top_p = get_f32(&c);
+        s->sampling.min_p = get_f32(&c);
+        s->sampling.top_k = get_i32(&c);
+        s->sampling.n_logprobs = get_i32(&c);
+        s->sampling.seed = get_u64(&c);
+        s->sampling.offset = get_u64(&c);
         if (s->num_computed < 0 || s->num_new < 0 || s->n_blocks < 0)
             return nl_error(NL_ERR_FORMAT,
                             "wire: seq %u: num_computed %d, num_new %d, n_blocks %d must be >= 0", i,
                             s->num_computed, s->num_new, s->n_blocks);
         if (s->sample != 0 && s->sample != 1)
             return nl_error(NL_ERR_FORMAT, "wire: seq %u: sample = %d, expected 0 or 1", i, s->sample);
-        if (s->n_logprobs < 0 || s->n_logprobs > WIRE_MAX_LOGPROBS)
+        if (s->sampling.n_logprobs < 0 || s->sampling.n_logprobs > NL_MAX_LOGPROBS)
             return nl_error(NL_ERR_FORMAT, "wire: seq %u: n_logprobs = %d, limit %d", i,
-                            s->n_logprobs, WIRE_MAX_LOGPROBS);
+                            s->sampling.n_logprobs, NL_MAX_LOGPROBS);
         NL_TRY(need(&c, 4 * ((uint64_t)s->num_new + (uint64_t)s->n_blocks), "token and block arrays",
                     (int32_t)i));
         s->tokens = ints;
@@ -344,9 +344,9 @@ nl_status wire_decode_reply(const void *msg, size_t len, wire_buf *arena, wire_r
         s->token_id = get_i32(&c);
         s->logprob = get_f32(&c);
         uint32_t n_top = get_u32(&c);
-        if (n_top > WIRE_MAX_LOGPROBS)
+        if (n_top > NL_MAX_LOGPROBS)
             return nl_error(NL_ERR_FORMAT, "wire: sampled %u: n_top = %u, limit %d", i, n_top,
-                            WIRE_MAX_LOGPROBS);
+                            NL_MAX_LOGPROBS);
         NL_TRY(need(&c, 8 * (uint64_t)n_top, "top logprobs", (int32_t)i));
         s->n_top = (int32_t)n_top;
         for (uint32_t k = 0; k < n_top; k++) s->top_ids[k] = get_i32(&c);

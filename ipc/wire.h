@@ -11,10 +11,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/limits.h"
+#include "common/sampling.h"
 #include "common/status.h"
 
 #define WIRE_VERSION 1
-#define WIRE_MAX_LOGPROBS 20
 
 typedef enum wire_kind {
     WIRE_RUN = 1,
@@ -28,14 +29,7 @@ typedef struct wire_seq {
     int32_t num_new;       /* tokens to compute now: tokens[num_new]         */
     int32_t n_blocks;      /* block_table[n_blocks], covering all positions  */
     int32_t sample;        /* 1: sample a token after this chunk             */
-    /* sampling (used when sample == 1) */
-    float temperature;
-    float top_p;
-    float min_p;
-    int32_t top_k;
-    int32_t n_logprobs;
-    uint64_t seed;
-    uint64_t sample_offset; /* tokens generated so far                       */
+    nl_sample_row sampling; /* used when sample == 1; offset = tokens generated so far */
     const int32_t *tokens;
     const int32_t *block_table;
 } wire_seq;
@@ -52,8 +46,8 @@ typedef struct wire_sampled {
     int32_t token_id;
     float logprob;
     int32_t n_top;
-    int32_t top_ids[WIRE_MAX_LOGPROBS];
-    float top_logprobs[WIRE_MAX_LOGPROBS];
+    int32_t top_ids[NL_MAX_LOGPROBS];
+    float top_logprobs[NL_MAX_LOGPROBS];
 } wire_sampled;
 
 /* Rank 0's answer to a RUN: one entry per seq with sample == 1, in the
@@ -74,7 +68,7 @@ typedef struct wire_reply {
  *   command u64 step_id, u32 n_seqs, then per seq:
  *           u64 seq_id, i32 num_computed, num_new, n_blocks, sample,
  *           f32 temperature, top_p, min_p, i32 top_k, n_logprobs,
- *           u64 seed, sample_offset, i32 tokens[num_new],
+ *           u64 seed, offset (nl_sample_row), i32 tokens[num_new],
  *           i32 block_table[n_blocks]
  *   reply   u64 step_id, i32 status, u32 error_len, error bytes,
  *           u32 n_sampled, then per entry: u64 seq_id, i32 token_id,

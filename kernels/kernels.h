@@ -24,7 +24,7 @@
 #include <stdint.h>
 
 #include "common/dtype.h"
-#include "common/mix64.h"
+#include "common/sampling.h"
 #include "common/status.h"
 
 typedef struct nl_backend nl_backend;
@@ -50,40 +50,8 @@ typedef struct nl_attn_batch {
     const int32_t *block_tables; /* [n_seqs, max_blocks_per_seq]             */
 } nl_attn_batch;
 
-/* Sampling controls for one logits row (backend memory, an array of these).
- *
- * The sampler is defined exactly so that backends agree and a seeded request
- * gives the same tokens whatever it is batched with:
- *   logprobs reported = log_softmax(raw logits) (before temperature); the
- *   chosen token's is always reported, the top-N only when n_logprobs > 0;
- *   temperature == 0  -> argmax (lowest id on ties);
- *   otherwise p = softmax(logits / temperature), and the kept set is cut
- *   from the order "p descending, lower id first on ties":
- *     top_k > 0 keeps the first top_k tokens of that order (so a tie at the
- *       boundary keeps the lower ids);
- *     top_p < 1 then keeps the shortest prefix of that order, within the
- *       top_k kept, whose mass renormalised over them reaches top_p (always
- *       at least one token; tied tokens are taken in id order);
- *     min_p > 0 then drops every token with p < min_p * p_max;
- *   and the kept token with the largest p_i / E_i wins (lowest id on ties),
- *   E_i = -log1p(-v_i) an Exp(1) variable from v_i = nl_rng_race_uniform()
- *   of (seed, offset, i).  This exponential race picks token i with
- *   probability p_i / sum of kept p, needs no order when no filter is active
- *   (top_k <= 0 or >= vocab, top_p >= 1, min_p <= 0), and splits across
- *   threads freely: it is an argmax.  Backends compare the race in log
- *   form, nl_race_score(logit, 1 / temperature, v) = logit / T - ln E. */
-typedef struct nl_sample_row {
-    float temperature;
-    float top_p;
-    float min_p;
-    int32_t top_k;
-    uint64_t seed;
-    uint64_t offset;      /* tokens this request has generated so far        */
-    int32_t n_logprobs;   /* top-N to report, 0..NL_MAX_LOGPROBS             */
-    int32_t pad_;
-} nl_sample_row;
-
-#define NL_MAX_LOGPROBS 20
+/* nl_sample_row, the sampler's exact semantics and its random race are
+ * defined in common/sampling.h. */
 
 typedef struct nl_backend_ops {
     const char *name;
@@ -178,41 +146,6 @@ int nl_cuda_device_count(void);
 static inline void nl_backend_destroy(nl_backend *be)
 {
     if (be) be->ops->destroy(be);
-}
-
-/* Counter-based generator shared by all backends: the sampler's randomness
- * for a token depends on (seed, offset, token id) alone, so it does not
- * depend on the batch, the backend or how a row is split across threads.
- * Everything up to the uniform is integer arithmetic or exact conversions,
- * bit-identical on host and device. */
-static inline NL_HOST_DEVICE uint64_t nl_rng_mix(uint64_t z)
-{
-    return nl_mix64(z + NL_MIX64_GAMMA); /* one SplitMix64 step from state z */
-}
-/* The key of one sampling step of one request. */
-static inline NL_HOST_DEVICE uint64_t nl_rng_row_key(uint64_t seed, uint64_t offset)
-{
-    return nl_rng_mix(nl_rng_mix(seed) ^ offset);
-}
-/* 32 random bits for token i: output i + 1 of the SplitMix64 stream whose
- * state starts at key. */
-static inline NL_HOST_DEVICE uint32_t nl_rng_race_bits(uint64_t key, uint32_t i)
-{
-    return (uint32_t)(nl_rng_mix(key + (uint64_t)i * NL_MIX64_GAMMA) >> 32);
-}
-/* v in [2^-32, 1 - 2^-24] from 32 bits, by exact conversions only: the
- * smallest v keep 32-bit resolution because E = -log1p(-v) ~ v is where the
- * race is decided (the winner of a flat 150k-token row has E ~ 1e-5); v never
- * reaches 0 (E = 0 would win whatever p) nor 1 (E = inf would never win). */
-static inline NL_HOST_DEVICE float nl_rng_race_uniform(uint32_t bits)
-{
-    return bits >= (1u << 24) ? (float)(bits >> 8) * (1.0f / 16777216.0f)
-                              : (float)(bits | 1u) * (1.0f / 4294967296.0f);
-}
-/* The race in log form: ln(p_i / E_i) up to a constant of the row. */
-static inline NL_HOST_DEVICE float nl_race_score(float logit, float inv_t, float v)
-{
-    return logit * inv_t - logf(-log1pf(-v));
 }
 
 #endif

@@ -42,8 +42,8 @@ static void fill_sample(wire_sampled *sm, const wire_seq *w, int32_t token, int3
     sm->seq_id = w->seq_id;
     sm->token_id = token;
     sm->logprob = fake_runner_logprob(token);
-    sm->n_top = w->n_logprobs;
-    for (int32_t i = 0; i < w->n_logprobs; i++) {
+    sm->n_top = w->sampling.n_logprobs;
+    for (int32_t i = 0; i < w->sampling.n_logprobs; i++) {
         sm->top_ids[i] = (token + i) % vocab;
         sm->top_logprobs[i] = fake_runner_logprob((token + i) % vocab);
     }

@@ -4,7 +4,7 @@
  * Rank r reports 1000 - 10 r KV blocks.  Each RUN all-reduces the value
  * r + 1 over the ranks (CPU tp > 1: the shared-memory comm), and rank 0
  * answers every seq with sample == 1 with
- *   token_id = seq_id * 1000 + sample_offset,  logprob = -(sum of r + 1),
+ *   token_id = seq_id * 1000 + sampling.offset,  logprob = -(sum of r + 1),
  *   n_top = n_logprobs, top_ids[k] = k.
  * Faults, chosen through the environment the pool's test sets:
  *   FAKE_WORKER_FAIL_INIT_RANK=K  rank K's init fails with a message
@@ -68,10 +68,10 @@ static nl_status fake_execute(void *ctx, const wire_run *cmd, wire_reply *reply)
         if (!s->sample) continue;
         wire_sampled *o = &m->sampled[n++];
         o->seq_id = s->seq_id;
-        o->token_id = (int32_t)(s->seq_id * 1000 + s->sample_offset);
+        o->token_id = (int32_t)(s->seq_id * 1000 + s->sampling.offset);
         o->logprob = -v[0];
-        o->n_top = s->n_logprobs;
-        for (int32_t k = 0; k < s->n_logprobs; k++) {
+        o->n_top = s->sampling.n_logprobs;
+        for (int32_t k = 0; k < s->sampling.n_logprobs; k++) {
             o->top_ids[k] = k;
             o->top_logprobs[k] = -(float)k;
         }

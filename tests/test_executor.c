@@ -35,12 +35,12 @@ static double now_ms(void)
     return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
 }
 
-static executor_params fake_params(int tp)
+static engine_settings fake_params(int tp)
 {
-    return (executor_params){
+    return (engine_settings){
         .model_dir = "/models/fake", .tp = tp, .device = NL_DEVICE_CPU, .block_size = 16,
         .max_num_seqs = 512, .max_num_batched_tokens = 4096, .max_model_len = 4096,
-        .worker_path = FAKE_WORKER_PATH,
+        .gpu_memory_utilization = 0.9f,
     };
 }
 
@@ -78,8 +78,8 @@ static nl_status run_step(runner *r, uint64_t step, int n_seqs, wire_reply *repl
         table[i][1] = 2 * i + 1;
         seqs[i] = (wire_seq){.seq_id = (uint64_t)i + 1, .num_computed = 4 * (int32_t)step,
                              .num_new = 4, .n_blocks = 2, .sample = (i + 1) % 2,
-                             .temperature = 0.0f, .top_p = 1.0f, .n_logprobs = i % 3,
-                             .sample_offset = step, .tokens = tokens[i],
+                             .sampling.temperature = 0.0f, .sampling.top_p = 1.0f, .sampling.n_logprobs = i % 3,
+                             .sampling.offset = step, .tokens = tokens[i],
                              .block_table = table[i]};
     }
     wire_run cmd = {.kind = WIRE_RUN, .step_id = step, .n_seqs = n_seqs, .seqs = seqs};
@@ -106,7 +106,7 @@ static void check_reply(const wire_reply *reply, uint64_t step, int n_seqs, int 
 START_TEST(test_segment_has_no_name)
 {
     shm_layout layout = {.n_ranks = 2, .cmd_capacity = 1 << 16, .reply_capacity = 1 << 12};
-    worker_config cfg = {.tp = 2};
+    engine_settings cfg = {.tp = 2};
     shm_segment seg;
     ck_assert_msg(shm_segment_create(&layout, &cfg, &seg) == NL_OK, "%s", nl_last_error());
     ck_assert_int_eq(count_segments(getpid()), 0);
@@ -127,9 +127,9 @@ END_TEST
 
 static void start_steps_shutdown(int tp)
 {
-    executor_params p = fake_params(tp);
+    engine_settings p = fake_params(tp);
     runner *r;
-    ck_assert_msg(executor_start(&p, &r) == NL_OK, "%s", nl_last_error());
+    ck_assert_msg(executor_start(&p, FAKE_WORKER_PATH, &r) == NL_OK, "%s", nl_last_error());
     ck_assert_int_eq(r->num_kv_blocks, 1000 - 10 * (tp - 1)); /* the minimum over ranks */
     ck_assert_int_eq(count_segments(getpid()), 0); /* never a name once created */
     for (int k = 0; k < tp; k++) ck_assert_int_gt(executor_pid(r, k), 0);
@@ -159,16 +159,16 @@ END_TEST
 /* 512 seqs with 2048 blocks each: about 4 MiB of command. */
 START_TEST(test_large_step)
 {
-    executor_params p = fake_params(2);
+    engine_settings p = fake_params(2);
     runner *r;
-    ck_assert_msg(executor_start(&p, &r) == NL_OK, "%s", nl_last_error());
+    ck_assert_msg(executor_start(&p, FAKE_WORKER_PATH, &r) == NL_OK, "%s", nl_last_error());
     enum { N = 512, B = 2048 };
     wire_seq *seqs = calloc(N, sizeof *seqs);
     int32_t *tables = calloc((size_t)N * B, sizeof *tables);
     int32_t token = 7;
     for (int i = 0; i < N; i++)
         seqs[i] = (wire_seq){.seq_id = (uint64_t)i, .num_computed = B * 16 - 1, .num_new = 1,
-                             .n_blocks = B, .sample = 1, .sample_offset = 5, .tokens = &token,
+                             .n_blocks = B, .sample = 1, .sampling.offset = 5, .tokens = &token,
                              .block_table = tables + (size_t)i * B};
     wire_run cmd = {.kind = WIRE_RUN, .step_id = 1, .n_seqs = N, .seqs = seqs};
     wire_reply reply;
@@ -214,9 +214,9 @@ static void *kill_later(void *arg)
 START_TEST(test_worker_killed_mid_step)
 {
     setenv("FAKE_WORKER_SLOW_STEP", "2", 1);
-    executor_params p = fake_params(2);
+    engine_settings p = fake_params(2);
     runner *r;
-    ck_assert_msg(executor_start(&p, &r) == NL_OK, "%s", nl_last_error());
+    ck_assert_msg(executor_start(&p, FAKE_WORKER_PATH, &r) == NL_OK, "%s", nl_last_error());
     wire_reply reply;
     ck_assert_int_eq(run_step(r, 1, 2, &reply), NL_OK);
 
@@ -243,9 +243,9 @@ END_TEST
 /* A worker that dies between steps is noticed by the next execute. */
 START_TEST(test_worker_exit_between_steps)
 {
-    executor_params p = fake_params(2);
+    engine_settings p = fake_params(2);
     runner *r;
-    ck_assert_msg(executor_start(&p, &r) == NL_OK, "%s", nl_last_error());
+    ck_assert_msg(executor_start(&p, FAKE_WORKER_PATH, &r) == NL_OK, "%s", nl_last_error());
     pid_t pid = executor_pid(r, 0);
     kill(pid, SIGTERM);
     usleep(100 * 1000);
@@ -271,10 +271,10 @@ START_TEST(test_leader_killed)
     pid_t leader = fork();
     ck_assert_int_ge(leader, 0);
     if (leader == 0) {
-        executor_params p = fake_params(2);
+        engine_settings p = fake_params(2);
         runner *r;
         pid_t pids[2] = {0, 0};
-        if (executor_start(&p, &r) == NL_OK) {
+        if (executor_start(&p, FAKE_WORKER_PATH, &r) == NL_OK) {
             pids[0] = executor_pid(r, 0);
             pids[1] = executor_pid(r, 1);
         }
@@ -305,10 +305,10 @@ END_TEST
 START_TEST(test_init_failure_reaches_leader)
 {
     setenv("FAKE_WORKER_FAIL_INIT_RANK", "1", 1);
-    executor_params p = fake_params(3);
+    engine_settings p = fake_params(3);
     runner *r = (runner *)1;
     /* the worker's own status (a corrupt file) reaches the leader with its message */
-    ck_assert_int_eq(executor_start(&p, &r), NL_ERR_FORMAT);
+    ck_assert_int_eq(executor_start(&p, FAKE_WORKER_PATH, &r), NL_ERR_FORMAT);
     ck_assert_ptr_null(r);
     ck_assert_str_eq(nl_last_error(), "worker rank 1: /models/fake/model.safetensors: tensor "
                                       "model.layers.0.mlp.up_proj.weight truncated");
@@ -316,7 +316,7 @@ START_TEST(test_init_failure_reaches_leader)
     unsetenv("FAKE_WORKER_FAIL_INIT_RANK");
 
     setenv("FAKE_WORKER_EXIT_INIT_RANK", "2", 1);
-    ck_assert_int_eq(executor_start(&p, &r), NL_ERR_WORKER);
+    ck_assert_int_eq(executor_start(&p, FAKE_WORKER_PATH, &r), NL_ERR_WORKER);
     ck_assert_msg(strstr(nl_last_error(), "worker rank 2 (pid ") &&
                       strstr(nl_last_error(), ") died: exited with status 3"),
                   "%s", nl_last_error());
@@ -327,31 +327,38 @@ END_TEST
 
 START_TEST(test_bad_worker_program)
 {
-    executor_params p = fake_params(2);
+    engine_settings p = fake_params(2);
     runner *r;
-    p.worker_path = "/nonexistent/nanollm-worker";
-    ck_assert_int_eq(executor_start(&p, &r), NL_ERR_IO);
+    ck_assert_int_eq(executor_start(&p, "/nonexistent/nanollm-worker", &r), NL_ERR_IO);
     ck_assert_ptr_nonnull(strstr(nl_last_error(), "/nonexistent/nanollm-worker"));
     /* runs, but is no worker: it exits without attaching */
-    p.worker_path = "/bin/false";
-    ck_assert_int_eq(executor_start(&p, &r), NL_ERR_WORKER);
+    ck_assert_int_eq(executor_start(&p, "/bin/false", &r), NL_ERR_WORKER);
     ck_assert_msg(strstr(nl_last_error(), "died: exited with status 1"), "%s", nl_last_error());
     assert_nothing_left();
-    p.worker_path = FAKE_WORKER_PATH;
     p.tp = 0;
-    ck_assert_int_eq(executor_start(&p, &r), NL_ERR_INVALID_ARG);
+    ck_assert_int_eq(executor_start(&p, FAKE_WORKER_PATH, &r), NL_ERR_INVALID_ARG);
     p.tp = 1;
     p.device = NL_DEVICE_AUTO;
-    ck_assert_int_eq(executor_start(&p, &r), NL_ERR_INVALID_ARG);
+    ck_assert_int_eq(executor_start(&p, FAKE_WORKER_PATH, &r), NL_ERR_INVALID_ARG);
+    /* the same rules as nl_engine_open's, from the same function */
+    p.device = NL_DEVICE_CPU;
+    p.block_size = 24;
+    ck_assert_int_eq(executor_start(&p, FAKE_WORKER_PATH, &r), NL_ERR_INVALID_ARG);
+    ck_assert_ptr_nonnull(strstr(nl_last_error(), "block_size 24: must be a multiple of 16"));
+    p.block_size = 16;
+    p.max_model_len = 0;
+    ck_assert_int_eq(executor_start(&p, FAKE_WORKER_PATH, &r), NL_ERR_INVALID_ARG);
+    ck_assert_ptr_nonnull(strstr(nl_last_error(), "max_model_len 0"));
+    assert_nothing_left();
 }
 END_TEST
 
 START_TEST(test_step_failure_is_reported)
 {
     setenv("FAKE_WORKER_FAIL_STEP", "2", 1);
-    executor_params p = fake_params(2);
+    engine_settings p = fake_params(2);
     runner *r;
-    ck_assert_msg(executor_start(&p, &r) == NL_OK, "%s", nl_last_error());
+    ck_assert_msg(executor_start(&p, FAKE_WORKER_PATH, &r) == NL_OK, "%s", nl_last_error());
     wire_reply reply;
     ck_assert_int_eq(run_step(r, 1, 3, &reply), NL_OK);
     ck_assert_int_eq(run_step(r, 2, 3, &reply), NL_ERR_NOMEM);
@@ -366,10 +373,10 @@ END_TEST
 
 START_TEST(test_kill_all)
 {
-    executor_params p = fake_params(2);
+    engine_settings p = fake_params(2);
     runner *a, *b;
-    ck_assert_msg(executor_start(&p, &a) == NL_OK, "%s", nl_last_error());
-    ck_assert_msg(executor_start(&p, &b) == NL_OK, "%s", nl_last_error());
+    ck_assert_msg(executor_start(&p, FAKE_WORKER_PATH, &a) == NL_OK, "%s", nl_last_error());
+    ck_assert_msg(executor_start(&p, FAKE_WORKER_PATH, &b) == NL_OK, "%s", nl_last_error());
     executor_kill_all();
     wire_reply reply;
     ck_assert_int_eq(run_step(a, 1, 1, &reply), NL_ERR_WORKER);

@@ -160,6 +160,22 @@ START_TEST(test_model_type_only_and_eos_list)
 }
 END_TEST
 
+/* config.json may list as many EOS ids as the tokenizer keeps (NL_MAX_EOS):
+ * the two once had different caps, and a model with 9 to 16 ids loaded in
+ * the tokenizer but not in the engine. */
+START_TEST(test_eos_list_at_the_limit)
+{
+    nl_model_config c;
+    char list[256] = "[";
+    for (int i = 0; i < NL_MAX_EOS; i++)
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%d", i ? "," : "", 100 + i);
+    strcat(list, "]");
+    ck_assert_msg(parse_edited("eos_token_id", list, &c) == NL_OK, "%s", nl_last_error());
+    ck_assert_int_eq(c.n_eos, NL_MAX_EOS);
+    ck_assert_int_eq(c.eos_token_ids[NL_MAX_EOS - 1], 100 + NL_MAX_EOS - 1);
+}
+END_TEST
+
 START_TEST(test_qwen3_attention_bias)
 {
     nl_model_config c;
@@ -222,7 +238,8 @@ START_TEST(test_bad_fields)
                  "rope_parameters.rope_theta", NULL);
     expect_error("eos_token_id", "\"</s>\"", NL_ERR_FORMAT, "eos_token_id", "a string");
     expect_error("eos_token_id", "[151645, 999999]", NL_ERR_FORMAT, "eos_token_id[1]", "999999");
-    expect_error("eos_token_id", "[1,2,3,4,5,6,7,8,9]", NL_ERR_UNSUPPORTED, "eos_token_id", "9");
+    expect_error("eos_token_id", "[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17]", NL_ERR_UNSUPPORTED,
+                 "eos_token_id", "17");
     expect_error("bos_token_id", "151936", NL_ERR_FORMAT, "bos_token_id", "151936");
     expect_error("tie_word_embeddings", "1", NL_ERR_FORMAT, "tie_word_embeddings", "true or false");
     expect_error("architectures", "[\"LlamaForCausalLM\"]", NL_ERR_UNSUPPORTED,
@@ -349,6 +366,7 @@ static Suite *model_config_suite(void)
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, test_qwen3_hub);
     tcase_add_test(tc, test_special_files_refused_by_type);
+    tcase_add_test(tc, test_eos_list_at_the_limit);
     tcase_add_test(tc, test_qwen2_hub);
     tcase_add_test(tc, test_newer_form);
     tcase_add_test(tc, test_model_type_only_and_eos_list);

@@ -193,20 +193,21 @@ static void remove_tree(const char *dir)
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
 }
 
-static model_runner_params runner_params(const char *dir)
+static engine_settings runner_params(const char *dir)
 {
-    return (model_runner_params){.model_dir = dir, .rank = 0, .tp = 1, .block_size = BLOCK,
-                                 .num_kv_blocks = 48, .max_num_seqs = 8,
-                                 .max_num_batched_tokens = 64, .max_model_len = 128,
-                                 .enforce_eager = true};
+    engine_settings s = {.tp = 1, .device = NL_DEVICE_CPU, .block_size = BLOCK,
+                         .num_kv_blocks = 48, .max_num_seqs = 8, .max_num_batched_tokens = 64,
+                         .max_model_len = 128, .gpu_memory_utilization = 0.9f, .enforce_eager = 1};
+    snprintf(s.model_dir, sizeof s.model_dir, "%s", dir);
+    return s;
 }
 
 static model_runner *open_runner(const char *dir, nl_backend *be, nl_comm *comm)
 {
-    model_runner_params p = runner_params(dir);
-    p.rank = comm->rank, p.tp = comm->size;
+    engine_settings p = runner_params(dir);
+    p.tp = comm->size;
     model_runner *r = NULL;
-    nl_status st = model_runner_create(&p, be, comm, &r);
+    nl_status st = model_runner_create(&p, comm->rank, be, comm, &r);
     ck_assert_msg(st == NL_OK, "model_runner_create: %s", nl_last_error());
     ck_assert_int_eq(model_runner_num_kv_blocks(r), 48);
     return r;
@@ -218,8 +219,8 @@ static const int32_t tables[N_PROMPTS][3] = {{40, 41, 42}, {17, 3, 30}, {5, 44, 
 static wire_seq seq_of(int p, int32_t computed, int32_t n_new, const int32_t *tokens, bool sample)
 {
     return (wire_seq){.seq_id = 100 + p, .num_computed = computed, .num_new = n_new,
-                      .n_blocks = 3, .sample = sample, .temperature = 0.0f, .top_p = 1.0f,
-                      .n_logprobs = N_TOP, .tokens = tokens, .block_table = tables[p]};
+                      .n_blocks = 3, .sample = sample, .sampling.temperature = 0.0f,
+                      .sampling.top_p = 1.0f, .sampling.n_logprobs = N_TOP, .tokens = tokens, .block_table = tables[p]};
 }
 
 /* Runs the step sequence: one ragged prefill that chunks prompt 2, a mixed
@@ -328,9 +329,9 @@ static void run_model_tp(const golden_model *m, int tp)
             model_runner *r;
             nl_status st = nl_backend_cpu_create(1, &be);
             if (st == NL_OK) st = nl_comm_shm_create(area, bytes, rank, tp, parent_alive, NULL, &comm);
-            model_runner_params p = runner_params(dir);
-            p.rank = rank, p.tp = tp;
-            if (st == NL_OK) st = model_runner_create(&p, be, comm, &r);
+            engine_settings p = runner_params(dir);
+            p.tp = tp;
+            if (st == NL_OK) st = model_runner_create(&p, rank, be, comm, &r);
             if (st == NL_OK) st = drive(r, m, g, false);
             if (st != NL_OK) fprintf(stderr, "rank %d: %s\n", rank, nl_last_error());
             _exit(st == NL_OK ? 0 : 1);
@@ -411,7 +412,7 @@ START_TEST(test_rejects_bad_commands)
     ck_assert_int_eq(model_runner_execute(r, &cmd, &reply), NL_ERR_INVALID_ARG);
     ck_assert_ptr_nonnull(strstr(reply.error, "max_num_batched_tokens"));
     /* still works: one valid sampled step */
-    two[0].sample = 1, two[0].top_p = 1.0f;
+    two[0].sample = 1, two[0].sampling.top_p = 1.0f;
     cmd.n_seqs = 1;
     ck_assert_int_eq(model_runner_execute(r, &cmd, &reply), NL_OK);
     ck_assert_int_eq(reply.n_sampled, 1);
@@ -437,14 +438,14 @@ START_TEST(test_tiny_temperature_is_greedy)
     wire_reply reply;
     wire_seq q = seq_of(1, 0, prompt_len[1], prompts[1], true);
     wire_run cmd = {.kind = WIRE_RUN, .step_id = 1, .n_seqs = 1, .seqs = &q};
-    q.temperature = 0.0f;
+    q.sampling.temperature = 0.0f;
     ck_assert_int_eq(model_runner_execute(r, &cmd, &reply), NL_OK);
     int32_t greedy = reply.sampled[0].token_id;
     ck_assert_int_eq(greedy, reply.sampled[0].top_ids[0]);
     const float tiny[] = {1e-40f, 1e-38f, 1e-30f, 1e-7f};
     for (size_t i = 0; i < sizeof tiny / sizeof tiny[0]; i++)
         for (uint64_t seed = 0; seed < 4; seed++) {
-            q.temperature = tiny[i], q.seed = seed;
+            q.sampling.temperature = tiny[i], q.sampling.seed = seed;
             ck_assert_int_eq(model_runner_execute(r, &cmd, &reply), NL_OK);
             ck_assert_msg(reply.sampled[0].token_id == greedy, "T %g seed %d: token %d, greedy %d",
                           (double)tiny[i], (int)seed, reply.sampled[0].token_id, greedy);
@@ -463,12 +464,12 @@ START_TEST(test_rejects_tp_not_dividing)
     snprintf(dir, sizeof dir, "%s/%s", tmp_root, models[1].name);
     nl_backend *be;
     ck_assert_int_eq(nl_backend_cpu_create(1, &be), NL_OK);
-    model_runner_params p = {.model_dir = dir, .rank = 0, .tp = 4, .block_size = BLOCK,
-                             .num_kv_blocks = 8, .max_num_seqs = 2, .max_num_batched_tokens = 16,
-                             .max_model_len = 64, .enforce_eager = true};
+    engine_settings p = runner_params(dir);
+    p.tp = 4, p.num_kv_blocks = 8, p.max_num_seqs = 2, p.max_num_batched_tokens = 16;
+    p.max_model_len = 64;
     struct { nl_comm c; } fake = {{.ops = nl_comm_single()->ops, .rank = 0, .size = 4}};
     model_runner *r = NULL;
-    ck_assert_int_eq(model_runner_create(&p, be, &fake.c, &r), NL_ERR_UNSUPPORTED);
+    ck_assert_int_eq(model_runner_create(&p, 0, be, &fake.c, &r), NL_ERR_UNSUPPORTED);
     ck_assert_ptr_nonnull(strstr(nl_last_error(), "6 attention heads"));
     nl_backend_destroy(be);
     remove_tree(tmp_root);

@@ -190,8 +190,8 @@ START_TEST(test_large_command)
         for (int k = 0; k < N_BLOCKS; k++) tables[i * N_BLOCKS + k] = i * 7919 + k;
         tokens[i] = 1000 + i;
         seqs[i] = (wire_seq){.seq_id = 100 + i, .num_computed = N_BLOCKS * 16 - 1, .num_new = 1,
-                             .n_blocks = N_BLOCKS, .sample = 1, .temperature = 0.5f,
-                             .top_p = 1.0f, .tokens = &tokens[i],
+                             .n_blocks = N_BLOCKS, .sample = 1, .sampling.temperature = 0.5f,
+                             .sampling.top_p = 1.0f, .tokens = &tokens[i],
                              .block_table = &tables[i * N_BLOCKS]};
     }
     wire_run cmd = {.kind = WIRE_RUN, .step_id = 9, .n_seqs = N_SEQS, .seqs = seqs};

@@ -241,7 +241,7 @@ START_TEST(test_batch_wire_fields)
     ck_assert_int_eq(ws[0].num_new, 10);
     ck_assert_int_eq(ws[0].sample, 1);
     ck_assert_ptr_eq(ws[0].tokens, s->tokens + 40);
-    ck_assert_uint_eq(ws[0].sample_offset, 0);
+    ck_assert_uint_eq(ws[0].sampling.offset, 0);
     scheduler_commit(h.sch);
     seq_append_token(s, 99);
 
@@ -252,13 +252,13 @@ START_TEST(test_batch_wire_fields)
     ck_assert_int_eq(ws[0].num_new, 1);
     ck_assert_int_eq(ws[0].tokens[0], 99);
     ck_assert_int_eq(ws[0].n_blocks, 4);
-    ck_assert_uint_eq(ws[0].sample_offset, 1);
-    ck_assert_float_eq(ws[0].temperature, 0.7f);
-    ck_assert_float_eq(ws[0].top_p, 0.9f);
-    ck_assert_float_eq(ws[0].min_p, 0.05f);
-    ck_assert_int_eq(ws[0].top_k, 40);
-    ck_assert_int_eq(ws[0].n_logprobs, 3);
-    ck_assert_uint_eq(ws[0].seed, 1234);
+    ck_assert_uint_eq(ws[0].sampling.offset, 1);
+    ck_assert_float_eq(ws[0].sampling.temperature, 0.7f);
+    ck_assert_float_eq(ws[0].sampling.top_p, 0.9f);
+    ck_assert_float_eq(ws[0].sampling.min_p, 0.05f);
+    ck_assert_int_eq(ws[0].sampling.top_k, 40);
+    ck_assert_int_eq(ws[0].sampling.n_logprobs, 3);
+    ck_assert_uint_eq(ws[0].sampling.seed, 1234);
     scheduler_commit(h.sch);
     scheduler_finish(h.sch, s, NL_FINISH_ABORT);
     seq_destroy(s);

@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/limits.h"
 #include "common/status.h"
 #include "leader/cli/cli.h"
 #include "leader/tokenizer/tokenizer.h"
@@ -449,8 +450,25 @@ START_TEST(test_eos_from_configs)
     write_file(dir, "config.json", "{\"eos_token_id\": 151643}");
     write_file(dir, "generation_config.json", "{\"eos_token_id\": [151645, 99999999999]}");
     ck_assert_int_eq(tokenizer_load(dir, &t), NL_ERR_FORMAT);
-    ck_assert_msg(strstr(nl_last_error(), "generation_config.json: eos_token_id 99999999999"), "%s",
-                  nl_last_error());
+    ck_assert_msg(strstr(nl_last_error(), "generation_config.json: field eos_token_id[1] = 99999999999"),
+                  "%s", nl_last_error());
+
+    /* The same reader and cap as the model config: with tokenizer_config's
+     * eos_token (<|im_end|>) and 15 ids from config.json the set holds
+     * NL_MAX_EOS ids, and a 17th distinct id from another file is refused,
+     * not dropped. */
+    write_file(dir, "config.json", "{\"eos_token_id\": [1,2,3,4,5,6,7,8,9,10,11,12,13,14,15]}");
+    write_file(dir, "generation_config.json", "{\"eos_token_id\": [15, 1]}");
+    ck_assert_msg(tokenizer_load(dir, &t) == NL_OK, "%s", nl_last_error());
+    int32_t all[NL_MAX_EOS];
+    ck_assert_uint_eq(tokenizer_eos_ids(t, all, NL_MAX_EOS), NL_MAX_EOS);
+    bool has_im_end = false;
+    for (int i = 0; i < NL_MAX_EOS; i++) has_im_end |= all[i] == 151645;
+    ck_assert(has_im_end);
+    tokenizer_destroy(t);
+    write_file(dir, "generation_config.json", "{\"eos_token_id\": 16}");
+    ck_assert_int_eq(tokenizer_load(dir, &t), NL_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(nl_last_error(), "more than 16 distinct EOS ids"), "%s", nl_last_error());
 }
 END_TEST
 
@@ -629,6 +647,7 @@ int main(void)
     tcase_add_test(hf, test_chat_template_matches_hf);
     suite_add_tcase(s, hf);
     TCase *core = tcase_create("core");
+    tcase_set_timeout(core, 60); /* test_eos_from_configs loads the 11 MB tokenizer.json often */
     tcase_add_test(core, test_qwen3_facts);
     tcase_add_test(core, test_known_ids);
     tcase_add_test(core, test_special_tokens_as_text);

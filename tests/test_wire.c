@@ -31,8 +31,8 @@ START_TEST(test_layout_by_hand)
     int32_t tokens[2] = {7, -1};
     int32_t table[1] = {0x01020304};
     wire_seq seq = {.seq_id = 0x1122334455667788ull, .num_computed = 16, .num_new = 2,
-                    .n_blocks = 1, .sample = 1, .temperature = 1.0f, .top_p = 0.5f,
-                    .min_p = 0.0f, .top_k = 40, .n_logprobs = 3, .seed = 5, .sample_offset = 6,
+                    .n_blocks = 1, .sample = 1, .sampling.temperature = 1.0f, .sampling.top_p = 0.5f,
+                    .sampling.min_p = 0.0f, .sampling.top_k = 40, .sampling.n_logprobs = 3, .sampling.seed = 5, .sampling.offset = 6,
                     .tokens = tokens, .block_table = table};
     wire_run cmd = {.kind = WIRE_RUN, .step_id = 3, .n_seqs = 1, .seqs = &seq};
     static const uint8_t want[] = {
@@ -67,13 +67,13 @@ static void random_run(uint64_t *s, wire_run *cmd, wire_seq *seqs, int32_t *ints
         q->num_new = (int32_t)(rng_next(s) % 40);
         q->n_blocks = (int32_t)(rng_next(s) % 40);
         q->sample = (int32_t)(rng_next(s) % 2);
-        q->temperature = (float)(rng_next(s) % 1000) / 500.0f;
-        q->top_p = (float)(rng_next(s) % 1001) / 1000.0f;
-        q->min_p = (float)(rng_next(s) % 1001) / 1000.0f;
-        q->top_k = (int32_t)(rng_next(s) % 200) - 1;
-        q->n_logprobs = (int32_t)(rng_next(s) % (WIRE_MAX_LOGPROBS + 1));
-        q->seed = rng_next(s);
-        q->sample_offset = rng_next(s) % 5000;
+        q->sampling.temperature = (float)(rng_next(s) % 1000) / 500.0f;
+        q->sampling.top_p = (float)(rng_next(s) % 1001) / 1000.0f;
+        q->sampling.min_p = (float)(rng_next(s) % 1001) / 1000.0f;
+        q->sampling.top_k = (int32_t)(rng_next(s) % 200) - 1;
+        q->sampling.n_logprobs = (int32_t)(rng_next(s) % (NL_MAX_LOGPROBS + 1));
+        q->sampling.seed = rng_next(s);
+        q->sampling.offset = rng_next(s) % 5000;
         int32_t *t = ints + i * 80;
         for (int k = 0; k < q->num_new + q->n_blocks; k++) t[k] = (int32_t)rng_next(s);
         q->tokens = t;
@@ -93,11 +93,11 @@ static void assert_runs_equal(const wire_run *a, const wire_run *b)
         REQUIRE(x->num_new == y->num_new);
         REQUIRE(x->n_blocks == y->n_blocks);
         REQUIRE(x->sample == y->sample);
-        REQUIRE(x->temperature == y->temperature && x->top_p == y->top_p && x->min_p == y->min_p);
-        REQUIRE(x->top_k == y->top_k);
-        REQUIRE(x->n_logprobs == y->n_logprobs);
-        REQUIRE(x->seed == y->seed);
-        REQUIRE(x->sample_offset == y->sample_offset);
+        REQUIRE(x->sampling.temperature == y->sampling.temperature && x->sampling.top_p == y->sampling.top_p && x->sampling.min_p == y->sampling.min_p);
+        REQUIRE(x->sampling.top_k == y->sampling.top_k);
+        REQUIRE(x->sampling.n_logprobs == y->sampling.n_logprobs);
+        REQUIRE(x->sampling.seed == y->sampling.seed);
+        REQUIRE(x->sampling.offset == y->sampling.offset);
         REQUIRE(memcmp(x->tokens, y->tokens, 4 * (size_t)x->num_new) == 0);
         REQUIRE(memcmp(x->block_table, y->block_table, 4 * (size_t)x->n_blocks) == 0);
     }
@@ -139,7 +139,7 @@ static void random_reply(uint64_t *s, wire_reply *r, wire_sampled *sampled, int 
         x->seq_id = rng_next(s);
         x->token_id = (int32_t)(rng_next(s) % 151936);
         x->logprob = -(float)(rng_next(s) % 10000) / 100.0f;
-        x->n_top = (int32_t)(rng_next(s) % (WIRE_MAX_LOGPROBS + 1));
+        x->n_top = (int32_t)(rng_next(s) % (NL_MAX_LOGPROBS + 1));
         for (int k = 0; k < x->n_top; k++) {
             x->top_ids[k] = (int32_t)(rng_next(s) % 151936);
             x->top_logprobs[k] = -(float)k * 0.25f;
@@ -226,9 +226,9 @@ START_TEST(test_malformed_commands)
     ck_assert_ptr_nonnull(strstr(nl_last_error(), "num_new -1"));
 
     /* the encoder refuses what the decoder would refuse */
-    seq.n_logprobs = 21;
+    seq.sampling.n_logprobs = 21;
     ck_assert_int_eq(wire_encode_run(&cmd, &enc), NL_ERR_INVALID_ARG);
-    seq.n_logprobs = 0;
+    seq.sampling.n_logprobs = 0;
     seq.num_new = -2;
     ck_assert_int_eq(wire_encode_run(&cmd, &enc), NL_ERR_INVALID_ARG);
     ck_assert_uint_eq(wire_run_size(&cmd), 0);

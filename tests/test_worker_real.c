@@ -44,22 +44,24 @@ static void remove_model(void)
     ck_assert_int_eq(system(cmd), 0);
 }
 
-static executor_params params(int tp)
+static engine_settings params(int tp)
 {
-    return (executor_params){
-        .model_dir = model_dir, .tp = tp, .device = NL_DEVICE_CPU, .block_size = 16,
+    engine_settings s = {
+        .tp = tp, .device = NL_DEVICE_CPU, .block_size = 16,
         .num_kv_blocks = 32, .max_num_seqs = 8, .max_num_batched_tokens = 256,
-        .max_model_len = 256, .enforce_eager = true, .worker_path = worker_path(),
+        .max_model_len = 256, .gpu_memory_utilization = 0.9f, .enforce_eager = true,
     };
+    ck_assert_int_eq(engine_settings_set_model_dir(&s, model_dir), NL_OK);
+    return s;
 }
 
 /* Prefill two prompts, then decode greedily; tokens[s][k], logprobs[s][k]. */
 static void generate(int tp, int32_t tokens[N_SEQS][N_DECODE + 1],
                      float logprobs[N_SEQS][N_DECODE + 1])
 {
-    executor_params p = params(tp);
+    engine_settings p = params(tp);
     runner *r;
-    ck_assert_msg(executor_start(&p, &r) == NL_OK, "tp %d: %s", tp, nl_last_error());
+    ck_assert_msg(executor_start(&p, worker_path(), &r) == NL_OK, "tp %d: %s", tp, nl_last_error());
     ck_assert_int_eq(r->num_kv_blocks, 32);
 
     int32_t prompt[N_SEQS][7] = {{9707, 11, 1879, 0, 0, 0, 0}, {785, 3974, 13876, 38835, 35308, 916, 279}};
@@ -69,8 +71,8 @@ static void generate(int tp, int32_t tokens[N_SEQS][N_DECODE + 1],
     wire_seq seqs[N_SEQS];
     for (int step = 0; step <= N_DECODE; step++) {
         for (int s = 0; s < N_SEQS; s++) {
-            seqs[s] = (wire_seq){.seq_id = 10 + s, .n_blocks = 1, .sample = 1, .temperature = 0.0f,
-                                 .top_p = 1.0f, .top_k = -1, .sample_offset = (uint64_t)step,
+            seqs[s] = (wire_seq){.seq_id = 10 + s, .n_blocks = 1, .sample = 1, .sampling.temperature = 0.0f,
+                                 .sampling.top_p = 1.0f, .sampling.top_k = -1, .sampling.offset = (uint64_t)step,
                                  .block_table = table[s]};
             if (step == 0) {
                 seqs[s].num_computed = 0;
@@ -120,9 +122,9 @@ START_TEST(test_tp1_and_tp2_agree)
     char weights[300];
     snprintf(weights, sizeof weights, "%s/model.safetensors", model_dir);
     ck_assert_int_eq(unlink(weights), 0);
-    executor_params p = params(2);
+    engine_settings p = params(2);
     runner *r;
-    ck_assert_int_ne(executor_start(&p, &r), NL_OK);
+    ck_assert_int_ne(executor_start(&p, worker_path(), &r), NL_OK);
     ck_assert_msg(strncmp(nl_last_error(), "worker rank ", 12) == 0, "%s", nl_last_error());
     ck_assert_msg(strstr(nl_last_error(), "model.safetensors") || strstr(nl_last_error(), model_dir),
                   "%s", nl_last_error());

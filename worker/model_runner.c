@@ -138,7 +138,8 @@ typedef struct step_plan {
 } step_plan;
 
 typedef struct model_runner {
-    model_runner_params p;
+    engine_settings p;
+    int32_t rank;
     nl_backend *be;
     nl_comm *comm;
     nl_model_config cfg;
@@ -192,7 +193,7 @@ static void profile_report(const model_runner *r)
         fprintf(stderr,
                 "nanollm: profile rank %d %-15s %7lld steps %9lld tokens: prep %.3f s, forward "
                 "%.3f s, sample %.3f s (%.1f us/step)\n",
-                r->p.rank, names[k], (long long)p->steps, (long long)p->tokens, p->prep_s,
+                r->rank, names[k], (long long)p->steps, (long long)p->tokens, p->prep_s,
                 p->forward_s, p->sample_s,
                 1e6 * (p->prep_s + p->forward_s + p->sample_s) / (double)p->steps);
     }
@@ -234,7 +235,7 @@ static void step_buffer_bytes(const model_runner *r, size_t *dev, size_t *host)
  * cache is sized afterwards from what is left. */
 static nl_status check_memory_plan(model_runner *r)
 {
-    const model_runner_params *p = &r->p;
+    const engine_settings *p = &r->p;
     size_t act = qwen_state_bytes(r->be, r->w, p->max_num_batched_tokens, p->max_num_seqs);
     size_t step_dev, step_host;
     step_buffer_bytes(r, &step_dev, &step_host);
@@ -336,7 +337,7 @@ static nl_status agree_min(model_runner *r, int64_t *value)
 
 static nl_status size_kv_cache(model_runner *r)
 {
-    const model_runner_params *p = &r->p;
+    const engine_settings *p = &r->p;
     size_t block_bytes = qwen_kv_block_bytes(r->w, r->be, p->block_size);
     int64_t blocks;
     const char *source;
@@ -370,7 +371,7 @@ static nl_status size_kv_cache(model_runner *r)
                         source, block_bytes);
     r->num_blocks = (int32_t)blocks;
     NL_TRY(qwen_state_alloc_kv(r->be, r->w, r->s, r->num_blocks, p->block_size));
-    if (r->p.rank == 0)
+    if (r->rank == 0)
         fprintf(stderr, "nanollm: KV cache: %d blocks x %d tokens = %lld tokens (%.1f MiB per worker, from %s)\n",
                 r->num_blocks, p->block_size, (long long)r->num_blocks * p->block_size,
                 (double)block_bytes * r->num_blocks / 1048576.0, source);
@@ -382,7 +383,7 @@ static nl_status size_kv_cache(model_runner *r)
 static step_shape shape_of(const model_runner *r, int32_t n_tokens, int32_t n_seqs, int32_t stride,
                            int32_t n_logits)
 {
-    bool perm = r->p.tp > 1 && r->p.rank == 0;
+    bool perm = r->p.tp > 1 && r->rank == 0;
     return (step_shape){.n_tokens = n_tokens, .n_seqs = n_seqs, .stride = stride,
                         .n_logits = n_logits, .n_perm = perm ? n_logits * r->p.tp : 0};
 }
@@ -467,7 +468,7 @@ static nl_status capture_graphs(model_runner *r)
         r->graph_size[r->n_graphs] = n;
         r->graph[r->n_graphs++] = g;
     }
-    if (r->p.rank == 0)
+    if (r->rank == 0)
         fprintf(stderr, "nanollm: captured %d decode graphs (batch sizes up to %d)\n", r->n_graphs,
                 r->n_graphs ? r->graph_size[r->n_graphs - 1] : 0);
     return NL_OK;
@@ -475,28 +476,14 @@ static nl_status capture_graphs(model_runner *r)
 
 /* ---- create ------------------------------------------------------------- */
 
-static nl_status check_params(const model_runner_params *p, const nl_model_config *cfg)
-{
-    if (p->block_size <= 0 || p->block_size > 4096)
-        return nl_error(NL_ERR_INVALID_ARG, "model runner: block_size %d outside [1, 4096]", p->block_size);
-    if (p->max_num_seqs <= 0 || p->max_num_batched_tokens <= 0 || p->max_model_len <= 0)
-        return nl_error(NL_ERR_INVALID_ARG,
-                        "model runner: max_num_seqs %d, max_num_batched_tokens %d, max_model_len %d "
-                        "must be positive", p->max_num_seqs, p->max_num_batched_tokens, p->max_model_len);
-    if (p->num_kv_blocks < 0)
-        return nl_error(NL_ERR_INVALID_ARG, "model runner: num_kv_blocks %d is negative", p->num_kv_blocks);
-    return NL_OK;
-}
-
 static nl_status runner_init(model_runner *r)
 {
-    const model_runner_params *p = &r->p;
+    const engine_settings *p = &r->p;
     NL_TRY(model_config_load(p->model_dir, &r->cfg));
-    NL_TRY(check_params(p, &r->cfg));
     st_model *m = NULL;
     NL_TRY(st_open(p->model_dir, &m));
     nl_status st = model_tensors_check(&r->cfg, m);
-    if (st == NL_OK) st = weights_load(r->be, &r->cfg, m, p->rank, p->tp, &r->w);
+    if (st == NL_OK) st = weights_load(r->be, &r->cfg, m, r->rank, p->tp, &r->w);
     st_close(m); /* the weights are copies on the backend now */
     NL_TRY(st);
     r->max_blocks_per_seq = (p->max_model_len + p->block_size - 1) / p->block_size;
@@ -508,20 +495,23 @@ static nl_status runner_init(model_runner *r)
     return NL_OK;
 }
 
-nl_status model_runner_create(const model_runner_params *params, nl_backend *be, nl_comm *comm,
-                              model_runner **out)
+nl_status model_runner_create(const engine_settings *params, int32_t rank, nl_backend *be,
+                              nl_comm *comm, model_runner **out)
 {
-    if (comm->size != params->tp || comm->rank != params->rank)
+    nl_status st = engine_settings_validate(params, true);
+    if (st != NL_OK) return nl_error_prefix(st, "model runner: ");
+    if (comm->size != params->tp || comm->rank != rank)
         return nl_error(NL_ERR_INVALID_ARG, "model runner: rank %d of tp %d, but the comm is rank %d of %d",
-                        params->rank, params->tp, comm->rank, comm->size);
+                        rank, params->tp, comm->rank, comm->size);
     model_runner *r = calloc(1, sizeof *r);
     if (!r) return nl_error(NL_ERR_NOMEM, "model runner: no memory");
     r->p = *params;
+    r->rank = rank;
     const char *profile = getenv("NANOLLM_PROFILE");
     r->profile = profile && strcmp(profile, "1") == 0;
     r->be = be;
     r->comm = comm;
-    nl_status st = runner_init(r);
+    st = runner_init(r);
     if (st != NL_OK) {
         model_runner_destroy(r);
         return nl_error_prefix(st, "loading %s: ", params->model_dir);
@@ -534,7 +524,7 @@ nl_status model_runner_create(const model_runner_params *params, nl_backend *be,
 
 static nl_status validate(const model_runner *r, const wire_run *cmd, int32_t *n_tokens)
 {
-    const model_runner_params *p = &r->p;
+    const engine_settings *p = &r->p;
     if (cmd->kind != WIRE_RUN) return nl_error(NL_ERR_INVALID_ARG, "step %llu: not a RUN command",
                                                (unsigned long long)cmd->step_id);
     if (cmd->n_seqs < 1 || cmd->n_seqs > p->max_num_seqs)
@@ -565,9 +555,9 @@ static nl_status validate(const model_runner *r, const wire_run *cmd, int32_t *n
             if (q->tokens[i] < 0 || q->tokens[i] >= r->cfg.vocab_size)
                 return nl_error(NL_ERR_INVALID_ARG, "seq %llu: token %d at %d outside vocab [0, %d)",
                                 id, q->tokens[i], q->num_computed + i, r->cfg.vocab_size);
-        if (q->sample && (q->n_logprobs < 0 || q->n_logprobs > NL_MAX_LOGPROBS))
+        if (q->sample && (q->sampling.n_logprobs < 0 || q->sampling.n_logprobs > NL_MAX_LOGPROBS))
             return nl_error(NL_ERR_INVALID_ARG, "seq %llu: n_logprobs %d outside [0, %d]", id,
-                            q->n_logprobs, NL_MAX_LOGPROBS);
+                            q->sampling.n_logprobs, NL_MAX_LOGPROBS);
         total += q->num_new;
     }
     if (total > p->max_num_batched_tokens)
@@ -585,9 +575,7 @@ static nl_status validate(const model_runner *r, const wire_run *cmd, int32_t *n
 
 static nl_sample_row sample_row_of(const wire_seq *q)
 {
-    nl_sample_row row = {.temperature = q->temperature, .top_p = q->top_p, .min_p = q->min_p,
-                         .top_k = q->top_k, .seed = q->seed, .offset = q->sample_offset,
-                         .n_logprobs = q->n_logprobs};
+    nl_sample_row row = q->sampling;
     if (!(row.temperature >= GREEDY_TEMPERATURE)) { /* greedy: the filters cannot matter */
         row.temperature = 0.0f;
         row.top_p = 1.0f;
@@ -682,8 +670,8 @@ static nl_status sample_and_reply(model_runner *r, const wire_run *cmd, const st
         o->seq_id = q->seq_id;
         o->token_id = out_ids[row];
         o->logprob = out_lp[row];
-        o->n_top = q->n_logprobs;
-        for (int32_t j = 0; j < q->n_logprobs; j++) {
+        o->n_top = q->sampling.n_logprobs;
+        for (int32_t j = 0; j < q->sampling.n_logprobs; j++) {
             o->top_ids[j] = top_ids[row * NL_MAX_LOGPROBS + j];
             o->top_logprobs[j] = top_lp[row * NL_MAX_LOGPROBS + j];
         }
@@ -710,7 +698,7 @@ static nl_status execute(model_runner *r, const wire_run *cmd, wire_reply *reply
     NL_TRY(run_forward(r, &plan, &in));
     if (r->profile) prof->forward_s += profile_lap(r, &mark);
 
-    if (r->p.rank != 0 || !reply || plan.shape.n_logits == 0) return r->be->ops->synchronize(r->be);
+    if (r->rank != 0 || !reply || plan.shape.n_logits == 0) return r->be->ops->synchronize(r->be);
     NL_TRY(sample_and_reply(r, cmd, &plan, reply));
     if (r->profile) prof->sample_s += profile_lap(r, &mark);
     return NL_OK;

@@ -10,27 +10,16 @@
 
 #include <stdbool.h>
 
+#include "common/engine_settings.h"
 #include "ipc/wire.h"
 #include "kernels/comm.h"
 #include "kernels/kernels.h"
 
-typedef struct model_runner_params {
-    const char *model_dir;
-    int32_t rank, tp;
-    int32_t block_size;
-    int32_t num_kv_blocks;        /* 0: size from memory                     */
-    float gpu_memory_utilization; /* CUDA: share of device memory to use     */
-    int64_t cpu_kv_bytes;         /* CPU: KV budget when num_kv_blocks == 0  */
-    int32_t max_num_seqs;
-    int32_t max_num_batched_tokens;
-    int32_t max_model_len;
-    bool enforce_eager;
-} model_runner_params;
-
 typedef struct model_runner model_runner;
 
-/* Takes ownership of neither be nor comm. */
-nl_status model_runner_create(const model_runner_params *params, nl_backend *be,
+/* Builds rank `rank` of settings->tp from resolved settings (checked with
+ * engine_settings_validate).  Takes ownership of neither be nor comm. */
+nl_status model_runner_create(const engine_settings *settings, int32_t rank, nl_backend *be,
                               nl_comm *comm, model_runner **out);
 void model_runner_destroy(model_runner *r);
 

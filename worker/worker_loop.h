@@ -26,7 +26,7 @@
 
 typedef struct worker_env {
     int32_t rank;
-    const worker_config *config; /* in the segment, read-only */
+    const engine_settings *config; /* in the segment, read-only */
     shm_segment *seg;
 } worker_env;
 

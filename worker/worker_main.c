@@ -31,7 +31,7 @@ typedef struct real_worker {
 
 static nl_status make_backend(real_worker *w, const worker_env *env)
 {
-    const worker_config *cfg = env->config;
+    const engine_settings *cfg = env->config;
     if (cfg->device == NL_DEVICE_CUDA) {
 #ifdef NL_HAVE_CUDA
         return nl_backend_cuda_create(env->rank, &w->be);
@@ -56,7 +56,7 @@ static bool nccl_forced(void)
 
 static nl_status make_comm(real_worker *w, worker_env *env)
 {
-    const worker_config *cfg = env->config;
+    const engine_settings *cfg = env->config;
     if (cfg->device != NL_DEVICE_CUDA || (cfg->tp == 1 && !nccl_forced()))
         return worker_comm_cpu_create(env, &w->comm);
 #ifdef NL_HAVE_CUDA
@@ -78,23 +78,9 @@ static nl_status make_comm(real_worker *w, worker_env *env)
 static nl_status real_init(void *ctx, worker_env *env, int32_t *num_kv_blocks)
 {
     real_worker *w = ctx;
-    const worker_config *cfg = env->config;
     NL_TRY(make_backend(w, env));
     NL_TRY(make_comm(w, env));
-    model_runner_params p = {
-        .model_dir = cfg->model_dir,
-        .rank = env->rank,
-        .tp = cfg->tp,
-        .block_size = cfg->block_size,
-        .num_kv_blocks = cfg->num_kv_blocks,
-        .gpu_memory_utilization = cfg->gpu_memory_utilization,
-        .cpu_kv_bytes = cfg->cpu_kv_bytes,
-        .max_num_seqs = cfg->max_num_seqs,
-        .max_num_batched_tokens = cfg->max_num_batched_tokens,
-        .max_model_len = cfg->max_model_len,
-        .enforce_eager = cfg->enforce_eager != 0,
-    };
-    NL_TRY(model_runner_create(&p, w->be, w->comm, &w->runner));
+    NL_TRY(model_runner_create(env->config, env->rank, w->be, w->comm, &w->runner));
     *num_kv_blocks = model_runner_num_kv_blocks(w->runner);
     return NL_OK;
 }

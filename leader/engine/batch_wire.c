@@ -1,6 +1,8 @@
 /* batch_wire.c — a scheduled batch as a RUN command (see batch_wire.h). */
 #include "leader/engine/batch_wire.h"
 
+#include "common/sampling.h"
+
 int32_t batch_wire_build(const sched_batch *b, uint64_t step_id, wire_seq *seqs, wire_run *cmd)
 {
     int32_t n_sample = 0;
@@ -13,13 +15,7 @@ int32_t batch_wire_build(const sched_batch *b, uint64_t step_id, wire_seq *seqs,
         w->n_blocks = s->n_blocks;
         /* Only the chunk that completes the seq's tokens samples. */
         w->sample = s->num_computed + s->num_new == s->n_tokens;
-        w->temperature = s->params.temperature;
-        w->top_p = s->params.top_p;
-        w->min_p = s->params.min_p;
-        w->top_k = s->params.top_k;
-        w->n_logprobs = s->params.logprobs;
-        w->seed = s->seed;
-        w->sample_offset = (uint64_t)seq_num_output(s);
+        w->sampling = sampling_row_from_params(&s->params, s->seed, (uint64_t)seq_num_output(s));
         w->tokens = s->tokens + s->num_computed;
         w->block_table = s->block_table;
         n_sample += w->sample;

@@ -28,7 +28,7 @@ nl_status engine_open_with_runner(const nl_engine_config *config,
     nl_engine *e = NULL;
     if (st != NL_OK) goto fail;
     if (facts->vocab_size <= 0 || facts->max_position_embeddings <= 0 || facts->n_eos < 0 ||
-        facts->n_eos > ENGINE_MAX_EOS) {
+        facts->n_eos > NL_MAX_EOS) {
         st = nl_error(NL_ERR_INVALID_ARG, "model: vocab_size %d, max_position_embeddings %d, %d eos ids",
                       facts->vocab_size, facts->max_position_embeddings, facts->n_eos);
         goto fail;

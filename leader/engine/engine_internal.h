@@ -12,18 +12,17 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "common/limits.h"
 #include "leader/engine/runner.h"
 #include "leader/tokenizer/tokenizer.h"
 #include "nanollm.h"
-
-#define ENGINE_MAX_EOS 16
 
 /* What the engine needs to know about the model. */
 typedef struct engine_model_facts {
     int32_t vocab_size;              /* the model's (embedding rows)         */
     int32_t max_position_embeddings;
     int32_t n_eos;
-    int32_t eos_ids[ENGINE_MAX_EOS];
+    int32_t eos_ids[NL_MAX_EOS];
     bool is_demo_model;
     const char *device_name;         /* copied                               */
 } engine_model_facts;
@@ -34,7 +33,8 @@ nl_status engine_open_with_runner(const nl_engine_config *config,
                                   const engine_model_facts *facts, runner *r,
                                   tokenizer *tok, nl_engine **out);
 
-/* Checks the options nl_engine_config holds (ranges, named in messages). */
+/* Checks the options nl_engine_config holds (ranges, named in messages), by
+ * engine_settings_from_config(). */
 nl_status engine_config_validate(const nl_engine_config *config);
 
 /* Counters for reports and tests. */

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "common/engine_settings.h"
 #include "common/model_config.h"
 #include "common/status.h"
 #include "leader/modelgen/demo_model.h"
@@ -80,10 +81,12 @@ nl_status nl_engine_open(const nl_engine_config *config, nl_engine **out)
 {
     *out = NULL;
     if (!config) return nl_error(NL_ERR_INVALID_ARG, "engine config is NULL");
-    NL_TRY(engine_config_validate(config));
-
-    int64_t cpu_kv_bytes;
-    NL_TRY(cpu_kv_bytes_from_env(&cpu_kv_bytes));
+    engine_settings settings;
+    NL_TRY(engine_settings_from_config(config, &settings));
+    /* On the CPU the KV cache is ordinary memory that the worker touches
+     * when it starts: a fixed default keeps start-up fast and predictable;
+     * NANOLLM_CPU_KV_BYTES or --num-kv-blocks size it for bigger jobs. */
+    NL_TRY(cpu_kv_bytes_from_env(&settings.cpu_kv_bytes));
 
     char demo_dir[PATH_MAX];
     const char *dir = config->model_dir;
@@ -94,8 +97,10 @@ nl_status nl_engine_open(const nl_engine_config *config, nl_engine **out)
     }
     nl_model_config mc;
     NL_TRY(model_config_load(dir, &mc));
+    NL_TRY(engine_settings_set_model_dir(&settings, dir));
     nl_device device = NL_DEVICE_CPU;
     NL_TRY(resolve_device(config->device, &device));
+    settings.device = (int32_t)device;
 
     engine_model_facts facts;
     memset(&facts, 0, sizeof(facts));
@@ -108,34 +113,17 @@ nl_status nl_engine_open(const nl_engine_config *config, nl_engine **out)
     if (has_tokenizer_json(dir)) {
         nl_status st = tokenizer_load(dir, &tok);
         if (st != NL_OK) return nl_error_prefix(st, "%s: ", dir);
-        size_t n = tokenizer_eos_ids(tok, facts.eos_ids, ENGINE_MAX_EOS);
-        facts.n_eos = (int32_t)(n < ENGINE_MAX_EOS ? n : ENGINE_MAX_EOS);
+        facts.n_eos = (int32_t)tokenizer_eos_ids(tok, facts.eos_ids, NL_MAX_EOS);
     } else {
-        for (int32_t i = 0; i < mc.n_eos && i < ENGINE_MAX_EOS; i++) facts.eos_ids[i] = mc.eos_token_ids[i];
-        facts.n_eos = mc.n_eos < ENGINE_MAX_EOS ? mc.n_eos : ENGINE_MAX_EOS;
+        for (int32_t i = 0; i < mc.n_eos; i++) facts.eos_ids[i] = mc.eos_token_ids[i];
+        facts.n_eos = mc.n_eos;
     }
 
     int32_t max_len = mc.max_position_embeddings;
     if (config->max_model_len > 0 && config->max_model_len < max_len) max_len = config->max_model_len;
-    /* On the CPU the KV cache is ordinary memory that the worker touches
-     * when it starts: a fixed default keeps start-up fast and predictable;
-     * NANOLLM_CPU_KV_BYTES or --num-kv-blocks size it for bigger jobs. */
-    executor_params wp = {
-        .model_dir = dir,
-        .tp = config->tp,
-        .device = device,
-        .block_size = config->block_size,
-        .num_kv_blocks = config->num_kv_blocks,
-        .gpu_memory_utilization = config->gpu_memory_utilization,
-        .cpu_kv_bytes = cpu_kv_bytes,
-        .max_num_seqs = config->max_num_seqs,
-        .max_num_batched_tokens = config->max_num_batched_tokens,
-        .max_model_len = max_len,
-        .enforce_eager = config->enforce_eager,
-        .worker_path = NULL,
-    };
+    settings.max_model_len = max_len;
     runner *r = NULL;
-    nl_status st = executor_start(&wp, &r);
+    nl_status st = executor_start(&settings, NULL, &r);
     if (st != NL_OK) {
         if (tok) tokenizer_destroy(tok);
         return st;

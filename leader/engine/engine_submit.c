@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/limits.h"
 #include "common/mix64.h"
 #include "common/status.h"
 #include "leader/engine/engine_state.h"
@@ -36,9 +37,9 @@ static nl_status validate_params(const nl_engine *e, const nl_sampling_params *p
         return nl_error(NL_ERR_INVALID_ARG, "top_p %g: must be in (0, 1]", (double)p->top_p);
     if (!(p->min_p >= 0.0f && p->min_p <= 1.0f))
         return nl_error(NL_ERR_INVALID_ARG, "min_p %g: must be in [0, 1]", (double)p->min_p);
-    if (p->logprobs < 0 || p->logprobs > WIRE_MAX_LOGPROBS)
+    if (p->logprobs < 0 || p->logprobs > NL_MAX_LOGPROBS)
         return nl_error(NL_ERR_INVALID_ARG, "logprobs %d: must be in [0, %d]", p->logprobs,
-                        WIRE_MAX_LOGPROBS);
+                        NL_MAX_LOGPROBS);
     if (p->n_stop < 0 || (p->n_stop > 0 && !p->stop))
         return nl_error(NL_ERR_INVALID_ARG, "stop: %d strings given without an array", p->n_stop);
     if (p->n_stop > 0 && !e->tok)

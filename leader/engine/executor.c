@@ -41,7 +41,7 @@
 
 typedef struct pool_registry_slot {
     _Atomic int in_use;
-    _Atomic int pids[EXECUTOR_MAX_TP];    /* 0: none or reaped */
+    _Atomic int pids[NL_MAX_TP]; /* 0: none or reaped */
 } pool_registry_slot;
 
 static pool_registry_slot registry[POOL_MAX_LIVE];
@@ -53,7 +53,7 @@ static pool_registry_slot *registry_acquire(void)
         pool_registry_slot *s = &registry[i];
         if (atomic_compare_exchange_strong(&s->in_use, &expected, 2)) {
             /* 2 while being filled: the handler skips it */
-            for (int r = 0; r < EXECUTOR_MAX_TP; r++) atomic_store(&s->pids[r], 0);
+            for (int r = 0; r < NL_MAX_TP; r++) atomic_store(&s->pids[r], 0);
             atomic_store(&s->in_use, 1);
             return s;
         }
@@ -65,7 +65,7 @@ static void registry_release(pool_registry_slot *s)
 {
     if (!s) return;
     atomic_store(&s->in_use, 2);
-    for (int r = 0; r < EXECUTOR_MAX_TP; r++) atomic_store(&s->pids[r], 0);
+    for (int r = 0; r < NL_MAX_TP; r++) atomic_store(&s->pids[r], 0);
     atomic_store(&s->in_use, 0);
 }
 
@@ -75,7 +75,7 @@ void executor_kill_all(void)
     for (int i = 0; i < POOL_MAX_LIVE; i++) {
         pool_registry_slot *s = &registry[i];
         if (atomic_load(&s->in_use) != 1) continue;
-        for (int r = 0; r < EXECUTOR_MAX_TP; r++) {
+        for (int r = 0; r < NL_MAX_TP; r++) {
             int pid = atomic_load(&s->pids[r]);
             if (pid > 0) kill(pid, SIGKILL);
         }
@@ -89,7 +89,7 @@ typedef struct executor {
     runner base;
     shm_segment seg;
     int32_t tp;
-    pid_t pids[EXECUTOR_MAX_TP]; /* 0 once reaped */
+    pid_t pids[NL_MAX_TP]; /* 0 once reaped */
     pool_registry_slot *reg;
     bool failed;                    /* a worker died: the pool is unusable */
     nl_status failure_status;
@@ -373,39 +373,14 @@ static _Noreturn void child_exec(const char *path, char *const argv[], pid_t lea
     _exit(127);
 }
 
-static nl_status check_params(const executor_params *p)
-{
-    if (p->tp < 1 || p->tp > EXECUTOR_MAX_TP)
-        return nl_error(NL_ERR_INVALID_ARG, "tp = %d, expected 1..%d", p->tp, EXECUTOR_MAX_TP);
-    if (p->device != NL_DEVICE_CPU && p->device != NL_DEVICE_CUDA)
-        return nl_error(NL_ERR_INVALID_ARG, "worker pool: device %d, expected CPU or CUDA",
-                        (int)p->device);
-    if (!p->model_dir || strlen(p->model_dir) >= SHM_PATH_MAX)
-        return nl_error(NL_ERR_INVALID_ARG, "worker pool: model directory missing or longer than %d bytes",
-                        SHM_PATH_MAX - 1);
-    return NL_OK;
-}
-
-nl_status executor_start(const executor_params *p, runner **out)
+nl_status executor_start(const engine_settings *p, const char *worker_path, runner **out)
 {
     *out = NULL;
-    NL_TRY(check_params(p));
+    nl_status st = engine_settings_validate(p, true);
+    if (st != NL_OK) return nl_error_prefix(st, "worker pool: ");
     char path[4096];
-    NL_TRY(find_worker(p->worker_path, path, sizeof path));
+    NL_TRY(find_worker(worker_path, path, sizeof path));
 
-    worker_config cfg = {
-        .tp = p->tp,
-        .device = (int32_t)p->device,
-        .block_size = p->block_size,
-        .num_kv_blocks = p->num_kv_blocks,
-        .gpu_memory_utilization = p->gpu_memory_utilization,
-        .max_num_seqs = p->max_num_seqs,
-        .cpu_kv_bytes = p->cpu_kv_bytes,
-        .max_num_batched_tokens = p->max_num_batched_tokens,
-        .max_model_len = p->max_model_len,
-        .enforce_eager = p->enforce_eager,
-    };
-    snprintf(cfg.model_dir, sizeof cfg.model_dir, "%s", p->model_dir);
     shm_layout layout = {
         .n_ranks = p->tp,
         .cmd_capacity = POOL_CMD_RING_BYTES,
@@ -417,7 +392,7 @@ nl_status executor_start(const executor_params *p, runner **out)
     if (!pool) return nl_error(NL_ERR_NOMEM, "worker pool: out of memory");
     pool->base.ops = &pool_ops;
     pool->tp = p->tp;
-    nl_status st = shm_segment_create(&layout, &cfg, &pool->seg);
+    st = shm_segment_create(&layout, p, &pool->seg);
     if (st != NL_OK) {
         free(pool);
         return st;
@@ -428,7 +403,7 @@ nl_status executor_start(const executor_params *p, runner **out)
         return nl_error(NL_ERR_RUNTIME, "worker pool: more than %d pools alive at once", POOL_MAX_LIVE);
     }
 
-    char rank_str[EXECUTOR_MAX_TP][12];
+    char rank_str[NL_MAX_TP][12];
     pid_t leader = getpid();
     for (int r = 0; r < p->tp; r++) {
         snprintf(rank_str[r], sizeof rank_str[r], "%d", r);

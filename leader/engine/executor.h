@@ -28,31 +28,17 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "common/engine_settings.h"
 #include "leader/engine/runner.h"
 #include "nanollm.h"
 
-typedef struct executor_params {
-    const char *model_dir;        /* the model directory the workers load     */
-    int32_t tp;                   /* worker processes, 1..EXECUTOR_MAX_TP  */
-    nl_device device;             /* CPU or CUDA (AUTO is resolved by caller) */
-    int32_t block_size;
-    int32_t num_kv_blocks;        /* 0: each worker sizes from memory         */
-    float gpu_memory_utilization;
-    int64_t cpu_kv_bytes;         /* CPU: KV budget when num_kv_blocks == 0   */
-    int32_t max_num_seqs;
-    int32_t max_num_batched_tokens;
-    int32_t max_model_len;
-    bool enforce_eager;
-    /* NULL: $NANOLLM_WORKER, else nanollm-worker beside /proc/self/exe,
-     * else NL_PKGLIBEXECDIR "/nanollm-worker". */
-    const char *worker_path;
-} executor_params;
-
-#define EXECUTOR_MAX_TP 64
-
-/* Starts the workers; on failure nothing is left behind (no process, no
- * segment) and the message names the failing rank ("worker rank 1: ..."). */
-nl_status executor_start(const executor_params *p, runner **out);
+/* Starts settings->tp workers on resolved settings (checked with
+ * engine_settings_validate), which are copied into the segment as they are.
+ * worker_path NULL: $NANOLLM_WORKER, else nanollm-worker beside
+ * /proc/self/exe, else NL_PKGLIBEXECDIR "/nanollm-worker".  On failure
+ * nothing is left behind (no process, no segment) and the message names the
+ * failing rank ("worker rank 1: ..."). */
+nl_status executor_start(const engine_settings *settings, const char *worker_path, runner **out);
 
 /* The process id of a rank of a runner made by executor_start (for
  * diagnostics and tests), or -1 for a rank out of range. */

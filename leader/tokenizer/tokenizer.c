@@ -19,14 +19,14 @@
 #include <utf8proc.h>
 
 #include "common/file.h"
+#include "common/limits.h"
+#include "common/model_config.h"
 #include "common/status.h"
 #include "leader/tokenizer/bpe.h"
 #include "leader/tokenizer/chat_template.h"
 #include "leader/tokenizer/pretokenize.h"
 #include "leader/tokenizer/tokenizer_internal.h"
 #include "leader/tokenizer/tokenizer_utf8.h"
-
-#define MAX_EOS_IDS 16
 
 typedef struct added_token {
     char *content;       /* as written in the file, matched in text    */
@@ -51,7 +51,7 @@ struct tokenizer {
     int32_t *added_of_id;     /* [vocab_size] index into added, or -1 */
     int32_t vocab_size;
     char *chat_template;
-    int32_t eos[MAX_EOS_IDS];
+    int32_t eos[NL_MAX_EOS];
     size_t n_eos;
 };
 
@@ -219,36 +219,25 @@ static bool token_id_of(const tokenizer *t, const char *text, size_t len, int32_
     return found;
 }
 
-static void add_eos(tokenizer *t, json_int_t id)
+/* Adds id to the set of EOS ids (the union over the files that name them). */
+static nl_status add_eos(tokenizer *t, int32_t id, const char *path)
 {
-    if (id < 0 || id >= INT32_MAX) return;
     for (size_t i = 0; i < t->n_eos; i++)
-        if (t->eos[i] == id) return;
-    if (t->n_eos < MAX_EOS_IDS) t->eos[t->n_eos++] = (int32_t)id;
-}
-
-/* "eos_token_id": 7 or [7, 8] in config.json / generation_config.json. */
-static nl_status add_eos_id(tokenizer *t, const json_t *v, const char *path)
-{
-    json_int_t id = json_integer_value(v);
-    if (id < 0 || id >= BPE_ID_LIMIT)
-        return nl_error(NL_ERR_FORMAT, "%s: eos_token_id %lld is out of range (0..%d)", path,
-                        (long long)id, BPE_ID_LIMIT - 1);
-    add_eos(t, id);
+        if (t->eos[i] == id) return NL_OK;
+    if (t->n_eos == NL_MAX_EOS)
+        return nl_error(NL_ERR_UNSUPPORTED, "%s: EOS id %d: more than %d distinct EOS ids in "
+                        "config.json, generation_config.json and tokenizer_config.json", path, id,
+                        NL_MAX_EOS);
+    t->eos[t->n_eos++] = id;
     return NL_OK;
 }
 
+/* "eos_token_id": 7 or [7, 8] in config.json / generation_config.json. */
 static nl_status add_eos_ids(tokenizer *t, const json_t *v, const char *path)
 {
-    if (!v || json_is_null(v)) return NL_OK;
-    if (json_is_integer(v)) return add_eos_id(t, v, path);
-    if (!json_is_array(v))
-        return nl_error(NL_ERR_FORMAT, "%s: eos_token_id is neither an id nor a list of ids", path);
-    for (size_t i = 0; i < json_array_size(v); i++) {
-        if (!json_is_integer(json_array_get(v, i)))
-            return nl_error(NL_ERR_FORMAT, "%s: eos_token_id[%zu] is not an integer", path, i);
-        NL_TRY(add_eos_id(t, json_array_get(v, i), path));
-    }
+    int32_t ids[NL_MAX_EOS], n;
+    NL_TRY(model_config_parse_eos_ids(v, path, BPE_ID_LIMIT, ids, &n));
+    for (int32_t i = 0; i < n; i++) NL_TRY(add_eos(t, ids[i], path));
     return NL_OK;
 }
 
@@ -279,7 +268,7 @@ static nl_status load_tokenizer_config(tokenizer *t, const char *dir)
     int32_t id;
     if (st == NL_OK && json_is_string(eos) &&
         token_id_of(t, json_string_value(eos), json_string_length(eos), &id))
-        add_eos(t, id);
+        st = add_eos(t, id, path);
     json_decref(cfg);
     return st;
 }
