@@ -106,6 +106,14 @@ START_TEST(test_config_defaults_and_validation)
     c.max_num_batched_tokens = 100;
     ck_assert_int_eq(engine_config_validate(&c), NL_ERR_INVALID_ARG);
     ck_assert_ptr_nonnull(strstr(nl_last_error(), "max_num_batched_tokens 100"));
+    /* a directory the workers could not be told is refused up front */
+    nl_engine_config_init(&c);
+    char long_dir[NL_MODEL_DIR_MAX + 8];
+    memset(long_dir, 'a', sizeof long_dir - 1);
+    long_dir[sizeof long_dir - 1] = '\0';
+    c.model_dir = long_dir;
+    ck_assert_int_eq(engine_config_validate(&c), NL_ERR_INVALID_ARG);
+    ck_assert_ptr_nonnull(strstr(nl_last_error(), "longer than 4095 bytes"));
     nl_sampling_params sp;
     nl_sampling_params_init(&sp);
     ck_assert_int_eq(sp.max_tokens, 16);
