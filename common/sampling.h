@@ -52,6 +52,8 @@ typedef struct nl_sample_row {
     int32_t n_logprobs;   /* top-N to report, 0..NL_MAX_LOGPROBS             */
     int32_t pad_;
 } nl_sample_row;
+/* Host and device read the same bytes: no implicit padding may differ. */
+static_assert(sizeof(nl_sample_row) == 40, "nl_sample_row is 40 bytes on host and device");
 
 
 /* Counter-based generator shared by all backends: the sampler's randomness
@@ -89,7 +91,7 @@ static inline NL_HOST_DEVICE float nl_race_score(float logit, float inv_t, float
     return logit * inv_t - logf(-log1pf(-v));
 }
 
-#ifndef __CUDACC__
+#ifndef __CUDACC__ /* a C function of the leader; device code only reads rows */
 /* The row for the step after a request has generated `generated` tokens;
  * seed is params->seed or, for an unseeded request, the engine's pick. */
 nl_sample_row sampling_row_from_params(const nl_sampling_params *params, uint64_t seed,
