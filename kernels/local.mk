@@ -24,7 +24,9 @@ NVCCFLAGS = -O3 -std=c++17 $(CUDA_ARCH_FLAGS) -Xcompiler -fPIC -I$(top_srcdir) -
 # nvcc writes no dependency files: rebuild every kernel when a shared header changes.
 $(libnlcuda_a_OBJECTS): $(top_srcdir)/kernels/cuda/cuda_common.cuh \
 	$(top_srcdir)/kernels/cuda/cuda_backend.h $(top_srcdir)/kernels/cuda/comm_nccl.h \
-	$(top_srcdir)/kernels/kernels.h $(top_srcdir)/kernels/comm.h
+	$(top_srcdir)/kernels/kernels.h $(top_srcdir)/kernels/comm.h \
+	$(top_srcdir)/common/sampling.h $(top_srcdir)/common/limits.h $(top_srcdir)/common/mix64.h \
+	$(top_srcdir)/common/dtype.h $(top_srcdir)/common/status.h $(top_srcdir)/include/nanollm.h
 kernels/cuda/attention.o kernels/cuda/attention_decode.o kernels/cuda/attention_prefill.o: \
 	$(top_srcdir)/kernels/cuda/attention.cuh
 endif
