@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -83,5 +84,26 @@ nl_status nl_file_read(const char *path, bool required, char **out, size_t *len)
     buf[n] = '\0';
     *out = buf;
     *len = n;
+    return NL_OK;
+}
+
+nl_status nl_file_read_json(const char *path, bool required, json_t **out)
+{
+    *out = NULL;
+    char *text;
+    size_t len;
+    NL_TRY(nl_file_read(path, required, &text, &len));
+    if (!text) return NL_OK;
+    json_error_t err;
+    json_t *root = json_loadb(text, len, 0, &err);
+    free(text);
+    if (!root)
+        return nl_error(NL_ERR_FORMAT, "%s: invalid JSON at line %d column %d: %s", path, err.line,
+                        err.column, err.text);
+    if (!json_is_object(root)) {
+        json_decref(root);
+        return nl_error(NL_ERR_FORMAT, "%s: the top level is not a JSON object", path);
+    }
+    *out = root;
     return NL_OK;
 }

@@ -24,4 +24,10 @@
  * NULL when !required. */
 nl_status nl_file_read(const char *path, bool required, char **out, size_t *len);
 
+/* Reads and parses a JSON file whose top level must be an object: *out is
+ * the caller's reference (json_decref it), or NULL for a missing file when
+ * !required.  Parse errors name the path, line and column. */
+typedef struct json_t json_t;
+nl_status nl_file_read_json(const char *path, bool required, json_t **out);
+
 #endif

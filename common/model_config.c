@@ -335,15 +335,8 @@ nl_status model_config_load(const char *model_dir, nl_model_config *out)
     char path[4096];
     if ((size_t)snprintf(path, sizeof path, "%s/config.json", model_dir) >= sizeof path)
         return nl_error(NL_ERR_INVALID_ARG, "%s: model path too long", model_dir);
-    char *text;
-    size_t len;
-    NL_TRY(nl_file_read(path, true, &text, &len));
-    json_error_t err;
-    json_t *root = json_loadb(text, len, 0, &err);
-    free(text);
-    if (!root)
-        return nl_error(NL_ERR_FORMAT, "%s: invalid JSON at line %d column %d: %s", path,
-                        err.line, err.column, err.text);
+    json_t *root;
+    NL_TRY(nl_file_read_json(path, true, &root));
     nl_status st = parse_root(root, path, out);
     json_decref(root);
     return st;

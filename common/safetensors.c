@@ -326,15 +326,8 @@ static bool shard_name_ok(const char *s)
 
 static nl_status open_sharded(st_model *m, const char *dir, const char *index_path)
 {
-    char *text;
-    size_t len;
-    NL_TRY(nl_file_read(index_path, true, &text, &len));
-    json_error_t err;
-    json_t *root = json_loadb(text, len, 0, &err);
-    free(text);
-    if (!root)
-        return nl_error(NL_ERR_FORMAT, "%s: invalid JSON at line %d column %d: %s", index_path,
-                        err.line, err.column, err.text);
+    json_t *root;
+    NL_TRY(nl_file_read_json(index_path, true, &root));
     nl_status st = NL_OK;
     const json_t *wm = json_object_get(root, "weight_map");
     if (!json_is_object(wm)) {

@@ -57,27 +57,6 @@ struct tokenizer {
 
 /* ---- loading ---- */
 
-static nl_status load_json(const char *path, bool required, json_t **out)
-{
-    *out = NULL;
-    char *text;
-    size_t len;
-    NL_TRY(nl_file_read(path, required, &text, &len));
-    if (!text) return NL_OK;
-    json_error_t err;
-    json_t *root = json_loadb(text, len, 0, &err);
-    free(text);
-    if (!root)
-        return nl_error(NL_ERR_FORMAT, "%s: line %d column %d: %s", path, err.line, err.column,
-                        err.text);
-    if (!json_is_object(root)) {
-        json_decref(root);
-        return nl_error(NL_ERR_FORMAT, "%s: the top level is not a JSON object", path);
-    }
-    *out = root;
-    return NL_OK;
-}
-
 static char *dup_bytes(const char *s, size_t len)
 {
     char *d = malloc(len + 1);
@@ -246,7 +225,7 @@ static nl_status load_tokenizer_config(tokenizer *t, const char *dir)
     char path[4096];
     json_t *cfg;
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-    NL_TRY(load_json(path, false, &cfg));
+    NL_TRY(nl_file_read_json(path, false, &cfg));
     if (!cfg) return NL_OK;
     nl_status st = load_added_tokens_decoder(t, json_object_get(cfg, "added_tokens_decoder"), path);
     const json_t *tmpl = json_object_get(cfg, "chat_template");
@@ -292,7 +271,7 @@ static nl_status load_model_eos(tokenizer *t, const char *dir, const char *file)
     char path[4096];
     json_t *cfg;
     snprintf(path, sizeof path, "%s/%s", dir, file);
-    NL_TRY(load_json(path, false, &cfg));
+    NL_TRY(nl_file_read_json(path, false, &cfg));
     if (!cfg) return NL_OK;
     nl_status st = add_eos_ids(t, json_object_get(cfg, "eos_token_id"), path);
     json_decref(cfg);
@@ -314,7 +293,7 @@ static nl_status load_tokenizer_json(tokenizer *t, const char *dir)
     char path[4096];
     json_t *root;
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
-    NL_TRY(load_json(path, true, &root));
+    NL_TRY(nl_file_read_json(path, true, &root));
     nl_status st = check_decoder(json_object_get(root, "decoder"), path);
     if (st == NL_OK) st = bpe_create(json_object_get(root, "model"), path, &t->model);
     if (st == NL_OK)
