@@ -12,7 +12,7 @@ flags="-g -O1 -std=gnu11 -fsanitize=fuzzer-no-link,address,undefined -fno-saniti
 pkgs="jansson libpcre2-8 libutf8proc libxxhash"
 cflags="$flags $(pkg-config --cflags $pkgs)"
 libs="$(pkg-config --libs $pkgs) -lm -lpthread"
-common="common/status.c common/dtype.c common/model_config.c common/model_tensors.c common/safetensors.c"
+common=$(cd "$top" && ls common/*.c)
 ipc="ipc/ring.c ipc/shm.c ipc/wire.c"
 tok=$(cd "$top" && ls leader/tokenizer/*.c)
 objs=""
