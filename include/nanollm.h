@@ -174,11 +174,70 @@ nl_status nl_engine_get_result(nl_engine *engine, uint64_t request_id,
                                const nl_result **out);
 void nl_engine_release(nl_engine *engine, uint64_t request_id);
 
-/* Tokenizer access (needs tokenizer.json in the model directory). */
+/* Tokenizer access (needs tokenizer.json in the model directory).  encode
+ * reads NUL-terminated text; *ids is malloc'd and the caller frees it with
+ * free().  decode skips special tokens; *text is malloc'd, NUL-terminated,
+ * and the caller frees it with free().  On failure the outputs are NULL. */
 nl_status nl_engine_encode(nl_engine *engine, const char *text,
                            int32_t **ids, int32_t *n_ids);
 nl_status nl_engine_decode(nl_engine *engine, const int32_t *ids,
                            int32_t n_ids, char **text);
+
+/* Ctrl-C: SIGKILLs the worker processes of every engine open in this
+ * process.  Async-signal-safe (no locks, no allocation), for a SIGINT or
+ * SIGTERM handler that is about to _exit(); afterwards an engine may only
+ * be closed. */
+void nl_kill_all_workers(void);
+
+/* ---- a tokenizer without an engine ----------------------------------------
+ *
+ * The engine's tokenizer, for front-ends that turn text into ids and back
+ * without loading a model (no worker processes, no weights).  A handle is
+ * not thread-safe (encoding caches merges); use one per thread. */
+typedef struct nl_tokenizer nl_tokenizer;
+
+/* Loads dir/tokenizer.json and, when present, tokenizer_config.json,
+ * generation_config.json and config.json.  dir NULL: the Qwen3 tokenizer the
+ * demo model uses ($NANOLLM_TOKENIZER_DIR, else
+ * ${XDG_CACHE_HOME:-$HOME/.cache}/nanollm/tokenizer-qwen3).  The caller
+ * owns *out and frees it with nl_tokenizer_close(). */
+nl_status nl_tokenizer_open(const char *dir, nl_tokenizer **out);
+void nl_tokenizer_close(nl_tokenizer *tokenizer);
+
+/* Flags of nl_tokenizer_encode, or'ed together. */
+typedef enum nl_encode_flags {
+    NL_ENCODE_DEFAULT = 0,
+    /* Special-token strings in the text ("<|im_end|>") are plain text. */
+    NL_ENCODE_NO_SPECIAL = 1 << 0,
+    /* Invalid UTF-8 becomes U+FFFD (as Hugging Face decodes bytes) instead
+     * of failing with NL_ERR_INVALID_ARG naming the byte offset. */
+    NL_ENCODE_REPLACE_INVALID = 1 << 1,
+} nl_encode_flags;
+
+/* Encodes len bytes of UTF-8 text (which may hold U+0000) exactly as
+ * Hugging Face `tokenizers` does.  *ids is malloc'd, *n_ids long (an empty
+ * text gives a valid empty array), and the caller frees it with free(). */
+nl_status nl_tokenizer_encode(nl_tokenizer *tokenizer, const char *text,
+                              size_t len, uint32_t flags, int32_t **ids,
+                              size_t *n_ids);
+
+/* Decodes ids to UTF-8 (bytes that form no character become U+FFFD, as
+ * Hugging Face does); skip_special drops special tokens.  *text is
+ * malloc'd, *len bytes plus a terminating NUL (the text itself may hold
+ * U+0000, so use *len), and the caller frees it with free().  An id
+ * outside the vocabulary fails with NL_ERR_INVALID_ARG naming its
+ * position. */
+nl_status nl_tokenizer_decode(const nl_tokenizer *tokenizer,
+                              const int32_t *ids, size_t n_ids,
+                              bool skip_special, char **text, size_t *len);
+
+/* ---- utilities --------------------------------------------------------- */
+
+/* The next number of the SplitMix64 sequence whose state is *state: the
+ * mixer the engine derives seeds and sampling streams from.  The same state
+ * gives the same numbers on every platform, so front-ends can draw
+ * reproducible workloads with it. */
+uint64_t nl_random_next(uint64_t *state);
 
 #ifdef __cplusplus
 }

@@ -52,6 +52,7 @@ libnlleader_la_SOURCES += \
 	leader/engine/engine_config.c leader/engine/engine_submit.c \
 	leader/engine/engine_step.c leader/engine/engine_results.c \
 	leader/engine/engine_open.c \
+	leader/engine/tokenizer_handle.c \
 	leader/engine/runner.h leader/engine/executor.c leader/engine/executor.h
 
 # Tokenizer: byte-level BPE, pre-tokenizer, chat template, streaming decode.

@@ -21,6 +21,7 @@ include tests/models.mk
 include tests/cuda.mk
 include tests/tokenizer.mk
 include tests/e2e.mk
+include tests/api.mk
 
 # Scripts run on a GPU machine (golden files, parity, benchmarks) and the
 # results they produced.

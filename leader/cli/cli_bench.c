@@ -16,7 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/mix64.h"
 #include "leader/cli/cli.h"
 
 typedef struct bench_req {
@@ -27,7 +26,7 @@ typedef struct bench_req {
 
 static int32_t rand_between(uint64_t *s, int32_t lo, int32_t hi)
 {
-    return lo + (int32_t)(nl_splitmix64_next(s) % (uint64_t)(hi - lo + 1));
+    return lo + (int32_t)(nl_random_next(s) % (uint64_t)(hi - lo + 1));
 }
 
 /* One workload line into r (r->ids malloc'd); false with why set when a

@@ -12,7 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/status.h"
 #include "leader/cli/cli.h"
 #include "leader/modelgen/mkmodel.h"
 
@@ -27,7 +26,7 @@ static void usage(FILE *f)
     fputs(" (default tiny)\n", f);
 }
 
-static int bad_usage(const char *fmt, ...) NL_PRINTF(1, 2);
+static int bad_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 static int bad_usage(const char *fmt, ...)
 {

@@ -13,7 +13,6 @@
 #include <unistd.h>
 
 #include "leader/cli/cli.h"
-#include "leader/engine/executor.h"
 #include "nanollm.h"
 
 static const char usage[] =
@@ -55,7 +54,7 @@ static const char usage[] =
 static void on_signal(int sig)
 {
     (void)sig;
-    executor_kill_all();
+    nl_kill_all_workers();
     _exit(130);
 }
 

@@ -83,6 +83,12 @@ void executor_kill_all(void)
     errno = saved_errno;
 }
 
+/* nanollm.h's name for it, for front-ends' signal handlers. */
+void nl_kill_all_workers(void)
+{
+    executor_kill_all();
+}
+
 /* ---- the pool ------------------------------------------------------------ */
 
 typedef struct executor {

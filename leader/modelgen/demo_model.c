@@ -61,6 +61,22 @@ static nl_status make_dirs(const char *path)
     return NL_OK;
 }
 
+nl_status demo_model_tokenizer_dir(char *dir, size_t cap)
+{
+    const char *env = getenv("NANOLLM_TOKENIZER_DIR");
+    int n;
+    if (env && env[0]) {
+        n = snprintf(dir, cap, "%s", env);
+    } else {
+        char cache[4096];
+        NL_TRY(cache_home(cache, sizeof cache));
+        n = snprintf(dir, cap, "%s/nanollm/tokenizer-qwen3", cache);
+    }
+    if (n < 0 || (size_t)n >= cap)
+        return nl_error(NL_ERR_INVALID_ARG, "demo model: tokenizer path too long (%zu bytes at most)", cap - 1);
+    return NL_OK;
+}
+
 nl_status demo_model_ensure(char *dir, size_t cap)
 {
     char cache[4096], root[4200], model[4300], tok[4300];
@@ -81,9 +97,7 @@ nl_status demo_model_ensure(char *dir, size_t cap)
         return NL_OK;
     }
 
-    const char *env = getenv("NANOLLM_TOKENIZER_DIR");
-    if (env && env[0]) snprintf(tok, sizeof tok, "%s", env);
-    else snprintf(tok, sizeof tok, "%s/tokenizer-qwen3", root);
+    NL_TRY(demo_model_tokenizer_dir(tok, sizeof tok));
     static const char *const tok_files[] = {"tokenizer.json", "tokenizer_config.json", NULL};
     if (!has_files(tok, tok_files))
         return nl_error(NL_ERR_NOT_FOUND, "demo model: the Qwen3 tokenizer is not in %s "

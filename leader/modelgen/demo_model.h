@@ -24,4 +24,9 @@
  * one is renamed into place. */
 nl_status demo_model_ensure(char *dir, size_t cap);
 
+/* Where the demo model's tokenizer comes from: $NANOLLM_TOKENIZER_DIR, else
+ * ${XDG_CACHE_HOME:-$HOME/.cache}/nanollm/tokenizer-qwen3 (the folder
+ * tools/fetch-tokenizer.sh fills), written into dir (cap bytes). */
+nl_status demo_model_tokenizer_dir(char *dir, size_t cap);
+
 #endif

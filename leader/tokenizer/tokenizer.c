@@ -535,7 +535,15 @@ nl_status tokenizer_token_bytes(const tokenizer *t, int32_t id, bool skip_specia
 
 nl_status tokenizer_decode(const tokenizer *t, const int32_t *ids, size_t n_ids, bool skip_special, char **text)
 {
+    size_t len;
+    return tokenizer_decode_n(t, ids, n_ids, skip_special, text, &len);
+}
+
+nl_status tokenizer_decode_n(const tokenizer *t, const int32_t *ids, size_t n_ids, bool skip_special,
+                             char **text, size_t *text_len)
+{
     *text = NULL;
+    *text_len = 0;
     size_t total = 0;
     for (size_t i = 0; i < n_ids; i++) {
         const char *b;
@@ -564,6 +572,7 @@ nl_status tokenizer_decode(const tokenizer *t, const int32_t *ids, size_t n_ids,
     out[len] = '\0';
     char *shrunk = realloc(out, len + 1);
     *text = shrunk ? shrunk : out;
+    *text_len = len;
     return NL_OK;
 }
 

@@ -27,6 +27,9 @@ int32_t tokenizer_vocab_size(const tokenizer *t);          /* highest id + 1, ad
 nl_status tokenizer_encode(tokenizer *t, const char *text, size_t len, int32_t **ids, size_t *n_ids);
 /* *text malloc'd, NUL-terminated. Unknown id -> NL_ERR_INVALID_ARG naming it. */
 nl_status tokenizer_decode(const tokenizer *t, const int32_t *ids, size_t n_ids, bool skip_special, char **text);
+/* The same, with the text's length in *text_len: the text holds U+0000 when an id stands for it. */
+nl_status tokenizer_decode_n(const tokenizer *t, const int32_t *ids, size_t n_ids, bool skip_special,
+                             char **text, size_t *text_len);
 /* Renders messages as the model's chat_template would (supported subset documented in chat_template.c). */
 nl_status tokenizer_apply_chat_template(const tokenizer *t, const nl_chat_message *msgs, size_t n_msgs,
                                         bool add_generation_prompt, bool enable_thinking, char **out);

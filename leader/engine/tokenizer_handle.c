@@ -1,0 +1,78 @@
+/* tokenizer_handle.c — nanollm.h's tokenizer without an engine.
+ *
+ * A thin public face over the tokenizer module: it owns the handle, the
+ * flags and where a NULL directory leads (the demo model's tokenizer, as
+ * demo_model.h resolves it).  Encoding and decoding themselves are
+ * tokenizer.c's.
+ */
+#include <stdlib.h>
+
+#include "common/status.h"
+#include "leader/modelgen/demo_model.h"
+#include "leader/tokenizer/tokenizer.h"
+#include "leader/tokenizer/tokenizer_internal.h"
+#include "leader/tokenizer/tokenizer_utf8.h"
+#include "nanollm.h"
+
+struct nl_tokenizer {
+    tokenizer *tok;
+};
+
+nl_status nl_tokenizer_open(const char *dir, nl_tokenizer **out)
+{
+    if (!out) return nl_error(NL_ERR_INVALID_ARG, "tokenizer: out is NULL");
+    *out = NULL;
+    char demo_dir[4096];
+    if (!dir) {
+        NL_TRY(demo_model_tokenizer_dir(demo_dir, sizeof demo_dir));
+        dir = demo_dir;
+    }
+    nl_tokenizer *h = calloc(1, sizeof *h);
+    if (!h) return nl_error(NL_ERR_NOMEM, "tokenizer: no memory");
+    nl_status st = tokenizer_load(dir, &h->tok);
+    if (st != NL_OK) {
+        free(h);
+        return st;
+    }
+    *out = h;
+    return NL_OK;
+}
+
+void nl_tokenizer_close(nl_tokenizer *h)
+{
+    if (!h) return;
+    tokenizer_destroy(h->tok);
+    free(h);
+}
+
+nl_status nl_tokenizer_encode(nl_tokenizer *h, const char *text, size_t len, uint32_t flags,
+                              int32_t **ids, size_t *n_ids)
+{
+    if (!ids || !n_ids) return nl_error(NL_ERR_INVALID_ARG, "encode: ids or n_ids is NULL");
+    *ids = NULL;
+    *n_ids = 0;
+    if (!h || (!text && len > 0)) return nl_error(NL_ERR_INVALID_ARG, "encode: tokenizer or text is NULL");
+    uint32_t known = NL_ENCODE_NO_SPECIAL | NL_ENCODE_REPLACE_INVALID;
+    if (flags & ~known) return nl_error(NL_ERR_INVALID_ARG, "encode: unknown flags 0x%x", flags & ~known);
+    bool match_special = !(flags & NL_ENCODE_NO_SPECIAL);
+    if (!(flags & NL_ENCODE_REPLACE_INVALID))
+        return tokenizer_encode_ex(h->tok, text ? text : "", len, match_special, ids, n_ids);
+    /* One bad byte becomes the three bytes of U+FFFD. */
+    if (len > (SIZE_MAX - 1) / 3) return nl_error(NL_ERR_NOMEM, "encode: %zu bytes of text", len);
+    char *fixed = malloc(3 * len + 1);
+    if (!fixed) return nl_error(NL_ERR_NOMEM, "encode: no memory for %zu bytes", 3 * len);
+    size_t fixed_len = utf8_render_lossy((const uint8_t *)text, len, fixed);
+    nl_status st = tokenizer_encode_ex(h->tok, fixed, fixed_len, match_special, ids, n_ids);
+    free(fixed);
+    return st;
+}
+
+nl_status nl_tokenizer_decode(const nl_tokenizer *h, const int32_t *ids, size_t n_ids, bool skip_special,
+                              char **text, size_t *len)
+{
+    if (!text || !len) return nl_error(NL_ERR_INVALID_ARG, "decode: text or len is NULL");
+    *text = NULL;
+    *len = 0;
+    if (!h || (!ids && n_ids > 0)) return nl_error(NL_ERR_INVALID_ARG, "decode: tokenizer or ids is NULL");
+    return tokenizer_decode_n(h->tok, ids, n_ids, skip_special, text, len);
+}
