@@ -57,6 +57,9 @@ typedef struct nl_engine_config {
     float gpu_memory_utilization;   /* default 0.9                            */
     bool enforce_eager;             /* no CUDA graphs                         */
     bool enable_prefix_caching;     /* default true                           */
+    int32_t cpu_threads;            /* CPU backend: threads per worker (its own
+                                       pool and OpenBLAS); 0: the cores divided
+                                       among the tp workers                   */
 } nl_engine_config;
 
 void nl_engine_config_init(nl_engine_config *config);
@@ -203,6 +206,14 @@ typedef struct nl_tokenizer nl_tokenizer;
  * owns *out and frees it with nl_tokenizer_close(). */
 nl_status nl_tokenizer_open(const char *dir, nl_tokenizer **out);
 void nl_tokenizer_close(nl_tokenizer *tokenizer);
+
+/* Facts about an open tokenizer; the strings belong to the handle. */
+typedef struct nl_tokenizer_info {
+    int32_t vocab_size;   /* highest id + 1, added tokens included */
+    const char *dir;      /* the directory it was loaded from      */
+} nl_tokenizer_info;
+
+void nl_tokenizer_get_info(const nl_tokenizer *tokenizer, nl_tokenizer_info *info);
 
 /* Flags of nl_tokenizer_encode, or'ed together. */
 typedef enum nl_encode_flags {

@@ -269,31 +269,51 @@ static json_t *result_json(const batch_line *line, const nl_result *r, bool has_
     return o;
 }
 
+enum { OPT_INPUT = CLI_OWN, OPT_OUTPUT };
+
+static const struct option batch_options[] = {
+    CLI_SAMPLING_OPTIONS,
+    {"input", required_argument, NULL, OPT_INPUT},
+    {"output", required_argument, NULL, OPT_OUTPUT},
+    {NULL, 0, NULL, 0},
+};
+
+const cli_command cli_batch_command = {
+    "batch", batch_options,
+    "usage: nanollm-launch batch --input IN.jsonl --output OUT.jsonl [sampling options]\n"
+    "\n"
+    "Runs every line of IN.jsonl (a JSON object with prompt, prompt_token_ids or messages,\n"
+    "and optionally id and sampling fields) and writes one output line per input line, in\n"
+    "input order; a bad line gets finish_reason \"error\" and never spoils the others.\n"
+    "'-' is stdin or stdout.  Sampling options are the defaults for fields a line leaves out.\n"
+    "\n" CLI_SAMPLING_HELP,
+};
+
 int cli_batch(const nl_engine_config *config, int argc, char **argv)
 {
     cli_sampling defaults;
     cli_sampling_init(&defaults);
     const char *in_path = NULL, *out_path = NULL;
-    for (int i = 0; i < argc; i++) {
-        int m;
-        const char *v;
-        if ((m = cli_option(argc, argv, &i, "--input", &v))) {
-            if (m < 0) return 2;
-            in_path = v;
-        } else if ((m = cli_option(argc, argv, &i, "--output", &v))) {
-            if (m < 0) return 2;
-            out_path = v;
-        } else if ((m = cli_sampling_option(argc, argv, &i, &defaults))) {
-            if (m < 0) return 2;
-        } else {
-            fprintf(stderr, "nanollm-launch: batch: unknown argument '%s'\n", argv[i]);
-            return 2;
-        }
+    cli_parser p;
+    if (!cli_parser_init(&p, &cli_batch_command, config, argc, argv)) return 1;
+    const char *v;
+    int c;
+    while ((c = cli_next(&p, &v)) != CLI_DONE && c != CLI_EXIT) {
+        int s = cli_sampling_option(&p, c, v, &defaults);
+        if (s == CLI_EXIT) break;
+        if (s) continue;
+        if (c == OPT_INPUT) in_path = v;
+        else if (c == OPT_OUTPUT) out_path = v;
+        else if (c == CLI_POSITIONAL) cli_usage_error(&p, "unexpected argument '%s'", v);
+        else cli_usage_error(&p, "option %d has no handler", c);
+        if (p.exit) break;
     }
-    if (!in_path || !out_path) {
-        fprintf(stderr, "nanollm-launch: batch: --input IN.jsonl and --output OUT.jsonl are required\n");
-        return 2;
-    }
+    if (c == CLI_DONE && (!in_path || !out_path))
+        cli_usage_error(&p, "--input IN.jsonl and --output OUT.jsonl are required");
+    nl_engine_config engine_config = p.config;
+    cli_parser_free(&p);
+    if (c != CLI_DONE || p.exit) return p.exit;
+    config = &engine_config;
     FILE *in = strcmp(in_path, "-") == 0 ? stdin : fopen(in_path, "r");
     if (!in) {
         fprintf(stderr, "nanollm-launch: batch: cannot open input %s: %m\n", in_path);

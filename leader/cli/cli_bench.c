@@ -146,27 +146,51 @@ static void random_workload(int32_t num_seqs, int32_t max_in, int32_t max_out, i
     *out = reqs;
 }
 
+enum { OPT_WORKLOAD = CLI_OWN, OPT_NUM_SEQS, OPT_MAX_INPUT_LEN, OPT_MAX_OUTPUT_LEN };
+
+static const struct option bench_options[] = {
+    {"workload", required_argument, NULL, OPT_WORKLOAD},
+    {"num-seqs", required_argument, NULL, OPT_NUM_SEQS},
+    {"max-input-len", required_argument, NULL, OPT_MAX_INPUT_LEN},
+    {"max-output-len", required_argument, NULL, OPT_MAX_OUTPUT_LEN},
+    {NULL, 0, NULL, 0},
+};
+
+const cli_command cli_bench_command = {
+    "bench", bench_options,
+    "usage: nanollm-launch bench [--workload FILE.jsonl] [--num-seqs N] [--max-input-len N]\n"
+    "                            [--max-output-len N]\n"
+    "\n"
+    "Throughput in the manner of nano-vllm's bench.py: one warm-up generate, then the\n"
+    "timed generate of the whole workload, printed as 'Total: ...tok, Time: ...s,\n"
+    "Throughput: ...tok/s'.  Without --workload, a seeded random one: --num-seqs prompts\n"
+    "(256) of 100..--max-input-len (1024) ids, each with 100..--max-output-len (1024)\n"
+    "output tokens.  A workload line: {\"prompt_token_ids\": [...], \"max_tokens\": N,\n"
+    "\"temperature\": T, \"ignore_eos\": B}.\n",
+};
+
 int cli_bench(const nl_engine_config *config, int argc, char **argv)
 {
     const char *workload = NULL;
     int64_t num_seqs = 256, max_in = 1024, max_out = 1024;
-    for (int i = 0; i < argc; i++) {
-        int m;
-        const char *v;
-        if ((m = cli_option(argc, argv, &i, "--workload", &v))) {
-            if (m < 0) return 2;
-            workload = v;
-        } else if ((m = cli_option(argc, argv, &i, "--num-seqs", &v))) {
-            if (m < 0 || !cli_parse_int("--num-seqs", v, 1, 1 << 20, &num_seqs)) return 2;
-        } else if ((m = cli_option(argc, argv, &i, "--max-input-len", &v))) {
-            if (m < 0 || !cli_parse_int("--max-input-len", v, 1, 1 << 24, &max_in)) return 2;
-        } else if ((m = cli_option(argc, argv, &i, "--max-output-len", &v))) {
-            if (m < 0 || !cli_parse_int("--max-output-len", v, 1, 1 << 24, &max_out)) return 2;
-        } else {
-            fprintf(stderr, "nanollm-launch: bench: unknown argument '%s'\n", argv[i]);
-            return 2;
-        }
+    cli_parser p;
+    if (!cli_parser_init(&p, &cli_bench_command, config, argc, argv)) return 1;
+    const char *v;
+    int c;
+    while ((c = cli_next(&p, &v)) != CLI_DONE && c != CLI_EXIT) {
+        bool ok = true;
+        if (c == OPT_WORKLOAD) workload = v;
+        else if (c == OPT_NUM_SEQS) ok = cli_parse_int(&p, "--num-seqs", v, 1, 1 << 20, &num_seqs);
+        else if (c == OPT_MAX_INPUT_LEN) ok = cli_parse_int(&p, "--max-input-len", v, 1, 1 << 24, &max_in);
+        else if (c == OPT_MAX_OUTPUT_LEN) ok = cli_parse_int(&p, "--max-output-len", v, 1, 1 << 24, &max_out);
+        else if (c == CLI_POSITIONAL) ok = cli_usage_error(&p, "unexpected argument '%s'", v) != CLI_EXIT;
+        else ok = cli_usage_error(&p, "option %d has no handler", c) != CLI_EXIT;
+        if (!ok) break;
     }
+    nl_engine_config engine_config = p.config;
+    cli_parser_free(&p);
+    if (c != CLI_DONE) return p.exit;
+    config = &engine_config;
     bench_req *reqs = NULL;
     int32_t n = 0;
     if (workload) {

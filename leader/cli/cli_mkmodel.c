@@ -4,149 +4,212 @@
  * small variants (Qwen2 biases, untied heads, odd head counts) with one
  * command.  The writing itself is mkmodel.c's.
  */
+#include <dirent.h>
 #include <errno.h>
-#include <inttypes.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "leader/cli/cli.h"
 #include "leader/modelgen/mkmodel.h"
 
-static void usage(FILE *f)
-{
-    fputs("usage: nanollm-launch mkmodel --out DIR [--preset NAME] [--seed N]\n"
-          "         [--tokenizer DIR] [--shard-size MB]\n"
-          "         [--arch qwen2|qwen3] [--vocab N] [--hidden N] [--inter N] [--layers N]\n"
-          "         [--heads N] [--kv-heads N] [--head-dim N] [--tie|--no-tie] [--max-pos N]\n"
-          "presets:", f);
-    for (const char *const *p = mkmodel_preset_names; *p; p++) fprintf(f, " %s", *p);
-    fputs(" (default tiny)\n", f);
-}
+enum {
+    OPT_OUT = CLI_OWN, OPT_PRESET, OPT_SEED, OPT_TOKENIZER, OPT_NO_TOKENIZER, OPT_SHARD_SIZE, OPT_ARCH,
+    OPT_TIE, OPT_NO_TIE,
+    OPT_VOCAB, OPT_HIDDEN, OPT_INTER, OPT_LAYERS, OPT_HEADS, OPT_KV, OPT_HEAD_DIM, OPT_MAX_POS, /* shapes */
+};
+#define N_SHAPES (OPT_MAX_POS - OPT_VOCAB + 1)
 
-static int bad_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static const struct option options[] = {
+    {"out", required_argument, NULL, OPT_OUT},
+    {"preset", required_argument, NULL, OPT_PRESET},
+    {"seed", required_argument, NULL, OPT_SEED},
+    {"tokenizer", required_argument, NULL, OPT_TOKENIZER},
+    {"no-tokenizer", no_argument, NULL, OPT_NO_TOKENIZER},
+    {"shard-size", required_argument, NULL, OPT_SHARD_SIZE},
+    {"arch", required_argument, NULL, OPT_ARCH},
+    {"tie", no_argument, NULL, OPT_TIE},
+    {"no-tie", no_argument, NULL, OPT_NO_TIE},
+    {"vocab", required_argument, NULL, OPT_VOCAB},
+    {"hidden", required_argument, NULL, OPT_HIDDEN},
+    {"inter", required_argument, NULL, OPT_INTER},
+    {"layers", required_argument, NULL, OPT_LAYERS},
+    {"heads", required_argument, NULL, OPT_HEADS},
+    {"kv-heads", required_argument, NULL, OPT_KV},
+    {"head-dim", required_argument, NULL, OPT_HEAD_DIM},
+    {"max-pos", required_argument, NULL, OPT_MAX_POS},
+    {NULL, 0, NULL, 0},
+};
 
-static int bad_usage(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("mkmodel: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-    usage(stderr);
-    return 2;
-}
+const cli_command cli_mkmodel_command = {
+    "mkmodel", options,
+    "usage: nanollm-launch mkmodel --out DIR [--preset NAME] [--seed N]\n"
+    "         [--tokenizer DIR | --no-tokenizer] [--shard-size MB]\n"
+    "         [--arch qwen2|qwen3] [--vocab N] [--hidden N] [--inter N] [--layers N]\n"
+    "         [--heads N] [--kv-heads N] [--head-dim N] [--tie|--no-tie] [--max-pos N]\n"
+    "\n"
+    "Writes a random-weight model directory (deterministic in --seed) into DIR, which must\n"
+    "not exist or be empty.  Presets: tiny (default), qwen3-0.6b, qwen3-1.7b, qwen3-4b,\n"
+    "qwen3-8b, qwen3-14b, qwen3-32b; the shape options override the preset's.\n"
+    "The tokenizer files come from --tokenizer DIR, else from where the demo model's come\n"
+    "from ($NANOLLM_TOKENIZER_DIR or the cache) when that tokenizer fits the vocabulary;\n"
+    "--no-tokenizer writes a model that takes token ids only.\n",
+};
 
-static bool parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out)
+/* The demo model's tokenizer folder when it is there and fits a vocabulary of
+ * vocab ids (copied into *dir), else a note on stderr and false. */
+static bool default_tokenizer(int32_t vocab, char *dir, size_t cap)
 {
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) return false;
-    *out = v;
+    nl_tokenizer *t;
+    if (nl_tokenizer_open(NULL, &t) != NL_OK) {
+        fprintf(stderr, "nanollm-launch mkmodel: note: no tokenizer copied (%s); the model takes token "
+                "ids only\n", nl_last_error());
+        return false;
+    }
+    nl_tokenizer_info info;
+    nl_tokenizer_get_info(t, &info);
+    snprintf(dir, cap, "%s", info.dir);
+    nl_tokenizer_close(t);
+    char config[4200];
+    snprintf(config, sizeof config, "%s/tokenizer_config.json", dir);
+    if (info.vocab_size > vocab || access(config, R_OK) != 0) {
+        if (info.vocab_size > vocab)
+            fprintf(stderr, "nanollm-launch mkmodel: note: the tokenizer in %s (%d ids) does not fit a "
+                    "vocabulary of %d: the model takes token ids only\n", dir, info.vocab_size, vocab);
+        else
+            fprintf(stderr, "nanollm-launch mkmodel: note: %s has no tokenizer_config.json: the model "
+                    "takes token ids only\n", dir);
+        return false;
+    }
     return true;
 }
 
-/* Shape overrides, applied after the preset whatever their order. */
-typedef struct override {
-    const char *flag;
-    int64_t value;
-    bool set;
-} override;
-
-enum { OV_VOCAB, OV_HIDDEN, OV_INTER, OV_LAYERS, OV_HEADS, OV_KV, OV_HEAD_DIM, OV_MAX_POS, OV_N };
+/* Whether path exists and is anything but an empty directory. */
+static bool occupied(const char *path)
+{
+    struct stat sb;
+    if (stat(path, &sb) != 0) return false;
+    if (!S_ISDIR(sb.st_mode)) return true;
+    DIR *d = opendir(path);
+    if (!d) return true;
+    struct dirent *e;
+    bool empty = true;
+    while (empty && (e = readdir(d)))
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) empty = false;
+    closedir(d);
+    return !empty;
+}
 
 int cli_mkmodel(int argc, char **argv)
 {
     const char *preset = "tiny", *out = NULL, *arch = NULL;
     mkmodel_options opt = {0};
     int tie = -1;
-    override ov[OV_N] = {
-        [OV_VOCAB] = {"--vocab"},   [OV_HIDDEN] = {"--hidden"}, [OV_INTER] = {"--inter"},
-        [OV_LAYERS] = {"--layers"}, [OV_HEADS] = {"--heads"},   [OV_KV] = {"--kv-heads"},
-        [OV_HEAD_DIM] = {"--head-dim"}, [OV_MAX_POS] = {"--max-pos"},
-    };
-
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        }
-        if (!strcmp(a, "--tie")) { tie = 1; continue; }
-        if (!strcmp(a, "--no-tie")) { tie = 0; continue; }
-        if (strncmp(a, "--", 2))
-            return bad_usage("unexpected argument \"%s\"", a);
-        /* Every other option takes a value: "--opt VALUE" or "--opt=VALUE". */
-        char flag[64];
-        const char *val, *eq = strchr(a, '=');
-        if (eq) {
-            snprintf(flag, sizeof flag, "%.*s", (int)(eq - a), a);
-            val = eq + 1;
-        } else {
-            snprintf(flag, sizeof flag, "%s", a);
-            if (i + 1 >= argc) return bad_usage("option %s needs a value", a);
-            val = argv[++i];
-        }
-        if (!strcmp(flag, "--preset")) preset = val;
-        else if (!strcmp(flag, "--out")) out = val;
-        else if (!strcmp(flag, "--tokenizer")) opt.tokenizer_dir = val;
-        else if (!strcmp(flag, "--arch")) arch = val;
-        else if (!strcmp(flag, "--seed")) {
+    bool no_tokenizer = false;
+    int64_t shape[N_SHAPES];
+    bool shape_set[N_SHAPES] = {false};
+    cli_parser p;
+    if (!cli_parser_init(&p, &cli_mkmodel_command, NULL, argc, argv)) return 1;
+    const char *v;
+    int c;
+    while ((c = cli_next(&p, &v)) != CLI_DONE && c != CLI_EXIT) {
+        bool ok = true;
+        switch (c) {
+        case OPT_OUT: out = v; break;
+        case OPT_PRESET: preset = v; break;
+        case OPT_TOKENIZER: opt.tokenizer_dir = v; break;
+        case OPT_NO_TOKENIZER: no_tokenizer = true; break;
+        case OPT_ARCH: arch = v; break;
+        case OPT_TIE: tie = 1; break;
+        case OPT_NO_TIE: tie = 0; break;
+        case OPT_SEED: {
             char *end;
             errno = 0;
-            unsigned long long s = strtoull(val, &end, 10);
-            if (errno || end == val || *end || val[0] == '-')
-                return bad_usage("--seed %s: not a non-negative integer", val);
-            opt.seed = s;
-        } else if (!strcmp(flag, "--shard-size")) {
+            unsigned long long seed = strtoull(v, &end, 10);
+            if (errno || end == v || *end || v[0] == '-')
+                ok = cli_usage_error(&p, "--seed: '%s' is not a non-negative integer", v) != CLI_EXIT;
+            opt.seed = seed;
+            break;
+        }
+        case OPT_SHARD_SIZE: {
             char *end;
-            double mb = strtod(val, &end);
-            if (end == val || *end || !(mb > 0) || mb > 1e9)
-                return bad_usage("--shard-size %s: not a positive number of MB", val);
+            double mb = strtod(v, &end);
+            if (end == v || *end || !(mb > 0) || mb > 1e9) {
+                ok = cli_usage_error(&p, "--shard-size: '%s' is not a positive number of MB", v) != CLI_EXIT;
+                break;
+            }
             opt.shard_bytes = (int64_t)(mb * 1e6);
             if (opt.shard_bytes < 1) opt.shard_bytes = 1;
-        } else {
-            int k = 0;
-            while (k < OV_N && strcmp(flag, ov[k].flag)) k++;
-            if (k == OV_N) return bad_usage("unknown option %s", flag);
-            if (!parse_i64(val, 1, INT32_MAX, &ov[k].value))
-                return bad_usage("%s %s: not a positive integer", flag, val);
-            ov[k].set = true;
+            break;
         }
+        case CLI_POSITIONAL:
+            ok = cli_usage_error(&p, "unexpected argument '%s'", v) != CLI_EXIT;
+            break;
+        default:
+            if (c >= OPT_VOCAB && c <= OPT_MAX_POS) {
+                char name[32];
+                snprintf(name, sizeof name, "--%s", options[c - OPT_OUT].name);
+                ok = cli_parse_int(&p, name, v, 1, INT32_MAX, &shape[c - OPT_VOCAB]);
+                shape_set[c - OPT_VOCAB] = true;
+            } else {
+                ok = cli_usage_error(&p, "option %d has no handler", c) != CLI_EXIT;
+            }
+        }
+        if (!ok) break;
     }
-    if (!out) return bad_usage("--out DIR is required");
+    cli_parser_free(&p);
+    if (c != CLI_DONE) return p.exit;
+    if (!out) {
+        cli_usage_error(&p, "--out DIR is required");
+        return p.exit;
+    }
+    if (no_tokenizer && opt.tokenizer_dir) {
+        cli_usage_error(&p, "--tokenizer and --no-tokenizer exclude each other");
+        return p.exit;
+    }
+    if (occupied(out)) {
+        cli_usage_error(&p, "--out %s: exists and is not an empty directory", out);
+        return p.exit;
+    }
 
     nl_model_config cfg;
-    if (mkmodel_preset(preset, &cfg)) return bad_usage("%s", nl_last_error());
+    if (mkmodel_preset(preset, &cfg)) {
+        cli_usage_error(&p, "--preset: %s", nl_last_error());
+        return p.exit;
+    }
     if (arch) {
         if (!strcmp(arch, "qwen3")) cfg.arch = NL_ARCH_QWEN3, cfg.attention_bias = false;
         else if (!strcmp(arch, "qwen2")) cfg.arch = NL_ARCH_QWEN2, cfg.attention_bias = true;
-        else return bad_usage("--arch %s: expected qwen2 or qwen3", arch);
+        else {
+            cli_usage_error(&p, "--arch: '%s' is not qwen2 or qwen3", arch);
+            return p.exit;
+        }
     }
-    int32_t *fields[OV_N] = {
+    int32_t *fields[N_SHAPES] = {
         &cfg.vocab_size, &cfg.hidden_size, &cfg.intermediate_size, &cfg.num_hidden_layers,
         &cfg.num_attention_heads, &cfg.num_key_value_heads, &cfg.head_dim,
         &cfg.max_position_embeddings,
     };
-    for (int k = 0; k < OV_N; k++)
-        if (ov[k].set) *fields[k] = (int32_t)ov[k].value;
+    for (int k = 0; k < N_SHAPES; k++)
+        if (shape_set[k]) *fields[k] = (int32_t)shape[k];
     if (tie >= 0) cfg.tie_word_embeddings = tie;
     /* A vocabulary smaller than Qwen's has no room for its special ids: the
      * last id becomes the end of text and there is no bos. */
     if (cfg.bos_token_id >= cfg.vocab_size) cfg.bos_token_id = -1;
     for (int i = 0; i < cfg.n_eos; i++)
         if (cfg.eos_token_ids[i] >= cfg.vocab_size) cfg.eos_token_ids[i] = cfg.vocab_size - 1;
+    char tok_dir[4096];
+    if (!opt.tokenizer_dir && !no_tokenizer && default_tokenizer(cfg.vocab_size, tok_dir, sizeof tok_dir))
+        opt.tokenizer_dir = tok_dir;
 
     nl_status st = mkmodel_write(&cfg, &opt, out);
     if (st) {
-        fprintf(stderr, "%s\n", nl_last_error());
+        fprintf(stderr, "nanollm-launch mkmodel: %s\n", nl_last_error());
         /* A shape the config reader refuses is bad input, not a failure. */
-        return st == NL_ERR_FORMAT || st == NL_ERR_INVALID_ARG || st == NL_ERR_UNSUPPORTED ? 2
-                                                                                           : 1;
+        return st == NL_ERR_FORMAT || st == NL_ERR_INVALID_ARG || st == NL_ERR_UNSUPPORTED ? 2 : 1;
     }
     return 0;
 }

@@ -69,18 +69,72 @@ static nl_status read_stdin(char **out, size_t *len, char *why, size_t why_cap)
     return NL_OK;
 }
 
+enum { OPT_REPLACE_INVALID = CLI_OWN, OPT_NO_SPECIAL, OPT_SKIP_SPECIAL };
+
+static const struct option tokenize_options[] = {
+    {"replace-invalid", no_argument, NULL, OPT_REPLACE_INVALID},
+    {"no-special", no_argument, NULL, OPT_NO_SPECIAL},
+    {NULL, 0, NULL, 0},
+};
+
+const cli_command cli_tokenize_command = {
+    "tokenize", tokenize_options,
+    "usage: nanollm-launch tokenize [--replace-invalid] [--no-special]\n"
+    "\n"
+    "Reads UTF-8 text on stdin and prints its token ids as a JSON array (the tokenizer of\n"
+    "--model, else the demo model's Qwen3 tokenizer).\n"
+    "\n"
+    "options:\n"
+    "  --replace-invalid    invalid UTF-8 becomes U+FFFD instead of an error\n"
+    "  --no-special         special-token strings in the text are plain text\n",
+};
+
+static const struct option detokenize_options[] = {
+    {"skip-special-tokens", no_argument, NULL, OPT_SKIP_SPECIAL},
+    {NULL, 0, NULL, 0},
+};
+
+const cli_command cli_detokenize_command = {
+    "detokenize", detokenize_options,
+    "usage: nanollm-launch detokenize [--skip-special-tokens]\n"
+    "\n"
+    "Reads a JSON array of token ids on stdin and prints their text.\n"
+    "\n"
+    "options:\n"
+    "  --skip-special-tokens  leave special tokens out\n",
+};
+
+/* Parses argv for cmd; the flags seen go into *flags (as 1 << (id - CLI_OWN)).
+ * -1 when parsed, else the exit code. */
+static int parse(const cli_command *cmd, const char **model_dir, int argc, char **argv, uint32_t *flags)
+{
+    nl_engine_config config;
+    nl_engine_config_init(&config);
+    config.model_dir = *model_dir;
+    cli_parser p;
+    if (!cli_parser_init(&p, cmd, &config, argc, argv)) return 1;
+    const char *v;
+    int c;
+    *flags = 0;
+    while ((c = cli_next(&p, &v)) != CLI_DONE && c != CLI_EXIT) {
+        if (c == CLI_POSITIONAL) {
+            cli_usage_error(&p, "unexpected argument '%s' (the input comes on stdin)", v);
+            break;
+        }
+        *flags |= 1u << (c - CLI_OWN);
+    }
+    *model_dir = p.config.model_dir;
+    cli_parser_free(&p);
+    return c == CLI_DONE ? -1 : p.exit;
+}
+
 int cli_tokenize(const char *model_dir, int argc, char **argv)
 {
-    uint32_t flags = NL_ENCODE_DEFAULT;
-    for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--replace-invalid") == 0) flags |= NL_ENCODE_REPLACE_INVALID;
-        else if (strcmp(argv[i], "--no-special") == 0) flags |= NL_ENCODE_NO_SPECIAL;
-        else {
-            fprintf(stderr, "nanollm-launch tokenize: unknown option \"%s\" "
-                    "(options: --replace-invalid, --no-special)\n", argv[i]);
-            return 2;
-        }
-    }
+    uint32_t seen, flags = NL_ENCODE_DEFAULT;
+    int rc = parse(&cli_tokenize_command, &model_dir, argc, argv, &seen);
+    if (rc >= 0) return rc;
+    if (seen & (1u << (OPT_REPLACE_INVALID - CLI_OWN))) flags |= NL_ENCODE_REPLACE_INVALID;
+    if (seen & (1u << (OPT_NO_SPECIAL - CLI_OWN))) flags |= NL_ENCODE_NO_SPECIAL;
     char *text, why[128];
     size_t len;
     nl_status st = read_stdin(&text, &len, why, sizeof why);
@@ -111,15 +165,10 @@ int cli_tokenize(const char *model_dir, int argc, char **argv)
 
 int cli_detokenize(const char *model_dir, int argc, char **argv)
 {
-    bool skip_special = false;
-    for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--skip-special-tokens") == 0) skip_special = true;
-        else {
-            fprintf(stderr, "nanollm-launch detokenize: unknown option \"%s\" "
-                    "(options: --skip-special-tokens)\n", argv[i]);
-            return 2;
-        }
-    }
+    uint32_t seen;
+    int rc = parse(&cli_detokenize_command, &model_dir, argc, argv, &seen);
+    if (rc >= 0) return rc;
+    bool skip_special = seen & (1u << (OPT_SKIP_SPECIAL - CLI_OWN));
     char *input, why[256];
     size_t len;
     nl_status st = read_stdin(&input, &len, why, sizeof why);

@@ -6,6 +6,7 @@
  * tokenizer.c's.
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "common/status.h"
 #include "leader/modelgen/demo_model.h"
@@ -16,6 +17,7 @@
 
 struct nl_tokenizer {
     tokenizer *tok;
+    char *dir;
 };
 
 nl_status nl_tokenizer_open(const char *dir, nl_tokenizer **out)
@@ -28,9 +30,14 @@ nl_status nl_tokenizer_open(const char *dir, nl_tokenizer **out)
         dir = demo_dir;
     }
     nl_tokenizer *h = calloc(1, sizeof *h);
-    if (!h) return nl_error(NL_ERR_NOMEM, "tokenizer: no memory");
+    if (h) h->dir = strdup(dir);
+    if (!h || !h->dir) {
+        free(h);
+        return nl_error(NL_ERR_NOMEM, "tokenizer: no memory");
+    }
     nl_status st = tokenizer_load(dir, &h->tok);
     if (st != NL_OK) {
+        free(h->dir);
         free(h);
         return st;
     }
@@ -42,7 +49,14 @@ void nl_tokenizer_close(nl_tokenizer *h)
 {
     if (!h) return;
     tokenizer_destroy(h->tok);
+    free(h->dir);
     free(h);
+}
+
+void nl_tokenizer_get_info(const nl_tokenizer *h, nl_tokenizer_info *info)
+{
+    info->vocab_size = tokenizer_vocab_size(h->tok);
+    info->dir = h->dir;
 }
 
 nl_status nl_tokenizer_encode(nl_tokenizer *h, const char *text, size_t len, uint32_t flags,
