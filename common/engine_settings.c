@@ -27,6 +27,7 @@ nl_status engine_settings_from_config(const nl_engine_config *c, engine_settings
     out->gpu_memory_utilization = c->gpu_memory_utilization;
     out->enforce_eager = c->enforce_eager;
     out->enable_prefix_caching = c->enable_prefix_caching;
+    out->cpu_threads = c->cpu_threads;
     NL_TRY(engine_settings_validate(out, false));
     return engine_settings_set_model_dir(out, c->model_dir);
 }
@@ -55,6 +56,9 @@ nl_status engine_settings_validate(const engine_settings *c, bool resolved)
     if (!(c->gpu_memory_utilization > 0.0f && c->gpu_memory_utilization <= 1.0f))
         return nl_error(NL_ERR_INVALID_ARG, "gpu_memory_utilization %g: must be in (0, 1]",
                         (double)c->gpu_memory_utilization);
+    if (c->cpu_threads < 0 || c->cpu_threads > 1024)
+        return nl_error(NL_ERR_INVALID_ARG, "cpu_threads %d: must be in [0, 1024] (0: the cores / tp)",
+                        c->cpu_threads);
     if (c->cpu_kv_bytes < 0)
         return nl_error(NL_ERR_INVALID_ARG, "cpu_kv_bytes %lld: must be >= 0 (0: a quarter of free memory)",
                         (long long)c->cpu_kv_bytes);

@@ -31,6 +31,7 @@ typedef struct engine_settings {
     int64_t cpu_kv_bytes;             /* CPU: KV budget when num_kv_blocks == 0  */
     int32_t enforce_eager;            /* 1: no CUDA graphs                       */
     int32_t enable_prefix_caching;    /* 1: reuse cached prefix blocks           */
+    int32_t cpu_threads;              /* CPU: threads per worker; 0: cores / tp  */
 } engine_settings;
 
 /* Copies config into *out and validates it (unresolved: the device may be

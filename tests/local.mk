@@ -22,6 +22,7 @@ include tests/cuda.mk
 include tests/tokenizer.mk
 include tests/e2e.mk
 include tests/api.mk
+include tests/cli.mk
 
 # Scripts run on a GPU machine (golden files, parity, benchmarks) and the
 # results they produced.

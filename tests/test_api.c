@@ -132,12 +132,18 @@ START_TEST(test_open_errors)
 END_TEST
 
 /* NULL opens the demo model's tokenizer, found through
- * $NANOLLM_TOKENIZER_DIR. */
+ * $NANOLLM_TOKENIZER_DIR; the handle says where it came from. */
 START_TEST(test_open_default)
 {
     setenv("NANOLLM_TOKENIZER_DIR", qwen_dir, 1);
     nl_tokenizer *t = NULL;
     ck_assert_msg(nl_tokenizer_open(NULL, &t) == NL_OK, "%s", nl_last_error());
+    /* Qwen3: 151643 BPE tokens and 26 added ones (Hugging Face's
+     * len(tokenizer) is 151669). */
+    nl_tokenizer_info info;
+    nl_tokenizer_get_info(t, &info);
+    ck_assert_int_eq(info.vocab_size, 151669);
+    ck_assert_str_eq(info.dir, qwen_dir);
     int32_t *ids;
     size_t n;
     ck_assert_int_eq(nl_tokenizer_encode(t, "Hello, world", 12, NL_ENCODE_DEFAULT, &ids, &n), NL_OK);

@@ -39,10 +39,12 @@ static nl_status make_backend(real_worker *w, const worker_env *env)
         return nl_error(NL_ERR_UNSUPPORTED, "worker rank %d: this build has no CUDA backend", env->rank);
 #endif
     }
-    /* The CPU ranks share the machine's cores. */
+    /* Unless told, the CPU ranks share the machine's cores. */
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int threads = cores > 0 ? (int)(cores / cfg->tp) : 1;
-    return nl_backend_cpu_create(threads > 0 ? threads : 1, &w->be);
+    int threads = cfg->cpu_threads > 0 ? cfg->cpu_threads : cores > 0 ? (int)(cores / cfg->tp) : 1;
+    if (threads < 1) threads = 1;
+    if (env->rank == 0) fprintf(stderr, "nanollm: CPU backend: threads per worker: %d\n", threads);
+    return nl_backend_cpu_create(threads, &w->be);
 }
 
 /* One GPU needs no communicator, but NANOLLM_NCCL=1 makes a single worker
