@@ -57,6 +57,7 @@ struct cli_command {
     const char *name;
     const struct option *options;
     const char *help;
+    void (*help_more)(void); /* prints what the help cannot know statically; may be NULL */
 };
 
 enum {

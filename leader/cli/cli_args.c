@@ -97,6 +97,7 @@ static void print_help(const cli_command *cmd)
         return;
     }
     fputs(cmd->help, stdout);
+    if (cmd->help_more) cmd->help_more();
     fputc('\n', stdout);
     fputs(global_help, stdout);
 }

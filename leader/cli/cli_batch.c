@@ -279,7 +279,9 @@ static const struct option batch_options[] = {
 };
 
 const cli_command cli_batch_command = {
-    "batch", batch_options,
+    .name = "batch",
+    .options = batch_options,
+    .help =
     "usage: nanollm-launch batch --input IN.jsonl --output OUT.jsonl [sampling options]\n"
     "\n"
     "Runs every line of IN.jsonl (a JSON object with prompt, prompt_token_ids or messages,\n"

@@ -157,7 +157,9 @@ static const struct option bench_options[] = {
 };
 
 const cli_command cli_bench_command = {
-    "bench", bench_options,
+    .name = "bench",
+    .options = bench_options,
+    .help =
     "usage: nanollm-launch bench [--workload FILE.jsonl] [--num-seqs N] [--max-input-len N]\n"
     "                            [--max-output-len N]\n"
     "\n"

@@ -28,7 +28,9 @@ static const struct option generate_options[] = {
 };
 
 const cli_command cli_generate_command = {
-    "generate", generate_options,
+    .name = "generate",
+    .options = generate_options,
+    .help =
     "usage: nanollm-launch generate [options] PROMPT...\n"
     "\n"
     "Completes each PROMPT and prints it: one prompt is streamed, several are printed\n"
@@ -39,12 +41,11 @@ const cli_command cli_generate_command = {
     "  --chat               wrap each prompt as a user message in the model's chat template\n"
     "  --system TEXT        with --chat: a system message first\n"
     "  --no-thinking        with --chat: Qwen3 thinking off\n"
-    "  --logprobs N         after each completion, a table of its tokens' log-probabilities\n"
-    "                       (position, token id, logprob, the top N as id:logprob, text)\n"
     "\n" CLI_SAMPLING_HELP
     "\n"
-    "stderr: per prompt its token counts and finish reason, then a timing line\n"
-    "(prompt and generation tokens per second).\n",
+    "With --logprobs N each completion is followed by a table of its tokens: position,\n"
+    "token id, logprob, the top N as id:logprob, text.  On stderr: per prompt its token\n"
+    "counts and finish reason, then a timing line (prompt and generation tokens/s).\n",
 };
 
 typedef struct prompt_src {

@@ -44,19 +44,28 @@ static const struct option options[] = {
     {NULL, 0, NULL, 0},
 };
 
+static void print_presets(void)
+{
+    fputs("presets:", stdout);
+    for (const char *const *p = mkmodel_preset_names; *p; p++) printf(" %s", *p);
+    fputs(" (default tiny)\n", stdout);
+}
+
 const cli_command cli_mkmodel_command = {
-    "mkmodel", options,
+    .name = "mkmodel",
+    .options = options,
+    .help =
     "usage: nanollm-launch mkmodel --out DIR [--preset NAME] [--seed N]\n"
     "         [--tokenizer DIR | --no-tokenizer] [--shard-size MB]\n"
     "         [--arch qwen2|qwen3] [--vocab N] [--hidden N] [--inter N] [--layers N]\n"
     "         [--heads N] [--kv-heads N] [--head-dim N] [--tie|--no-tie] [--max-pos N]\n"
     "\n"
     "Writes a random-weight model directory (deterministic in --seed) into DIR, which must\n"
-    "not exist or be empty.  Presets: tiny (default), qwen3-0.6b, qwen3-1.7b, qwen3-4b,\n"
-    "qwen3-8b, qwen3-14b, qwen3-32b; the shape options override the preset's.\n"
+    "not exist or be empty.  The shape options override the preset's (below).\n"
     "The tokenizer files come from --tokenizer DIR, else from where the demo model's come\n"
     "from ($NANOLLM_TOKENIZER_DIR or the cache) when that tokenizer fits the vocabulary;\n"
     "--no-tokenizer writes a model that takes token ids only.\n",
+    .help_more = print_presets,
 };
 
 /* The demo model's tokenizer folder when it is there and fits a vocabulary of

@@ -78,7 +78,9 @@ static const struct option tokenize_options[] = {
 };
 
 const cli_command cli_tokenize_command = {
-    "tokenize", tokenize_options,
+    .name = "tokenize",
+    .options = tokenize_options,
+    .help =
     "usage: nanollm-launch tokenize [--replace-invalid] [--no-special]\n"
     "\n"
     "Reads UTF-8 text on stdin and prints its token ids as a JSON array (the tokenizer of\n"
@@ -95,7 +97,9 @@ static const struct option detokenize_options[] = {
 };
 
 const cli_command cli_detokenize_command = {
-    "detokenize", detokenize_options,
+    .name = "detokenize",
+    .options = detokenize_options,
+    .help =
     "usage: nanollm-launch detokenize [--skip-special-tokens]\n"
     "\n"
     "Reads a JSON array of token ids on stdin and prints their text.\n"

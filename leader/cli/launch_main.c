@@ -79,7 +79,7 @@ static int find_command(int argc, char **argv)
 /* No command: --help, --version, or a usage error. */
 static int without_command(int argc, char **argv)
 {
-    static const cli_command none = {NULL, NULL, NULL};
+    static const cli_command none = {.name = NULL};
     cli_parser p;
     if (!cli_parser_init(&p, &none, NULL, argc - 1, argv + 1)) return 1;
     const char *v;
