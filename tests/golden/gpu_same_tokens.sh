@@ -11,7 +11,7 @@ export NCCL_NVLS_ENABLE=0
 here=$(dirname "$0")
 mkdir -p "$out"
 model=/tmp/same-$preset
-"$new/nanollm-launch" mkmodel --preset "$preset" --out "$model" >/dev/null
+"$new/nanollm-launch" mkmodel --preset "$preset" --out "$model" >/dev/null || { echo "mkmodel failed"; exit 1; }
 python3 "$here/gpu_parity.py" prompts /tmp/same_greedy.jsonl --n 32
 # the same prompts, sampled with a seed per line
 python3 - <<'PY'
