@@ -65,7 +65,8 @@ typedef struct nl_engine_config {
 void nl_engine_config_init(nl_engine_config *config);
 
 typedef struct nl_sampling_params {
-    int32_t max_tokens;        /* default 16                                */
+    int32_t max_tokens;        /* default 16; 0: all that max_model_len
+                                  leaves after the prompt                   */
     float temperature;         /* below 1e-5 = greedy; default 1.0         */
     int32_t top_k;             /* 0 or -1 = off                             */
     float top_p;               /* (0, 1], 1 = off                           */
@@ -175,7 +176,35 @@ nl_status nl_engine_run_until_done(nl_engine *engine);
 /* The result of a finished request; NL_ERR_NOT_FOUND while it still runs. */
 nl_status nl_engine_get_result(nl_engine *engine, uint64_t request_id,
                                const nl_result **out);
+/* The result so far of a request, running or finished: the tokens and
+ * logprobs generated until now (finish_reason NL_FINISH_NONE while it
+ * runs).  Valid until the next call on the engine other than peek; may be
+ * called from the stream callback, e.g. for the logprobs of the new tokens. */
+nl_status nl_engine_peek(nl_engine *engine, uint64_t request_id,
+                         const nl_result **out);
 void nl_engine_release(nl_engine *engine, uint64_t request_id);
+
+/* Whether the engine can still run, without blocking and without stepping:
+ * NL_OK, or the failure that stopped it -- an earlier failed step, or a
+ * worker process found dead now (NL_ERR_WORKER naming its rank), which
+ * fails the engine like a failed step: every unfinished request ends with
+ * NL_FINISH_ERROR. */
+nl_status nl_engine_check(nl_engine *engine);
+
+/* Counters and gauges for monitoring (a front-end's /metrics). */
+typedef struct nl_engine_stats {
+    int32_t num_running;        /* requests being scheduled                 */
+    int32_t num_waiting;        /* submitted, not yet admitted              */
+    int32_t num_kv_blocks;      /* the KV pool                              */
+    int32_t num_free_kv_blocks; /* unreferenced (cached prefixes included)  */
+    int64_t prompt_tokens;      /* prompt tokens of all submissions         */
+    int64_t cached_tokens;      /* of those, served from the prefix cache   */
+    int64_t output_tokens;      /* generated tokens                         */
+    int64_t steps;
+    int64_t preemptions;
+} nl_engine_stats;
+
+void nl_engine_get_stats(const nl_engine *engine, nl_engine_stats *stats);
 
 /* Tokenizer access (needs tokenizer.json in the model directory).  encode
  * reads NUL-terminated text; *ids is malloc'd and the caller frees it with

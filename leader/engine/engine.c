@@ -147,6 +147,22 @@ void engine_get_stats(const nl_engine *e, engine_stats *stats)
     stats->num_waiting = e->sch->waiting.count;
 }
 
+void nl_engine_get_stats(const nl_engine *e, nl_engine_stats *out)
+{
+    engine_stats st;
+    engine_get_stats(e, &st);
+    memset(out, 0, sizeof(*out));
+    out->num_running = st.num_running;
+    out->num_waiting = st.num_waiting;
+    out->num_kv_blocks = e->bm->num_blocks;
+    out->num_free_kv_blocks = st.num_free_blocks;
+    out->prompt_tokens = st.prompt_tokens;
+    out->cached_tokens = st.cached_tokens;
+    out->output_tokens = st.output_tokens;
+    out->steps = st.steps;
+    out->preemptions = st.preemptions;
+}
+
 void nl_engine_set_stream_callback(nl_engine *e, nl_stream_callback cb, void *user)
 {
     e->output.stream_cb = cb;

@@ -1,6 +1,7 @@
 /* engine_results.c — how requests end and what the caller gets back:
  * finishing (with the result filled), abort, the result of a finished
- * request, and release, which frees a request whatever its state. */
+ * request, the result so far of a running one (peek), and release, which
+ * frees a request whatever its state. */
 #include "common/status.h"
 #include "leader/engine/engine_state.h"
 
@@ -31,6 +32,16 @@ nl_status nl_engine_get_result(nl_engine *e, uint64_t request_id, const nl_resul
     if (!r) return nl_error(NL_ERR_NOT_FOUND, "request %llu: unknown or released", (unsigned long long)request_id);
     if (r->seq.status != SEQ_FINISHED)
         return nl_error(NL_ERR_NOT_FOUND, "request %llu: still running", (unsigned long long)request_id);
+    *out = &r->result;
+    return NL_OK;
+}
+
+nl_status nl_engine_peek(nl_engine *e, uint64_t request_id, const nl_result **out)
+{
+    *out = NULL;
+    request *r = engine_find_request(e, request_id);
+    if (!r) return nl_error(NL_ERR_NOT_FOUND, "request %llu: unknown or released", (unsigned long long)request_id);
+    if (r->seq.status != SEQ_FINISHED) request_fill_result(r);
     *out = &r->result;
     return NL_OK;
 }

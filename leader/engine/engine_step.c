@@ -84,6 +84,16 @@ nl_status nl_engine_step(nl_engine *e)
     return NL_OK;
 }
 
+nl_status nl_engine_check(nl_engine *e)
+{
+    if (e->failed)
+        return nl_error(e->failed, "engine stopped after an earlier failure: %s", e->fail_msg);
+    if (!e->runner->ops->check) return NL_OK;
+    nl_status st = e->runner->ops->check(e->runner);
+    if (st != NL_OK) return fail_engine(e, nl_error_prefix(NL_ERR_WORKER, "engine check: "));
+    return NL_OK;
+}
+
 bool nl_engine_has_unfinished(const nl_engine *e)
 {
     return scheduler_has_unfinished(e->sch);

@@ -26,8 +26,9 @@ void nl_sampling_params_init(nl_sampling_params *p)
 
 static nl_status validate_params(const nl_engine *e, const nl_sampling_params *p)
 {
-    if (p->max_tokens < 1)
-        return nl_error(NL_ERR_INVALID_ARG, "max_tokens %d: must be >= 1", p->max_tokens);
+    if (p->max_tokens < 0)
+        return nl_error(NL_ERR_INVALID_ARG, "max_tokens %d: must be >= 1 (0: up to max_model_len)",
+                        p->max_tokens);
     if (!(p->temperature >= 0.0f) || !isfinite(p->temperature))
         return nl_error(NL_ERR_INVALID_ARG, "temperature %g: must be a finite number >= 0",
                         (double)p->temperature);
@@ -117,6 +118,13 @@ nl_status nl_engine_submit(nl_engine *e, const nl_prompt *prompt,
     int32_t n = 0;
     NL_TRY(prompt_ids(e, prompt, &ids, &n));
     nl_status st = NL_OK;
+    /* max_tokens 0: whatever room max_model_len leaves after the prompt. */
+    nl_sampling_params room;
+    if (params->max_tokens == 0) {
+        room = *params;
+        room.max_tokens = e->config.max_model_len - n > 0 ? e->config.max_model_len - n : 1;
+        params = &room;
+    }
     int64_t total = (int64_t)n + params->max_tokens;
     int32_t bs = e->config.block_size;
     if (n == 0) {

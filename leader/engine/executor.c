@@ -307,8 +307,14 @@ static void pool_destroy(runner *r)
     pool_free(pool);
 }
 
+static nl_status pool_check_runner(runner *r)
+{
+    return pool_check((executor *)r);
+}
+
 static const runner_ops pool_ops = {
     .execute = pool_execute,
+    .check = pool_check_runner,
     .destroy = pool_destroy,
 };
 

@@ -17,6 +17,9 @@ typedef struct runner_ops {
      * sample == 1, in command order, in storage owned by the runner and valid
      * until the next execute. */
     nl_status (*execute)(runner *r, const wire_run *cmd, wire_reply *reply);
+    /* Without blocking: NL_OK while the runner can execute, else why not
+     * (a worker found dead).  NULL: always NL_OK. */
+    nl_status (*check)(runner *r);
     void (*destroy)(runner *r);
 } runner_ops;
 
