@@ -27,7 +27,8 @@ CLEANFILES += nanollm.sym
 noinst_LTLIBRARIES += libnlcli.la
 libnlcli_la_SOURCES = leader/cli/cli.h \
 	leader/cli/cli_args.c leader/cli/cli_common.c leader/cli/cli_generate.c leader/cli/cli_batch.c \
-	leader/cli/cli_bench.c leader/cli/cli_tokenize.c leader/cli/cli_mkmodel.c
+	leader/cli/cli_bench.c leader/cli/cli_tokenize.c leader/cli/cli_mkmodel.c \
+	leader/cli/cli_serve.c
 libnlcli_la_LIBADD = libnlleader.la
 
 bin_PROGRAMS += nanollm-launch
@@ -70,3 +71,6 @@ libnlleader_la_SOURCES += \
 libnlleader_la_SOURCES += \
 	leader/modelgen/mkmodel.c leader/modelgen/mkmodel.h \
 	leader/modelgen/demo_model.c leader/modelgen/demo_model.h
+
+# The OpenAI-compatible HTTP server behind `nanollm-launch serve`.
+include leader/server/local.mk

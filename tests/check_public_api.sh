@@ -8,7 +8,9 @@
 #    nanollm.h and its own headers (plus the model writer's mkmodel.h in
 #    the mkmodel command, which is a tool, not a client), and every symbol
 #    it takes from the internal libraries is a nanollm.h function (or
-#    mkmodel_* in cli_mkmodel.o).
+#    mkmodel_* in cli_mkmodel.o); the serve command includes the HTTP
+#    server's server.h, and the server (leader/server/) includes only
+#    nanollm.h and its own headers.
 #
 # The declarations are read with the C preprocessor and a parse of its
 # output (brace bodies dropped, declarations split at ';'), independently of
@@ -75,10 +77,22 @@ for f in "$srcdir"/leader/cli/*.[ch]; do
         case "$inc" in
         nanollm.h | leader/cli/*) ;;
         leader/modelgen/mkmodel.h) [ "$name" = cli_mkmodel.c ] || echo "$name: $inc" ;;
+        leader/server/server.h) [ "$name" = cli_serve.c ] || echo "$name: $inc" ;;
         *) echo "$name: $inc" ;;
         esac
     done
 done > "$tmp/includes"
+# The HTTP server (leader/server/) is another client: nanollm.h and its own
+# headers only.
+for f in "$srcdir"/leader/server/*.[ch]; do
+    name=${f##*/}
+    sed -n 's/^[ \t]*#[ \t]*include[ \t]*"\([^"]*\)".*/\1/p' "$f" | while read -r inc; do
+        case "$inc" in
+        nanollm.h | leader/server/*) ;;
+        *) echo "server/$name: $inc" ;;
+        esac
+    done
+done >> "$tmp/includes"
 if [ -s "$tmp/includes" ]; then
     echo "check_public_api: the CLI includes internal headers:"
     sed 's/^/  /' "$tmp/includes"

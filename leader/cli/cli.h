@@ -23,6 +23,8 @@
 int cli_generate(const nl_engine_config *config, int argc, char **argv);
 int cli_batch(const nl_engine_config *config, int argc, char **argv);
 int cli_bench(const nl_engine_config *config, int argc, char **argv);
+/* The OpenAI-compatible HTTP server (cli_serve.c, leader/server/). */
+int cli_serve(const nl_engine_config *config, int argc, char **argv);
 
 /* stdin UTF-8 text -> JSON array of ids on stdout.
  * Flags: --replace-invalid (invalid UTF-8 becomes U+FFFD), --no-special
@@ -42,7 +44,7 @@ int cli_mkmodel(int argc, char **argv);
  * launch_main.c, which must tell an option's value from the command's name. */
 typedef struct cli_command cli_command;
 extern const cli_command cli_generate_command, cli_batch_command, cli_bench_command,
-    cli_tokenize_command, cli_detokenize_command, cli_mkmodel_command;
+    cli_serve_command, cli_tokenize_command, cli_detokenize_command, cli_mkmodel_command;
 
 /* ---- the parser (cli_args.c) ---------------------------------------------
  *

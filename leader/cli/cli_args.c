@@ -78,6 +78,7 @@ static const char commands_help[] =
     "  batch --input IN.jsonl --output OUT.jsonl [sampling options]\n"
     "                                                   offline batch job (JSONL in, JSONL out)\n"
     "  bench [--workload FILE.jsonl] [--num-seqs N]     throughput run (output tokens/s)\n"
+    "  serve [--host H] [--port N] [--api-key KEY] ...  OpenAI-compatible HTTP server\n"
     "  tokenize [--replace-invalid] [--no-special]      stdin text -> JSON array of ids\n"
     "  detokenize [--skip-special-tokens]               stdin JSON array of ids -> text\n"
     "  mkmodel --out DIR [--preset NAME] ...            write a random-weight model\n"

@@ -39,13 +39,14 @@ static int install_signals(void)
 /* The commands, by name. */
 static const struct {
     const cli_command *cmd;
-    int (*run_engine)(const nl_engine_config *, int, char **);     /* generate, batch, bench */
+    int (*run_engine)(const nl_engine_config *, int, char **);     /* generate, batch, bench, serve */
     int (*run_tokenizer)(const char *, int, char **);                /* tokenize, detokenize   */
     int (*run_tool)(int, char **);                                   /* mkmodel                */
 } commands[] = {
     {&cli_generate_command, cli_generate, NULL, NULL},
     {&cli_batch_command, cli_batch, NULL, NULL},
     {&cli_bench_command, cli_bench, NULL, NULL},
+    {&cli_serve_command, cli_serve, NULL, NULL},
     {&cli_tokenize_command, NULL, cli_tokenize, NULL},
     {&cli_detokenize_command, NULL, cli_detokenize, NULL},
     {&cli_mkmodel_command, NULL, NULL, cli_mkmodel},
@@ -87,7 +88,7 @@ static int without_command(int argc, char **argv)
     while ((c = cli_next(&p, &v)) != CLI_DONE && c != CLI_EXIT)
         ; /* only global options can come back to here */
     if (c == CLI_DONE)
-        c = cli_usage_error(&p, "no command given (generate, batch, bench, tokenize, detokenize, mkmodel)");
+        c = cli_usage_error(&p, "no command given (generate, batch, bench, serve, tokenize, detokenize, mkmodel)");
     cli_parser_free(&p);
     return p.exit;
 }
