@@ -23,6 +23,7 @@ include tests/tokenizer.mk
 include tests/e2e.mk
 include tests/api.mk
 include tests/cli.mk
+include tests/server.mk
 
 # Scripts run on a GPU machine (golden files, parity, benchmarks) and the
 # results they produced.

@@ -189,9 +189,9 @@ START_TEST(test_submit_validation)
     ck_assert_int_eq(nl_engine_submit(e, &plong, &sp, &id), NL_ERR_INVALID_ARG);
     ck_assert_ptr_nonnull(strstr(nl_last_error(), "max_model_len 100"));
     nl_sampling_params b = sp;
-    b.max_tokens = 0;
+    b.max_tokens = -1;
     ck_assert_int_eq(nl_engine_submit(e, &p, &b, &id), NL_ERR_INVALID_ARG);
-    ck_assert_ptr_nonnull(strstr(nl_last_error(), "max_tokens 0"));
+    ck_assert_ptr_nonnull(strstr(nl_last_error(), "max_tokens -1"));
     b = sp; b.temperature = -0.5f;
     ck_assert_int_eq(nl_engine_submit(e, &p, &b, &id), NL_ERR_INVALID_ARG);
     b = sp; b.temperature = NAN;
@@ -441,6 +441,74 @@ START_TEST(test_runner_failure_stops_engine)
     ck_assert_int_eq(nl_engine_step(e), NL_ERR_WORKER);
     ck_assert_ptr_nonnull(strstr(nl_last_error(), "earlier failure"));
     ck_assert_int_eq(nl_engine_submit(e, &p, &sp, &a), NL_ERR_WORKER);
+    ck_assert_int_eq(nl_engine_check(e), NL_ERR_WORKER);
+    ck_assert_ptr_nonnull(strstr(nl_last_error(), "injected failure"));
+    nl_engine_close(e);
+}
+END_TEST
+
+/* What a server front-end uses: max_tokens 0 (up to max_model_len), peek
+ * from the stream callback (the logprobs of the new token), check and
+ * stats. */
+typedef struct peek_log {
+    nl_engine *e;
+    int32_t calls, n_tokens_seen, bad;
+    float last_logprob;
+} peek_log;
+
+static void on_peek(void *user, uint64_t id, const int32_t *new_ids, int32_t n_new, const char *text,
+                    bool finished)
+{
+    (void)text;
+    peek_log *log = user;
+    const nl_result *r;
+    log->calls++;
+    if (nl_engine_peek(log->e, id, &r) != NL_OK || r->n_tokens != log->n_tokens_seen + n_new ||
+        r->token_ids[r->n_tokens - 1] != new_ids[n_new - 1] || !r->logprobs ||
+        r->logprobs[r->n_tokens - 1].token_id != new_ids[n_new - 1] ||
+        (!finished && r->finish_reason != NL_FINISH_NONE))
+        log->bad++;
+    log->n_tokens_seen += n_new;
+}
+
+START_TEST(test_front_end_api)
+{
+    nl_engine *e = open_fake(64, 100, NULL, 0, 0, NULL, VOCAB);
+    ck_assert_int_eq(nl_engine_check(e), NL_OK);
+    int32_t prompt[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+    nl_prompt p = tokens_prompt(prompt, 10);
+    nl_sampling_params sp = greedy(0);
+    sp.logprobs = 2;
+    peek_log log = {.e = e};
+    nl_engine_set_stream_callback(e, on_peek, &log);
+    uint64_t id;
+    ck_assert_int_eq(nl_engine_submit(e, &p, &sp, &id), NL_OK);
+    nl_engine_stats st;
+    nl_engine_get_stats(e, &st);
+    ck_assert_int_eq(st.num_waiting, 1);
+    ck_assert_int_eq(st.num_kv_blocks, 64);
+    ck_assert_int_eq(st.num_free_kv_blocks, 64);
+    ck_assert_int_eq(st.prompt_tokens, 10);
+    ck_assert_int_eq(nl_engine_step(e), NL_OK);
+    nl_engine_get_stats(e, &st);
+    ck_assert_int_eq(st.num_running, 1);
+    ck_assert_int_eq(st.num_free_kv_blocks, 63);
+    const nl_result *r;
+    ck_assert_int_eq(nl_engine_peek(e, id, &r), NL_OK);
+    ck_assert_int_eq(r->finish_reason, NL_FINISH_NONE);
+    ck_assert_int_eq(r->n_tokens, 1);
+    ck_assert_int_eq(nl_engine_run_until_done(e), NL_OK);
+    ck_assert_int_eq(log.bad, 0);
+    ck_assert_int_eq(nl_engine_get_result(e, id, &r), NL_OK);
+    /* max_model_len 100 leaves 90 tokens after the prompt. */
+    ck_assert_int_eq(r->n_tokens, 90);
+    ck_assert_int_eq(r->finish_reason, NL_FINISH_LENGTH);
+    ck_assert_int_eq(log.calls, 90);
+    nl_engine_get_stats(e, &st);
+    ck_assert_int_eq(st.output_tokens, 90);
+    ck_assert_int_eq(st.num_running + st.num_waiting, 0);
+    nl_engine_release(e, id);
+    ck_assert_int_eq(nl_engine_peek(e, id, &r), NL_ERR_NOT_FOUND);
     nl_engine_close(e);
 }
 END_TEST
@@ -666,6 +734,7 @@ int main(void)
     tcase_add_test(tc, test_abort_from_callback);
     tcase_add_test(tc, test_prefix_cache_through_engine);
     tcase_add_test(tc, test_runner_failure_stops_engine);
+    tcase_add_test(tc, test_front_end_api);
     tcase_add_test(tc, test_text_and_stop_strings);
     tcase_add_test(tc, test_tokens_without_text);
     suite_add_tcase(s, tc);

@@ -32,7 +32,8 @@ struct http_server {
     uint16_t port;
     int64_t started;
     atomic_int busy;
-    atomic_bool stopping;
+    atomic_bool draining;  /* quiesced: shutting down                 */
+    atomic_bool stopping;  /* closing every connection now             */
     atomic_uint_fast64_t next_id;
 };
 
@@ -357,7 +358,7 @@ static enum MHD_Result handle_health(http_server *srv, struct MHD_Connection *c)
     char why[640];
     if (!engine_loop_healthy(srv->loop, why, sizeof(why)))
         return reply_errorf(c, 503, "service_unavailable", "engine_failed", "the engine has failed: %s", why);
-    if (atomic_load(&srv->stopping))
+    if (atomic_load(&srv->draining))
         return reply_errorf(c, 503, "service_unavailable", "shutting_down", "the server is shutting down");
     return reply_json(c, 200, json_pack("{s:s}", "status", "ok"));
 }
@@ -539,6 +540,7 @@ uint16_t http_port(const http_server *srv)
 
 void http_quiesce(http_server *srv)
 {
+    atomic_store(&srv->draining, true);
     MHD_socket fd = MHD_quiesce_daemon(srv->daemon);
     if (fd != MHD_INVALID_SOCKET) close(fd);
 }

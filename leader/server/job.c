@@ -16,6 +16,8 @@ server_job *server_job_create(api_request *req)
     atomic_init(&job->refs, 1);
     job->req = *req;
     memset(req, 0, sizeof(*req));
+    /* The stop list points into the request itself. */
+    if (job->req.params.n_stop > 0) job->req.params.stop = job->req.stop;
     pthread_mutex_init(&job->mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);

@@ -1,0 +1,7 @@
+# tests/server.mk: `nanollm-launch serve` driven by the official OpenAI client
+# library for Node.js (tests/server/test_server.mjs) on the CPU backend with
+# the demo model.
+if HAVE_SERVER
+TESTS += tests/server/test_server.sh
+endif
+EXTRA_DIST += tests/server/test_server.sh tests/server/test_server.mjs tools/fetch-openai-client.sh

@@ -1,0 +1,463 @@
+// test_server.mjs — `nanollm-launch serve` held to the official OpenAI client
+// library for Node.js, on the CPU with the demo model.
+//
+// Every generation is checked against `nanollm-launch batch` run with the
+// same engine options (the same requests through the offline path): texts
+// and logprobs must agree, for whole responses, streams, and 32 concurrent
+// streams.  Then: stop strings, usage, the client's own error classes for
+// 400/401/404/413 and 503 (queue full), a client that disconnects
+// mid-stream (its KV blocks are free again in /metrics), /health turning
+// 503 once a worker is killed, and SIGTERM: in-flight streams finish (or are
+// aborted at --shutdown-timeout), the server exits 0 and leaves no worker
+// process and no shared-memory segment.
+//
+// Environment: NANOLLM_LAUNCH (the program), NANOLLM_OPENAI_DIR (the
+// unpacked npm package; tools/fetch-openai-client.sh).
+import { spawn, spawnSync } from 'node:child_process';
+import { createRequire } from 'node:module';
+import fs from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+
+const require = createRequire(import.meta.url);
+const clientDir = process.env.NANOLLM_OPENAI_DIR;
+const launch = process.env.NANOLLM_LAUNCH;
+if (!clientDir || !launch) {
+  console.error('test_server: set NANOLLM_OPENAI_DIR and NANOLLM_LAUNCH');
+  process.exit(1);
+}
+const { OpenAI, APIError, BadRequestError, AuthenticationError, NotFoundError, InternalServerError } =
+  require(clientDir);
+
+const ENGINE = ['--num-kv-blocks', '256', '--max-model-len', '512', '--max-num-seqs', '40',
+  '--max-num-batched-tokens', '2048'];
+const KEY = 'test-key-0123456789';
+const MODEL = 'nanollm-demo';
+const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'nl-server-'));
+
+let failures = 0;
+let n = 0;
+function check(cond, what) {
+  n++;
+  if (cond) {
+    console.log(`ok ${n} - ${what}`);
+  } else {
+    failures++;
+    console.log(`not ok ${n} - ${what}`);
+  }
+  return cond;
+}
+function eq(got, want, what) {
+  const ok = JSON.stringify(got) === JSON.stringify(want);
+  if (!ok) console.log(`#   got:  ${JSON.stringify(got)}\n#   want: ${JSON.stringify(want)}`);
+  return check(ok, what);
+}
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+// ---- the reference: the same requests through `batch` ---------------------------
+
+const streamLines = [];
+for (let i = 0; i < 32; i++) {
+  const line = { id: `s${i}`, prompt: `Stream number ${i} says:`, max_tokens: 10, ignore_eos: true };
+  if (i % 2 === 0) line.temperature = 0;
+  else Object.assign(line, { temperature: 0.9, top_k: 50, seed: 1000 + i });
+  streamLines.push(line);
+}
+const refLines = [
+  { id: 'greedy', prompt: 'Hello world, this is', max_tokens: 24, temperature: 0, ignore_eos: true, logprobs: 3 },
+  { id: 'chat', messages: [{ role: 'user', content: 'Say something nice.' }], max_tokens: 16, temperature: 0,
+    ignore_eos: true, logprobs: 2 },
+  { id: 'ids', prompt_token_ids: [9707, 1879, 11, 419, 374], max_tokens: 8, temperature: 0, ignore_eos: true },
+  ...streamLines,
+];
+fs.writeFileSync(path.join(tmp, 'in.jsonl'), refLines.map((l) => JSON.stringify(l)).join('\n') + '\n');
+const batch = spawnSync(launch, [...ENGINE, 'batch', '--input', path.join(tmp, 'in.jsonl'), '--output',
+  path.join(tmp, 'out.jsonl')], { encoding: 'utf8' });
+if (batch.status !== 0) {
+  console.error(`batch failed (${batch.status}): ${batch.stderr}`);
+  process.exit(1);
+}
+const ref = {};
+for (const line of fs.readFileSync(path.join(tmp, 'out.jsonl'), 'utf8').trim().split('\n')) {
+  const o = JSON.parse(line);
+  ref[o.id] = o;
+}
+
+// ---- servers --------------------------------------------------------------------------
+
+function startServer(engineArgs, serveArgs) {
+  return new Promise((resolve, reject) => {
+    const proc = spawn(launch, [...engineArgs, 'serve', '--port', '0', ...serveArgs],
+      { stdio: ['ignore', 'ignore', 'pipe'] });
+    let err = '';
+    const exited = new Promise((r) => proc.on('exit', (code, signal) => r({ code, signal })));
+    proc.stderr.setEncoding('utf8');
+    proc.stderr.on('data', (d) => {
+      err += d;
+      const m = err.match(/listening on http:\/\/127\.0\.0\.1:(\d+)/);
+      if (m && !proc.port) {
+        proc.port = Number(m[1]);
+        resolve({ proc, port: proc.port, exited, stderr: () => err });
+      }
+    });
+    proc.on('exit', () => { if (!proc.port) reject(new Error(`serve exited before listening: ${err}`)); });
+  });
+}
+
+function client(port, apiKey = KEY) {
+  return new OpenAI({ apiKey, baseURL: `http://127.0.0.1:${port}/v1`, maxRetries: 0, timeout: 60000 });
+}
+
+async function metrics(port) {
+  const text = await (await fetch(`http://127.0.0.1:${port}/metrics`,
+    { headers: { Authorization: `Bearer ${KEY}` } })).text();
+  const get = (name, label = '') => {
+    const re = new RegExp(`^${name}\\{[^}]*${label}[^}]*\\} (\\S+)$`, 'm');
+    const m = text.match(re);
+    return m ? Number(m[1]) : NaN;
+  };
+  return { text, get };
+}
+
+// The worker processes of pid (children of any of its threads).
+function workersOf(pid) {
+  const out = [];
+  for (const tid of fs.readdirSync(`/proc/${pid}/task`)) {
+    const kids = fs.readFileSync(`/proc/${pid}/task/${tid}/children`, 'utf8').trim();
+    for (const k of kids ? kids.split(/\s+/) : []) {
+      const comm = fs.readFileSync(`/proc/${k}/comm`, 'utf8').trim();
+      if (comm.startsWith('nanollm-worker')) out.push(Number(k));
+    }
+  }
+  return out;
+}
+const alive = (pid) => fs.existsSync(`/proc/${pid}`) &&
+  !/^State:\s+Z/m.test(fs.readFileSync(`/proc/${pid}/status`, 'utf8'));
+const shmOf = (pid) => fs.readdirSync('/dev/shm').filter((f) => f.startsWith(`nanollm-${pid}-`));
+
+async function streamText(stream) {
+  let text = '';
+  let finish = null;
+  let usage = null;
+  let chunks = 0;
+  const lps = [];
+  for await (const chunk of stream) {
+    chunks++;
+    if (chunk.usage) usage = chunk.usage;
+    for (const c of chunk.choices) {
+      text += c.text ?? c.delta?.content ?? '';
+      if (c.finish_reason) finish = c.finish_reason;
+      if (c.logprobs?.content) lps.push(...c.logprobs.content);
+      if (c.logprobs?.token_logprobs) lps.push(...c.logprobs.token_logprobs);
+    }
+  }
+  return { text, finish, usage, chunks, lps };
+}
+
+async function expectError(promise, cls, status, what) {
+  try {
+    await promise;
+    check(false, `${what}: no error`);
+    return null;
+  } catch (e) {
+    const ok = e instanceof cls && e.status === status;
+    if (!ok) console.log(`#   ${e?.constructor?.name} ${e?.status}: ${e?.message}`);
+    check(ok, `${what}: ${cls.name} ${status}`);
+    return e;
+  }
+}
+
+const close = (a, b) => Math.abs(a - b) < 1e-4;
+
+// ---- server A: the API -------------------------------------------------------------
+
+async function testApi() {
+  const a = await startServer(ENGINE, ['--api-key', KEY, '--max-queue', '64']);
+  const c = client(a.port);
+  try {
+    const models = await c.models.list();
+    eq(models.data.map((m) => m.id), [MODEL], 'models.list names the served model');
+
+    // Completions, whole and streamed, against batch.
+    const g = ref.greedy;
+    const r = await c.completions.create({ model: MODEL, prompt: 'Hello world, this is', max_tokens: 24,
+      temperature: 0, ignore_eos: true, logprobs: 3 });
+    eq(r.choices[0].text, g.text, 'completion text = batch');
+    eq(r.choices[0].finish_reason, 'length', 'completion finish_reason length');
+    eq([r.usage.prompt_tokens, r.usage.completion_tokens, r.usage.total_tokens],
+      [g.prompt_tokens, 24, g.prompt_tokens + 24], 'completion usage');
+    const lp = r.choices[0].logprobs;
+    check(lp.tokens.length === 24 && lp.token_logprobs.length === 24 && lp.top_logprobs.length === 24 &&
+      lp.text_offset.length === 24, 'completion logprobs: one entry per token');
+    check(lp.token_logprobs.every((x, k) => close(x, g.logprobs[k].logprob)), 'completion logprobs = batch');
+    check(lp.top_logprobs.every((m, k) => Object.values(m).length >= 1 && Object.values(m).length <= 3 &&
+      Object.values(m).every((v) => g.logprobs[k].top.some(([, l]) => close(l, v)))),
+    'completion top_logprobs: at most 3 each, values = batch');
+    eq(lp.tokens.join(''), g.text, 'completion logprob tokens spell the text');
+
+    const s = await streamText(await c.completions.create({ model: MODEL, prompt: 'Hello world, this is',
+      max_tokens: 24, temperature: 0, ignore_eos: true, stream: true, logprobs: 3,
+      stream_options: { include_usage: true } }));
+    eq(s.text, g.text, 'streamed completion text = batch');
+    eq(s.finish, 'length', 'streamed completion finish_reason');
+    eq(s.usage && [s.usage.prompt_tokens, s.usage.completion_tokens], [g.prompt_tokens, 24], 'stream usage chunk');
+    check(s.lps.length === 24 && s.lps.every((x, k) => close(x, g.logprobs[k].logprob)), 'streamed logprobs = batch');
+    check(s.chunks > 2, `the completion streamed in ${s.chunks} chunks`);
+
+    const ids = await c.completions.create({ model: MODEL, prompt: [9707, 1879, 11, 419, 374], max_tokens: 8,
+      temperature: 0, ignore_eos: true });
+    eq(ids.choices[0].text, ref.ids.text, 'token-id prompt = batch');
+
+    // Chat, whole and streamed.
+    const ch = ref.chat;
+    const msgs = [{ role: 'user', content: 'Say something nice.' }];
+    const cr = await c.chat.completions.create({ model: MODEL, messages: msgs, max_completion_tokens: 16,
+      temperature: 0, ignore_eos: true, logprobs: true, top_logprobs: 2 });
+    eq(cr.object, 'chat.completion', 'chat object');
+    eq(cr.choices[0].message, { role: 'assistant', content: ch.text }, 'chat message = batch');
+    eq([cr.usage.prompt_tokens, cr.usage.completion_tokens], [ch.prompt_tokens, 16], 'chat usage');
+    const content = cr.choices[0].logprobs.content;
+    check(content.length === 16 && content.every((e, k) => close(e.logprob, ch.logprobs[k].logprob) &&
+      e.top_logprobs.length === 2 && Buffer.from(e.bytes).toString('utf8') === e.token),
+    'chat logprobs: OpenAI shape, values = batch');
+    const cs = await streamText(await c.chat.completions.create({ model: MODEL, messages: msgs, max_tokens: 16,
+      temperature: 0, ignore_eos: true, stream: true, logprobs: true }));
+    eq(cs.text, ch.text, 'streamed chat text = batch');
+    check(cs.lps.length === 16 && cs.lps.every((e, k) => close(e.logprob, ch.logprobs[k].logprob) &&
+      e.top_logprobs.length === 0), 'streamed chat logprobs (no alternatives asked)');
+
+    // Stop strings: the output ends before the first occurrence.
+    const chars = Array.from(g.text);
+    let stop = null;
+    for (let p = 4; p + 3 <= chars.length && !stop; p++) {
+      const cand = chars.slice(p, p + 3).join('');
+      if (cand.trim().length === 3) stop = cand;
+    }
+    if (check(stop !== null, 'found a stop string in the greedy text')) {
+      const want = g.text.slice(0, g.text.indexOf(stop));
+      const st = await c.completions.create({ model: MODEL, prompt: 'Hello world, this is', max_tokens: 24,
+        temperature: 0, ignore_eos: true, stop: [stop, 'never-appears-xyz'] });
+      eq([st.choices[0].text, st.choices[0].finish_reason], [want, 'stop'], `stop ${JSON.stringify(stop)}`);
+      const sst = await streamText(await c.completions.create({ model: MODEL, prompt: 'Hello world, this is',
+        max_tokens: 24, temperature: 0, ignore_eos: true, stop, stream: true }));
+      eq([sst.text, sst.finish], [want, 'stop'], 'stop while streaming');
+    }
+
+    // 32 concurrent streams = the same requests through batch.
+    const t0 = Date.now();
+    const outs = await Promise.all(streamLines.map(async (l) => {
+      const { id, ...params } = l;
+      return streamText(await c.completions.create({ model: MODEL, ...params, stream: true,
+        stream_options: { include_usage: true } }));
+    }));
+    const bad = streamLines.filter((l, i) => outs[i].text !== ref[l.id].text || outs[i].usage?.completion_tokens !== 10);
+    if (bad.length) console.log(`#   differ: ${bad.map((l) => l.id).join(' ')}`);
+    check(bad.length === 0, `32 concurrent streams (greedy and seeded) = batch (${Date.now() - t0} ms)`);
+
+    // Tokenize / detokenize round trip.
+    const tok = await (await fetch(`http://127.0.0.1:${a.port}/tokenize`, { method: 'POST',
+      headers: { Authorization: `Bearer ${KEY}` }, body: JSON.stringify({ prompt: 'Hello world' }) })).json();
+    eq(tok.tokens, [9707, 1879], '/tokenize = the Qwen3 tokenizer');
+    const detok = await (await fetch(`http://127.0.0.1:${a.port}/detokenize`, { method: 'POST',
+      headers: { Authorization: `Bearer ${KEY}` }, body: JSON.stringify({ tokens: tok.tokens }) })).json();
+    eq(detok.prompt, 'Hello world', '/detokenize round trip');
+
+    // Errors in OpenAI's shape, as the client's own classes.
+    let e = await expectError(c.completions.create({ model: MODEL, prompt: 'x', frobnicate: 1 }), BadRequestError,
+      400, 'unknown field');
+    eq(e && [e.param, e.type], ['frobnicate', 'invalid_request_error'], 'unknown field named in param');
+    e = await expectError(c.completions.create({ model: MODEL, prompt: 'x', temperature: 'hot' }), BadRequestError,
+      400, 'wrong type');
+    eq(e?.param, 'temperature', 'wrong type named');
+    e = await expectError(c.completions.create({ model: MODEL, prompt: 'x', n: 2 }), BadRequestError, 400, 'n = 2');
+    eq(e?.param, 'n', 'n refused by name');
+    e = await expectError(c.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'x' }],
+      top_logprobs: 50, logprobs: true }), BadRequestError, 400, 'top_logprobs out of range');
+    eq(e?.param, 'top_logprobs', 'top_logprobs named');
+    e = await expectError(c.completions.create({ model: MODEL, prompt: 'word '.repeat(600), max_tokens: 4 }),
+      BadRequestError, 400, 'prompt too long');
+    eq(e && [e.param, e.code], ['prompt', 'context_length_exceeded'], 'prompt too long: param and code');
+    check(/max_model_len 512/.test(e?.message ?? ''), 'prompt too long: the limit is named');
+    e = await expectError(c.post('/completions', { body: '{"prompt": ', headers: { 'Content-Type': 'application/json' } }),
+      BadRequestError, 400, 'bad JSON');
+    await expectError(client(a.port, 'wrong-key').models.list(), AuthenticationError, 401, 'wrong API key');
+    const noKey = await fetch(`http://127.0.0.1:${a.port}/v1/models`);
+    eq(noKey.status, 401, 'no API key: 401');
+    eq((await fetch(`http://127.0.0.1:${a.port}/health`)).status, 200, '/health needs no key');
+    await expectError(c.get('/no-such-route'), NotFoundError, 404, 'unknown route');
+    await expectError(c.completions.create({ model: 'gpt-4', prompt: 'x' }), NotFoundError, 404, 'unknown model');
+    e = await expectError(c.completions.create({ model: MODEL, prompt: 'x'.repeat(5 << 20) }), APIError, 413,
+      'body over the limit');
+
+    // A client that disconnects mid-stream: its request is aborted and its
+    // KV blocks are free again.
+    const before = await metrics(a.port);
+    eq(before.get('nanollm_kv_cache_blocks_used'), 0, 'no KV blocks used while idle');
+    const ac = new AbortController();
+    const long = await c.completions.create({ model: MODEL, prompt: 'A long story:', max_tokens: 400,
+      ignore_eos: true, temperature: 0, stream: true }, { signal: ac.signal });
+    let got = 0;
+    try {
+      for await (const chunk of long) {
+        if (++got === 3) {
+          const during = await metrics(a.port);
+          check(during.get('nanollm_kv_cache_blocks_used') > 0 && during.get('nanollm_num_requests_running') === 1,
+            'a running stream holds KV blocks');
+          ac.abort();
+        }
+      }
+    } catch (err) {
+      /* the abort */
+    }
+    let freed = false;
+    const t1 = Date.now();
+    while (Date.now() - t1 < 3000 && !freed) {
+      const m = await metrics(a.port);
+      freed = m.get('nanollm_kv_cache_blocks_used') === 0 && m.get('nanollm_num_requests_running') === 0;
+      if (!freed) await sleep(20);
+    }
+    check(freed, `the disconnected stream's blocks are free again (${Date.now() - t1} ms)`);
+    const after = await metrics(a.port);
+    eq(after.get('nanollm_request_finished_total', 'finished_reason="abort"'), 1, 'counted as aborted');
+    check(after.get('nanollm_generation_tokens_total') - before.get('nanollm_generation_tokens_total') < 300,
+      'it stopped long before max_tokens');
+    check(after.get('nanollm_time_to_first_token_seconds_count') > 0 &&
+      after.get('nanollm_inter_token_latency_seconds_count') > 0 &&
+      after.get('nanollm_e2e_request_latency_seconds_count') > 0, 'latency histograms observed');
+    check(after.get('nanollm_prompt_tokens_total') > 0 && after.get('nanollm_kv_cache_blocks_total') === 256,
+      'token counters and KV total');
+
+    // A dead worker: /health turns 503, requests are refused.
+    const workers = workersOf(a.proc.pid);
+    eq(workers.length, 1, 'one worker process found under the server');
+    process.kill(workers[0], 'SIGKILL');
+    let status = 200;
+    const t2 = Date.now();
+    while (Date.now() - t2 < 3000 && status === 200) {
+      status = (await fetch(`http://127.0.0.1:${a.port}/health`)).status;
+      if (status === 200) await sleep(20);
+    }
+    eq(status, 503, `/health is 503 after the worker died (${Date.now() - t2} ms)`);
+    await expectError(c.completions.create({ model: MODEL, prompt: 'x' }), InternalServerError, 503,
+      'a request after the worker died');
+
+    a.proc.kill('SIGTERM');
+    const { code } = await a.exited;
+    eq(code, 0, 'SIGTERM after the worker died: exit 0');
+    eq(shmOf(a.proc.pid), [], 'no shared-memory segment left');
+  } finally {
+    if (a.proc.exitCode === null) a.proc.kill('SIGKILL');
+  }
+}
+
+// ---- server B: queue limit and shutdown -----------------------------------------------
+
+async function testShutdown() {
+  const b = await startServer([...ENGINE.slice(0, 4), '--max-num-seqs', '1', '--max-num-batched-tokens', '512'],
+    ['--max-queue', '1', '--shutdown-timeout', '1.5']);
+  const c = client(b.port, 'anything');
+  try {
+    const workers = workersOf(b.proc.pid);
+    eq(workers.length, 1, 'server B has its worker');
+    // One stream runs, one waits: the queue (1) is full.
+    const first = await c.completions.create({ model: MODEL, prompt: 'One', max_tokens: 480, ignore_eos: true,
+      stream: true });
+    const it1 = first[Symbol.asyncIterator]();
+    await it1.next();
+    const second = c.completions.create({ model: MODEL, prompt: 'Two', max_tokens: 4, ignore_eos: true,
+      stream: true });
+    const t0 = Date.now();
+    while (Date.now() - t0 < 3000 && (await metrics(b.port)).get('nanollm_num_requests_waiting') !== 1) await sleep(10);
+    const e = await expectError(c.completions.create({ model: MODEL, prompt: 'Three', max_tokens: 4 }),
+      InternalServerError, 503, 'a full queue');
+    eq(e?.code, 'queue_full', 'the full queue is named');
+
+    // SIGTERM: the waiting stream still finishes if there is time; the long
+    // one is aborted at the deadline, and the server exits 0.
+    const secondDone = second.then(streamText);
+    const firstRest = (async () => {
+      let text = '';
+      let finish = null;
+      for (;;) {
+        const { value, done } = await it1.next();
+        if (done) break;
+        for (const ch of value.choices) {
+          text += ch.text;
+          finish = ch.finish_reason ?? finish;
+        }
+      }
+      return finish;
+    })();
+    await sleep(50);
+    const tKill = Date.now();
+    b.proc.kill('SIGTERM');
+    await sleep(200);
+    const refused = await new Promise((resolve) => {
+      const sock = net.connect(b.port, '127.0.0.1');
+      sock.on('connect', () => { sock.destroy(); resolve(false); });
+      sock.on('error', (err) => resolve(err.code === 'ECONNREFUSED'));
+    });
+    check(refused, 'no new connections after SIGTERM');
+    // A connection kept alive from before may still ask: it hears 503.
+    eq((await fetch(`http://127.0.0.1:${b.port}/health`).catch(() => ({ status: 503 }))).status, 503,
+      '/health is 503 while shutting down');
+    eq(await firstRest, 'abort', 'the long stream is aborted at the deadline');
+    const sd = await secondDone.catch((err) => ({ error: err.message }));
+    check(sd.finish === 'length' || sd.finish === 'abort', `the queued stream ended cleanly (${sd.finish})`);
+    const { code } = await b.exited;
+    const took = Date.now() - tKill;
+    eq(code, 0, 'SIGTERM: exit 0');
+    check(took >= 1400 && took < 5000, `exited after the 1.5 s shutdown timeout (${took} ms)`);
+    await sleep(100);
+    check(workers.every((w) => !alive(w)), 'no worker process left');
+    eq(shmOf(b.proc.pid), [], 'no shared-memory segment left');
+  } finally {
+    if (b.proc.exitCode === null) b.proc.kill('SIGKILL');
+  }
+}
+
+// ---- server C: a graceful shutdown lets a running stream finish ---------------------
+
+async function testGraceful() {
+  const s = await startServer(ENGINE, ['--shutdown-timeout', '20']);
+  const c = client(s.port, 'anything');
+  try {
+    const workers = workersOf(s.proc.pid);
+    const stream = await c.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'Hi' }],
+      max_tokens: 40, ignore_eos: true, temperature: 0, stream: true, stream_options: { include_usage: true } });
+    const it = stream[Symbol.asyncIterator]();
+    await it.next();
+    s.proc.kill('SIGINT');
+    let finish = null;
+    let usage = null;
+    for (;;) {
+      const { value, done } = await it.next();
+      if (done) break;
+      if (value.usage) usage = value.usage;
+      for (const ch of value.choices) finish = ch.finish_reason ?? finish;
+    }
+    eq([finish, usage?.completion_tokens], ['length', 40], 'SIGINT: the in-flight stream finishes');
+    const t0 = Date.now();
+    const { code } = await s.exited;
+    eq(code, 0, 'then the server exits 0');
+    check(Date.now() - t0 < 5000, 'without waiting for the 20 s timeout');
+    await sleep(100);
+    check(workers.length === 1 && workers.every((w) => !alive(w)), 'no worker process left');
+  } finally {
+    if (s.proc.exitCode === null) s.proc.kill('SIGKILL');
+  }
+}
+
+try {
+  await testApi();
+  await testShutdown();
+  await testGraceful();
+} catch (err) {
+  failures++;
+  console.log(`not ok - ${err.stack}`);
+} finally {
+  fs.rmSync(tmp, { recursive: true, force: true });
+}
+console.log(`1..${n}`);
+process.exit(failures ? 1 : 0);
