@@ -21,6 +21,7 @@
 
 #define HTTP_WAIT_SLICE_S 0.1  /* how often a waiting request looks at its socket */
 #define HTTP_IDLE_TIMEOUT_S 300
+#define HTTP_MAX_CONNECTIONS 1024 /* a thread each */
 
 struct http_server {
     struct MHD_Daemon *daemon;
@@ -519,6 +520,7 @@ bool http_start(const http_options *opt, engine_loop *loop, metrics *m, http_ser
                                    MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
                                    MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
                                    MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)HTTP_IDLE_TIMEOUT_S,
+                                   MHD_OPTION_CONNECTION_LIMIT, (unsigned)HTTP_MAX_CONNECTIONS,
                                    MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u,
                                    MHD_OPTION_END);
     if (!srv->daemon || !srv->model) {

@@ -88,6 +88,10 @@ int server_run(const nl_engine_config *config, const server_options *opt)
     fprintf(stderr, "nanollm-launch: serve: model '%s' on %s, max_model_len %d, listening on http://%s:%u%s\n",
             name, info->device_name, info->max_model_len, opt->host, (unsigned)http_port(http),
             opt->api_key ? " (API key required)" : "");
+    if (!opt->api_key && strcmp(opt->host, "127.0.0.1") != 0 && strcmp(opt->host, "::1") != 0 &&
+        strcmp(opt->host, "localhost") != 0)
+        fprintf(stderr, "nanollm-launch: serve: warning: listening beyond loopback without --api-key: "
+                        "anyone who reaches %s can use the model\n", opt->host);
     fflush(stderr);
 
     int sig = 0;
