@@ -138,11 +138,10 @@ static void on_stream(void *user, uint64_t request_id, const int32_t *new_ids, i
         lps = logprob_entries(loop, r, job->n_seen, r->n_tokens, job->req.logprobs);
     job->n_seen += n_new;
     server_job_push(job, text_delta, lps);
-    if (finished && !job->finished_in_step) {
+    /* finished has room for every request of a step (max_num_seqs). */
+    if (finished && !job->finished_in_step && loop->n_finished < loop->cap_finished) {
         job->finished_in_step = true;
-        /* Without room to remember it, the request is finished after the
-         * next step's scan of every job instead (finish_all). */
-        push_ptr(&loop->finished, &loop->n_finished, &loop->cap_finished, job);
+        loop->finished[loop->n_finished++] = job;
     }
 }
 
@@ -408,6 +407,14 @@ nl_status engine_loop_start(const nl_engine_config *config, int32_t max_queue, m
     }
     loop->max_queue = max_queue;
     loop->metrics = m;
+    loop->cap_finished = config->max_num_seqs > 0 ? config->max_num_seqs : 1;
+    loop->finished = calloc((size_t)loop->cap_finished, sizeof(server_job *));
+    if (!loop->finished) {
+        free(loop->queue);
+        free(loop);
+        snprintf(why, why_len, "out of memory for %d requests", config->max_num_seqs);
+        return NL_ERR_NOMEM;
+    }
     pthread_mutex_init(&loop->mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -418,6 +425,7 @@ nl_status engine_loop_start(const nl_engine_config *config, int32_t max_queue, m
     int rc = pthread_create(&loop->thread, NULL, engine_main, loop);
     if (rc != 0) {
         snprintf(why, why_len, "cannot start the engine thread: %s", strerror(rc));
+        free(loop->finished);
         free(loop->queue);
         free(loop);
         return NL_ERR_RUNTIME;
@@ -429,6 +437,7 @@ nl_status engine_loop_start(const nl_engine_config *config, int32_t max_queue, m
     if (st != NL_OK) {
         snprintf(why, why_len, "%s", loop->why);
         pthread_join(loop->thread, NULL);
+        free(loop->finished);
         free(loop->queue);
         free(loop);
         return st;

@@ -20,7 +20,9 @@
 #include "leader/server/response.h"
 
 #define HTTP_WAIT_SLICE_S 0.1  /* how often a waiting request looks at its socket */
-#define HTTP_IDLE_TIMEOUT_S 300
+/* An idle keep-alive connection is closed after this; long enough that a
+ * long generation (no bytes while a whole response is computed) is never cut. */
+#define HTTP_IDLE_TIMEOUT_S 3600
 #define HTTP_MAX_CONNECTIONS 1024 /* a thread each */
 
 struct http_server {
