@@ -150,6 +150,42 @@ START_TEST(test_chunked_prefill)
 }
 END_TEST
 
+/* A long prompt that arrives while a seq decodes does not freeze it: every
+ * step carries the decoding seq's next token beside a chunk of the prompt
+ * (mixed batches), and both still produce the fake model's tokens. */
+START_TEST(test_long_prompt_does_not_freeze_decodes)
+{
+    harness h;
+    harness_open(&h, 200, 16, true, 4, 64, 1000, -1);
+    int32_t short_prompt[8], long_prompt[1000];
+    for (int i = 0; i < 8; i++) short_prompt[i] = i + 3;
+    for (int i = 0; i < 1000; i++) long_prompt[i] = (i * 13 + 1) % 1000;
+    seq *a = new_seq(1, short_prompt, 8, 40, true, 16);
+    scheduler_add(h.sch, a);
+    ck_assert_int_eq(harness_step(&h), 1);
+    ck_assert_int_eq(seq_num_output(a), 1);
+    seq *b = new_seq(2, long_prompt, 1000, 2, true, 16);
+    scheduler_add(h.sch, b);
+    /* The budget of 64 leaves 63 for the prompt: 15 chunks of 63, then 55. */
+    for (int step = 0; step < 16; step++) {
+        int32_t before = seq_num_output(a);
+        ck_assert_int_eq(harness_step(&h), 2);
+        ck_assert(h.sch->batch.is_prefill);
+        ck_assert_int_eq(a->num_new, 1);
+        ck_assert_int_eq(b->num_new, step < 15 ? 63 : 1000 - 15 * 63);
+        ck_assert_int_eq(seq_num_output(a), before + 1);
+        ck_assert_int_eq(seq_num_output(b), step < 15 ? 0 : 1);
+    }
+    while (harness_step(&h)) {}
+    check_tokens(&h, a);
+    check_tokens(&h, b);
+    ck_assert_int_eq(h.bm->n_free, 200);
+    seq_destroy(a);
+    seq_destroy(b);
+    harness_close(&h);
+}
+END_TEST
+
 START_TEST(test_prefix_cache_second_request)
 {
     harness h;
@@ -406,6 +442,7 @@ int main(void)
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_chunked_prefill);
+    tcase_add_test(tc, test_long_prompt_does_not_freeze_decodes);
     tcase_add_test(tc, test_prefix_cache_second_request);
     tcase_add_test(tc, test_preemption_keeps_output);
     tcase_add_test(tc, test_batch_wire_fields);

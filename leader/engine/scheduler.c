@@ -1,5 +1,5 @@
-/* scheduler.c — prefill/decode steps with chunked prefill and preemption
- * (see scheduler.h for the policy). */
+/* scheduler.c — mixed steps (decodes and prefill chunks together) with
+ * chunked prefill and preemption (see scheduler.h for the policy). */
 #include "leader/engine/scheduler.h"
 
 #include <stdlib.h>
@@ -99,40 +99,24 @@ static void preempt(scheduler *sch, seq *s)
     sch->total_preemptions++;
 }
 
-static bool schedule_prefill(scheduler *sch)
+/* Running seqs first, in admission order: one token for each decoding seq
+ * (preempting the most recently admitted when the pool has no slot), then
+ * the rest of its prompt, up to the budget, for the partly computed one.
+ * Returns the budget left. */
+static int32_t schedule_running(scheduler *sch, int32_t budget)
 {
     sched_batch *b = &sch->batch;
-    int32_t budget = sch->max_num_batched_tokens;
-    /* A partly computed prompt is always the most recently admitted seq. */
-    seq *tail = sch->running.tail;
-    if (tail && tail->n_tokens - tail->num_computed > 1) {
-        int32_t left = tail->n_tokens - tail->num_computed;
-        int32_t n = left < budget ? left : budget;
-        batch_add(b, tail, n);
-        budget -= n;
-    }
-    while (budget > 0 && sch->waiting.head && sch->running.count < sch->max_num_seqs) {
-        seq *s = sch->waiting.head;
-        if (!block_manager_can_allocate(sch->bm, s)) break;
-        block_manager_allocate(sch->bm, s);
-        if (s->prompt_cached < 0)
-            s->prompt_cached = s->num_cached < s->prompt_len ? s->num_cached : s->prompt_len;
-        queue_remove(&sch->waiting, s);
-        s->status = SEQ_RUNNING;
-        queue_push_tail(&sch->running, s);
+    for (seq *s = sch->running.head; s && budget > 0; s = s->next) {
         int32_t left = s->n_tokens - s->num_computed;
-        int32_t n = left < budget ? left : budget;
-        batch_add(b, s, n);
-        budget -= n;
-    }
-    b->is_prefill = b->n_seqs > 0;
-    return b->is_prefill;
-}
-
-static void schedule_decode(scheduler *sch)
-{
-    sched_batch *b = &sch->batch;
-    for (seq *s = sch->running.head; s; s = s->next) {
+        if (left > 1) {
+            /* A partly computed prompt: its blocks were all allocated at
+             * admission. */
+            int32_t n = left < budget ? left : budget;
+            batch_add(b, s, n);
+            b->is_prefill = true;
+            budget -= n;
+            continue;
+        }
         bool self_preempted = false;
         while (!block_manager_can_append(sch->bm, s)) {
             seq *victim = sch->running.tail;
@@ -145,6 +129,32 @@ static void schedule_decode(scheduler *sch)
         if (self_preempted) break;
         block_manager_append_slot(sch->bm, s);
         batch_add(b, s, 1);
+        budget--;
+    }
+    return budget;
+}
+
+/* Then waiting seqs, admitted while max_num_seqs, the budget and the free
+ * blocks allow; the last one admitted may get only a chunk of its prompt. */
+static void schedule_waiting(scheduler *sch, int32_t budget)
+{
+    sched_batch *b = &sch->batch;
+    /* Nothing is admitted in a step that preempted: the pool is short. */
+    if (b->n_preempted > 0) return;
+    while (budget > 0 && sch->waiting.head && sch->running.count < sch->max_num_seqs) {
+        seq *s = sch->waiting.head;
+        if (!block_manager_can_allocate(sch->bm, s)) break;
+        block_manager_allocate(sch->bm, s);
+        if (s->prompt_cached < 0)
+            s->prompt_cached = s->num_cached < s->prompt_len ? s->num_cached : s->prompt_len;
+        queue_remove(&sch->waiting, s);
+        s->status = SEQ_RUNNING;
+        queue_push_tail(&sch->running, s);
+        int32_t left = s->n_tokens - s->num_computed;
+        int32_t n = left < budget ? left : budget;
+        batch_add(b, s, n);
+        if (left > 1) b->is_prefill = true;
+        budget -= n;
     }
 }
 
@@ -155,7 +165,7 @@ const sched_batch *scheduler_schedule(scheduler *sch)
     b->n_tokens = 0;
     b->n_preempted = 0;
     b->is_prefill = false;
-    if (!schedule_prefill(sch)) schedule_decode(sch);
+    schedule_waiting(sch, schedule_running(sch, sch->max_num_batched_tokens));
     return b;
 }
 

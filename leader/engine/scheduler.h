@@ -1,17 +1,22 @@
 /* scheduler.h — which seqs run in the next step, and how many tokens each.
  *
  * Two intrusive FIFO queues: WAITING (in arrival order, preempted seqs at
- * the head) and RUNNING (in admission order).  A step is either
- *   prefill: first the seq whose prompt is partly computed (there is at most
- *            one), then waiting seqs admitted while max_num_seqs, the token
- *            budget (max_num_batched_tokens) and free blocks allow.  A prompt
- *            longer than the remaining budget is chunked: it gets the rest
- *            of the budget now and continues in the next prefill step.  Only
- *            the chunk that completes the prompt samples; or
- *   decode:  one token for every running seq.  When the pool has no block
- *            for a seq's next token, the most recently admitted running seq
- *            is preempted: its blocks are freed and it goes back to the head
- *            of WAITING with its output kept, to recompute prompt + output.
+ * the head) and RUNNING (in admission order).  A step carries, within the
+ * token budget (max_num_batched_tokens) and max_num_seqs:
+ *   1. every running seq, in admission order: one token for a decoding seq,
+ *      and for the seq whose prompt is partly computed (at most one, the
+ *      most recently admitted) as much of the rest as the budget allows.
+ *      When the pool has no block for a seq's next token, the most recently
+ *      admitted running seq is preempted: its blocks are freed and it goes
+ *      back to the head of WAITING with its output kept, to recompute
+ *      prompt + output;
+ *   2. then, unless this step preempted, waiting seqs admitted while the
+ *      free blocks allow; a prompt longer than the budget left is chunked
+ *      and continues in the next step.
+ * Decodes and prefill chunks share a step (mixed batches), so a long prompt
+ * never freezes running streams: they advance one token every step while
+ * it is prefilled in chunks.  Only the chunk that completes a prompt
+ * samples.
  * Nothing is ever dropped; the engine refuses at submission a request that
  * could not fit the pool on its own.
  *
@@ -33,7 +38,7 @@ typedef struct seq_queue {
 } seq_queue;
 
 typedef struct sched_batch {
-    bool is_prefill;
+    bool is_prefill;      /* some seq computes more than one token          */
     int32_t n_seqs;
     int32_t n_tokens;     /* sum of num_new                                 */
     seq **seqs;           /* [max_num_seqs], each with num_new set          */
