@@ -141,18 +141,21 @@ async function streamText(stream) {
   let finish = null;
   let usage = null;
   let chunks = 0;
+  let split = false;
   const lps = [];
   for await (const chunk of stream) {
     chunks++;
     if (chunk.usage) usage = chunk.usage;
     for (const c of chunk.choices) {
-      text += c.text ?? c.delta?.content ?? '';
+      const delta = c.text ?? c.delta?.content ?? '';
+      if (delta.includes('\uFFFD')) split = true;
+      text += delta;
       if (c.finish_reason) finish = c.finish_reason;
       if (c.logprobs?.content) lps.push(...c.logprobs.content);
       if (c.logprobs?.token_logprobs) lps.push(...c.logprobs.token_logprobs);
     }
   }
-  return { text, finish, usage, chunks, lps };
+  return { text, finish, usage, chunks, lps, split };
 }
 
 async function expectError(promise, cls, status, what) {
@@ -252,6 +255,8 @@ async function testApi() {
         stream_options: { include_usage: true } }));
     }));
     const bad = streamLines.filter((l, i) => outs[i].text !== ref[l.id].text || outs[i].usage?.completion_tokens !== 10);
+    check(outs.every((o, i) => !o.split || ref[streamLines[i].id].text.includes('\uFFFD')),
+      'no stream chunk splits a UTF-8 character');
     if (bad.length) console.log(`#   differ: ${bad.map((l) => l.id).join(' ')}`);
     check(bad.length === 0, `32 concurrent streams (greedy and seeded) = batch (${Date.now() - t0} ms)`);
 
@@ -289,6 +294,40 @@ async function testApi() {
     await expectError(c.completions.create({ model: 'gpt-4', prompt: 'x' }), NotFoundError, 404, 'unknown model');
     e = await expectError(c.completions.create({ model: MODEL, prompt: 'x'.repeat(5 << 20) }), APIError, 413,
       'body over the limit');
+
+    // Hostile inputs: each is refused with a 400 naming the problem, and the
+    // server stays healthy.
+    const post = (route, body) => fetch(`http://127.0.0.1:${a.port}${route}`, { method: 'POST',
+      headers: { Authorization: `Bearer ${KEY}`, 'Content-Type': 'application/json' }, body });
+    const hostile = [
+      ['/v1/completions', Buffer.from([0x7b, 0x22, 0x70, 0x72, 0x6f, 0x6d, 0x70, 0x74, 0x22, 0x3a, 0x22, 0xff, 0xfe,
+        0x22, 0x7d])],
+      ['/v1/completions', '{"prompt": [[1, 2]]}'],
+      ['/v1/completions', '{"prompt": [1, -2]}'],
+      ['/v1/completions', '{"prompt": "x", "max_tokens": 1e400}'],
+      ['/v1/completions', '{"prompt": "x", "seed": 123456789012345678901234567890}'],
+      ['/v1/completions', '['.repeat(100000) + ']'.repeat(100000)],
+      ['/v1/completions', '{"prompt": "x", "prompt": "y"}'],
+      ['/v1/completions', '{"prompt": "x", "stop": ["a", 3]}'],
+      ['/v1/completions', '{"prompt": "x", "stream_options": {"include_usage": true}}'],
+      ['/v1/completions', '{"prompt": [999999999]}'],
+      ['/v1/chat/completions', '{"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}'],
+      ['/v1/chat/completions', '{"messages": [{"role": "wizard", "content": "x"}]}'],
+      ['/v1/chat/completions', '{"messages": []}'],
+      ['/detokenize', '{"tokens": [1, "a"]}'],
+      ['/tokenize', '{"prompt": 5}'],
+      ['/v1/completions', ''],
+    ];
+    const statuses = [];
+    for (const [route, body] of hostile) statuses.push((await post(route, body)).status);
+    eq(statuses, hostile.map(() => 400), 'hostile bodies: 400 each');
+    await new Promise((resolve) => {
+      const sock = net.connect(a.port, '127.0.0.1', () => sock.end('GARBAGE \x01\x02 HTTP/9.9\r\n\r\n'));
+      sock.on('close', resolve);
+      sock.on('error', resolve);
+      sock.resume();
+    });
+    eq((await fetch(`http://127.0.0.1:${a.port}/health`)).status, 200, 'still healthy after them');
 
     // A client that disconnects mid-stream: its request is aborted and its
     // KV blocks are free again.
