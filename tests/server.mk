@@ -4,4 +4,5 @@
 if HAVE_SERVER
 TESTS += tests/server/test_server.sh
 endif
-EXTRA_DIST += tests/server/test_server.sh tests/server/test_server.mjs tools/fetch-openai-client.sh
+EXTRA_DIST += tests/server/test_server.sh tests/server/test_server.mjs tools/fetch-openai-client.sh \
+	bench/stream_stall.mjs
