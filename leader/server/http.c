@@ -216,13 +216,14 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
             return (ssize_t)n;
         }
         if (s->ended) return MHD_CONTENT_READER_END_OF_STREAM;
-        if (atomic_load(&s->srv->stopping)) return MHD_CONTENT_READER_END_WITH_ERROR;
+        /* Looked at before every wait, not only after an idle one: a stream
+         * that always has news would otherwise notice a closed client only
+         * when a write fails.  (sse_free cancels the job.) */
+        if (atomic_load(&s->srv->stopping) || client_gone(s->fd)) return MHD_CONTENT_READER_END_WITH_ERROR;
         job_update u;
         if (server_job_take(s->job, HTTP_WAIT_SLICE_S, &u)) {
             sse_emit(s, &u);
             job_update_clear(&u);
-        } else if (client_gone(s->fd)) {
-            return MHD_CONTENT_READER_END_WITH_ERROR; /* sse_free cancels */
         }
     }
 }

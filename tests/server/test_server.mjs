@@ -393,14 +393,16 @@ async function testApi() {
 // ---- server B: queue limit and shutdown -----------------------------------------------
 
 async function testShutdown() {
-  const b = await startServer([...ENGINE.slice(0, 4), '--max-num-seqs', '1', '--max-num-batched-tokens', '512'],
-    ['--max-queue', '1', '--shutdown-timeout', '1.5']);
+  // Room for a stream long enough (4000 tokens) to outlast the 1.5 s
+  // shutdown timeout on any machine.
+  const b = await startServer(['--num-kv-blocks', '300', '--max-model-len', '4096', '--max-num-seqs', '1',
+    '--max-num-batched-tokens', '512'], ['--max-queue', '1', '--shutdown-timeout', '1.5']);
   const c = client(b.port, 'anything');
   try {
     const workers = workersOf(b.proc.pid);
     eq(workers.length, 1, 'server B has its worker');
     // One stream runs, one waits: the queue (1) is full.
-    const first = await c.completions.create({ model: MODEL, prompt: 'One', max_tokens: 480, ignore_eos: true,
+    const first = await c.completions.create({ model: MODEL, prompt: 'One', max_tokens: 4000, ignore_eos: true,
       stream: true });
     const it1 = first[Symbol.asyncIterator]();
     await it1.next();
