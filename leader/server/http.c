@@ -268,11 +268,12 @@ static enum MHD_Result start_stream(http_server *srv, struct MHD_Connection *c, 
 static bool wait_update(http_server *srv, server_job *job, int fd, job_update *u)
 {
     for (;;) {
-        if (server_job_take(job, HTTP_WAIT_SLICE_S, u)) return true;
+        /* Before every wait: while tokens keep coming the wait never idles. */
         if (client_gone(fd) || atomic_load(&srv->stopping)) {
             engine_loop_cancel(srv->loop, job);
             return false;
         }
+        if (server_job_take(job, HTTP_WAIT_SLICE_S, u)) return true;
     }
 }
 

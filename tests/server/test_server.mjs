@@ -357,10 +357,31 @@ async function testApi() {
       if (!freed) await sleep(20);
     }
     check(freed, `the disconnected stream's blocks are free again (${Date.now() - t1} ms)`);
-    const after = await metrics(a.port);
+    let after = await metrics(a.port);
     eq(after.get('nanollm_request_finished_total', 'finished_reason="abort"'), 1, 'counted as aborted');
-    check(after.get('nanollm_generation_tokens_total') - before.get('nanollm_generation_tokens_total') < 300,
-      'it stopped long before max_tokens');
+
+    // The same for a whole-response request whose client gives up.
+    const ac2 = new AbortController();
+    const whole = c.completions.create({ model: MODEL, prompt: 'Another long story:', max_tokens: 480,
+      ignore_eos: true, temperature: 0 }, { signal: ac2.signal }).catch(() => null);
+    const g0 = after.get('nanollm_generation_tokens_total');
+    for (const t = Date.now(); Date.now() - t < 3000;) {
+      if ((await metrics(a.port)).get('nanollm_generation_tokens_total') >= g0 + 5) break;
+      await sleep(5);
+    }
+    ac2.abort();
+    await whole;
+    freed = false;
+    for (const t = Date.now(); Date.now() - t < 3000 && !freed;) {
+      const m = await metrics(a.port);
+      freed = m.get('nanollm_kv_cache_blocks_used') === 0 && m.get('nanollm_num_requests_running') === 0;
+      if (!freed) await sleep(20);
+    }
+    after = await metrics(a.port);
+    check(freed && after.get('nanollm_request_finished_total', 'finished_reason="abort"') === 2,
+      'a whole-response request whose client went away is aborted, its blocks freed');
+    check(after.get('nanollm_generation_tokens_total') - before.get('nanollm_generation_tokens_total') < 600,
+      'both stopped long before max_tokens');
     check(after.get('nanollm_time_to_first_token_seconds_count') > 0 &&
       after.get('nanollm_inter_token_latency_seconds_count') > 0 &&
       after.get('nanollm_e2e_request_latency_seconds_count') > 0, 'latency histograms observed');
