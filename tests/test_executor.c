@@ -261,6 +261,32 @@ START_TEST(test_worker_exit_between_steps)
 }
 END_TEST
 
+/* check notices a dead worker without a step, names it like execute does,
+ * and the pool stays failed: the next execute gives the same message. */
+START_TEST(test_check_without_a_step)
+{
+    engine_settings p = fake_params(2);
+    runner *r;
+    ck_assert_msg(executor_start(&p, FAKE_WORKER_PATH, &r) == NL_OK, "%s", nl_last_error());
+    ck_assert_ptr_nonnull(r->ops->check);
+    ck_assert_int_eq(r->ops->check(r), NL_OK);
+    pid_t pid = executor_pid(r, 1);
+    kill(pid, SIGKILL);
+    double t0 = now_ms();
+    nl_status st;
+    while ((st = r->ops->check(r)) == NL_OK && now_ms() - t0 < 1000.0) usleep(1000);
+    ck_assert_int_eq(st, NL_ERR_WORKER);
+    char want[128];
+    snprintf(want, sizeof want, "worker rank 1 (pid %d) died: killed by signal 9", (int)pid);
+    ck_assert_str_eq(nl_last_error(), want);
+    wire_reply reply;
+    ck_assert_int_eq(run_step(r, 1, 2, &reply), NL_ERR_WORKER);
+    ck_assert_str_eq(nl_last_error(), want);
+    r->ops->destroy(r);
+    assert_nothing_left();
+}
+END_TEST
+
 /* A forked child plays the leader and is killed; its workers must follow.
  * This process adopts the orphans (subreaper) so it can see them end. */
 START_TEST(test_leader_killed)
@@ -465,6 +491,7 @@ int main(void)
     tcase_add_test(tc, test_large_step);
     tcase_add_test(tc, test_worker_killed_mid_step);
     tcase_add_test(tc, test_worker_exit_between_steps);
+    tcase_add_test(tc, test_check_without_a_step);
     tcase_add_test(tc, test_leader_killed);
     tcase_add_test(tc, test_init_failure_reaches_leader);
     tcase_add_test(tc, test_bad_worker_program);
