@@ -81,7 +81,7 @@ typedef struct nl_sampling_params {
 void nl_sampling_params_init(nl_sampling_params *params);
 
 typedef struct nl_chat_message {
-    const char *role;    /* "system", "user" or "assistant" */
+    const char *role;    /* any role the model's template knows: "system", "user", "assistant", "tool" ... */
     const char *content;
 } nl_chat_message;
 
@@ -98,7 +98,15 @@ typedef struct nl_prompt {
     int32_t n_tokens;
     const nl_chat_message *messages;   /* NL_PROMPT_CHAT                    */
     int32_t n_messages;
-    bool enable_thinking;              /* chat: Qwen3 thinking on (default) */
+    bool enable_thinking;              /* chat: the template variable enable_thinking */
+    /* NL_PROMPT_CHAT with everything a chat request carries: when set, it is
+     * used instead of messages/n_messages/enable_thinking.  A JSON object in
+     * vLLM's shape: {"messages": [{"role", "content" (string, list of parts
+     * or null), "tool_calls", "tool_call_id", "name", "reasoning_content"
+     * ...}], "tools": [...], "add_generation_prompt": bool (default true),
+     * "chat_template_kwargs": {...}}, rendered by the model's own Jinja chat
+     * template as transformers renders it. */
+    const char *chat_json;
 } nl_prompt;
 
 typedef enum nl_finish_reason {

@@ -77,7 +77,7 @@ static nl_status prompt_ids(nl_engine *e, const nl_prompt *prompt, int32_t **ids
         text = prompt->text;
         break;
     case NL_PROMPT_CHAT:
-        if (prompt->n_messages <= 0 || !prompt->messages)
+        if (!prompt->chat_json && (prompt->n_messages <= 0 || !prompt->messages))
             return nl_error(NL_ERR_INVALID_ARG, "prompt: a chat needs at least one message");
         break;
     default:
@@ -88,8 +88,11 @@ static nl_status prompt_ids(nl_engine *e, const nl_prompt *prompt, int32_t **ids
                         "prompt: text and chat prompts need a tokenizer (tokenizer.json) in the model; "
                         "give token ids instead");
     if (prompt->kind == NL_PROMPT_CHAT) {
-        NL_TRY(tokenizer_apply_chat_template(e->tok, prompt->messages, (size_t)prompt->n_messages,
-                                             true, prompt->enable_thinking, &chat_text));
+        if (prompt->chat_json)
+            NL_TRY(tokenizer_apply_chat_request(e->tok, prompt->chat_json, &chat_text));
+        else
+            NL_TRY(tokenizer_apply_chat_template(e->tok, prompt->messages, (size_t)prompt->n_messages,
+                                                 true, prompt->enable_thinking, &chat_text));
         text = chat_text;
     }
     size_t n_ids = 0;
