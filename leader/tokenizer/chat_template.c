@@ -183,7 +183,7 @@ nl_status chat_template_render_request(const chat_template *t, const json_t *req
     nl_status st = jinja_render(t->jinja, vars, render_time(), out, len, &was_raised);
     json_decref(vars);
     if (raised) *raised = was_raised;
-    if (st != NL_OK && !was_raised) return nl_error_prefix(st, "chat template ");
+    if (st != NL_OK && !was_raised) return nl_error_prefix(st, "chat template: ");
     return st;
 }
 

@@ -144,33 +144,68 @@ static bool jinja_title_sep(int32_t cp)
     return cp == '-' || cp == '(' || cp == '{' || cp == '[' || cp == '<' || py_space(cp);
 }
 
+/* Python's full case mappings where they differ from the one-to-one ones
+ * utf8proc gives (SpecialCasing.txt, the unconditional entries). */
+typedef struct special_case {
+    int32_t cp;
+    const char *lower, *upper, *title;
+} special_case;
+
+static const special_case special_cases[] = {
+    {0x00DF, NULL, "SS", "Ss"},           {0x0130, "i\xcc\x87", NULL, NULL},
+    {0x0149, NULL, "\xca\xbcN", "\xca\xbcN"}, {0x01F0, NULL, "J\xcc\x8c", "J\xcc\x8c"},
+    {0xFB00, NULL, "FF", "Ff"},           {0xFB01, NULL, "FI", "Fi"},
+    {0xFB02, NULL, "FL", "Fl"},           {0xFB03, NULL, "FFI", "Ffi"},
+    {0xFB04, NULL, "FFL", "Ffl"},         {0xFB05, NULL, "ST", "St"},
+    {0xFB06, NULL, "ST", "St"},
+};
+
+/* Appends cp in lower (0), upper (1) or title (2) case. */
+static void put_case(jctx *c, jbuf *b, int32_t cp, int which)
+{
+    for (size_t i = 0; i < sizeof special_cases / sizeof special_cases[0]; i++) {
+        if (special_cases[i].cp != cp) continue;
+        const char *m = which == 0 ? special_cases[i].lower : which == 1 ? special_cases[i].upper
+                      : special_cases[i].title;
+        if (m) {
+            jbuf_puts(c, b, m);
+            return;
+        }
+    }
+    put_cp(c, b, which == 0 ? utf8proc_tolower(cp) : which == 1 ? utf8proc_toupper(cp) : utf8proc_totitle(cp));
+}
+
 static jv change_case(jctx *c, const jv_str *s, case_mode mode)
 {
     jbuf b = {0};
     bool start = true; /* at the start of a word (title) or of the string (capitalize) */
+    jbuf_put(c, &b, "", 0);
     for (size_t i = 0; i < s->len;) {
-        int32_t cp = next_cp(s->s, s->len, &i), out = cp;
+        int32_t cp = next_cp(s->s, s->len, &i);
+        int which = 0; /* lower, upper, title; -1 = as is */
         switch (mode) {
-        case CASE_LOWER: out = utf8proc_tolower(cp); break;
-        case CASE_UPPER: out = utf8proc_toupper(cp); break;
-        case CASE_CAPITALIZE:
-            out = start ? utf8proc_toupper(cp) : utf8proc_tolower(cp);
+        case CASE_LOWER: which = 0; break;
+        case CASE_UPPER: which = 1; break;
+        case CASE_CAPITALIZE: /* str.capitalize(): the first character in title case */
+            which = start ? 2 : 0;
             start = false;
             break;
         case CASE_TITLE_WORDS: /* str.title(): a cased letter after an uncased one starts a word */
-            out = start ? utf8proc_toupper(cp) : utf8proc_tolower(cp);
+            which = start ? 2 : 0;
             start = !is_cased_letter(cp);
             break;
-        case CASE_JINJA_TITLE: /* jinja2's title: words split at -, whitespace and ({[< */
+        case CASE_JINJA_TITLE: /* jinja2's title: words split at -, whitespace and ({[<; upper() first */
             if (jinja_title_sep(cp)) {
                 start = true;
+                which = -1;
             } else {
-                out = start ? utf8proc_toupper(cp) : utf8proc_tolower(cp);
+                which = start ? 1 : 0;
                 start = false;
             }
             break;
         }
-        put_cp(c, &b, out);
+        if (which < 0) put_cp(c, &b, cp);
+        else put_case(c, &b, cp, which);
     }
     return jbuf_take(c, &b);
 }
@@ -472,7 +507,10 @@ bool jinja_test(jctx *c, const jnode *n, const char *name, jv v, const jv *argv,
         if (v.kind != JV_STR) return false;
         jv other = change_case(c, v.u.s, name[0] == 'l' ? CASE_LOWER : CASE_UPPER);
         bool cased = false;
-        for (size_t i = 0; i < v.u.s->len;) cased = cased || is_cased_letter(next_cp(v.u.s->s, v.u.s->len, &i));
+        for (size_t i = 0; i < v.u.s->len;) {
+            int32_t cp = next_cp(v.u.s->s, v.u.s->len, &i);
+            cased = cased || is_cased_letter(cp);
+        }
         return cased && jv_equal(&v, &other);
     }
 #undef NEED_ARG
@@ -585,6 +623,15 @@ static bool parse_int(const jv_str *s, int64_t base, int64_t *out)
     while (n > i && py_space((unsigned char)s->s[n - 1])) n--;
     bool neg = false;
     if (i < n && (s->s[i] == '+' || s->s[i] == '-')) neg = s->s[i++] == '-';
+    if (i + 1 < n && s->s[i] == '0') { /* int("0x1A", 16) and int("0x1A", 0) take the prefix */
+        char p = (char)(s->s[i + 1] | 0x20);
+        int64_t pb = p == 'x' ? 16 : p == 'o' ? 8 : p == 'b' ? 2 : 0;
+        if (pb && (base == pb || base == 0)) {
+            base = pb;
+            i += 2;
+        }
+    }
+    if (base == 0) base = 10;
     if (i >= n) return false;
     int64_t v = 0;
     bool any = false;
@@ -805,11 +852,19 @@ jv jinja_filter(jctx *c, const jnode *n, jv v, const jv *argv, size_t nargs, con
         int64_t prec = int_arg(&a, arg(&a, 0, "precision", jv_int(0)), "precision");
         jv method = arg(&a, 1, "method", jv_strn(c, "common", 6));
         if (!is_intlike(&v) && v.kind != JV_FLOAT) jinja_fail(c, line, "filter 'round' needs a number");
-        double f = v.kind == JV_FLOAT ? v.u.f : (double)ival(&v), m = 1;
-        for (int64_t i = 0; i < prec && i < 20; i++) m *= 10;
+        double f = v.kind == JV_FLOAT ? v.u.f : (double)ival(&v), m = 1, r;
+        if (prec < 0 || prec > 20) jinja_fail(c, line, "filter 'round': precision %lld is outside 0..20", (long long)prec);
+        for (int64_t i = 0; i < prec; i++) m *= 10;
         const char *how = method.kind == JV_STR ? method.u.s->s : "common";
-        double r = !strcmp(how, "floor") ? floor(f * m) / m : !strcmp(how, "ceil") ? ceil(f * m) / m
-                 : round(f * m) / m;
+        if (!strcmp(how, "floor")) {
+            r = floor(f * m) / m;
+        } else if (!strcmp(how, "ceil")) {
+            r = ceil(f * m) / m;
+        } else { /* Python's round(): the correctly rounded decimal, halves to even, as printf rounds */
+            char buf[400];
+            snprintf(buf, sizeof buf, "%.*f", (int)prec, f);
+            r = strtod(buf, NULL);
+        }
         return jv_float(r);
     }
 

@@ -21,7 +21,7 @@
 /* ---- limits ---- */
 #define JINJA_MAX_DEPTH 200            /* nesting of blocks and expressions   */
 #define JINJA_MAX_CALL_DEPTH 64        /* macro calls inside macro calls      */
-#define JINJA_MAX_STEPS 50000000ull    /* nodes evaluated in one render       */
+#define JINJA_MAX_STEPS 20000000ull    /* nodes evaluated in one render       */
 #define JINJA_MAX_OUTPUT (64u << 20)   /* bytes of rendered text              */
 #define JINJA_MAX_ARENA (512u << 20)   /* bytes of values made in one render  */
 #define JINJA_MAX_RANGE 1000000        /* elements of one range()             */

@@ -163,6 +163,7 @@ static void lex_string(lexer *lx)
         uint32_t cp;
         switch (e) {
         case '\n': break;
+        case 'N': lex_fail(lx, "%s", "string literal: \\N{...} escapes are not supported");
         case '\\': out[k++] = '\\'; break;
         case '\'': out[k++] = '\''; break;
         case '"': out[k++] = '"'; break;

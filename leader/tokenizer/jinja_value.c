@@ -23,7 +23,7 @@ void *jinja_alloc(jctx *c, size_t n)
 {
     void *p = jinja_arena_alloc(c->arena, n);
     if (!p)
-        jinja_fail(c, 0, "the template's values passed the memory limit (%u MiB) or memory ran out",
+        jinja_fail(c, 0, "the template's values passed the memory limit of %u MiB (or memory ran out)",
                    JINJA_MAX_ARENA >> 20);
     return p;
 }

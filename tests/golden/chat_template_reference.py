@@ -5,7 +5,8 @@ trim_blocks, lstrip_blocks and loop controls; its tojson, raise_exception
 and strftime_now; variables messages, tools, documents,
 add_generation_prompt, the special tokens, then chat_template_kwargs).
 
-Writes JSON lines to stdout, one per case:
+Writes JSON lines to stdout, one per case (first the language snippets,
+each with its "source", then the model templates):
   {"template": NAME, "dir": DIR, "request": {...}, "text": "..."}
 or, where jinja2 fails, "error": message and "raised": whether the template
 called raise_exception.  The request is the chat-template command's input.
@@ -264,6 +265,133 @@ def rand_conversation(r):
     return req
 
 
+# ---- language snippets: one construct each, rendered with variables ----
+
+V = {"s": "  Hello World  ", "n": 7, "f": 2.5, "neg": -3, "t": True, "none": None, "l": [3, 1, 2],
+     "d": {"b": 1, "a": [1, 2], "c": {"x": "y"}}, "u": "日本語😀é", "e": "", "el": [], "ed": {},
+     "msgs": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo", "x": 1},
+              {"role": "user", "content": "bye"}],
+     "big": 123456789012345, "fl": [0.1, 1e-07, 1e16, 1.5e300, -0.0, 100.0, 3.14159, 1e22, 123456.789]}
+
+SNIPPETS = [
+    # whitespace control, trim_blocks, lstrip_blocks, comments, raw
+    "a\n  {% if t %}\n    x\n  {% endif %}\nb",
+    "a  {%- if t -%}  x  {%- endif -%}  b",
+    "{{- ' a ' -}}  \n  {{ 'b' }} {{- 'c' }}",
+    "line1\n    {# comment #}\nline2\n  {#- c -#}  line3",
+    "  {%+ if t %}x{% endif %}\n",
+    "{% if t %}\nA\n{% else %}\nB\n{% endif %}\n",
+    "x {% raw %}{{ not }} {% evaluated %}{% endraw %} y",
+    "\n\n{% set x = 1 %}\n\n{{ x }}\n\n",
+    "a\r\nb\rc{{ 'd' }}\r\n",
+    "{% for i in l %}\n  {{ i }}\n{% endfor %}\n",
+    "  {{ 'var keeps indent' }}\n  {% if t %}block{% endif %}",
+    "{% if t %}  {% endif %}|{% if t -%}  \n  {%- endif %}|",
+    # loops
+    "{% for x in l %}{{ loop.index0 }}/{{ loop.index }}/{{ loop.revindex }}/{{ loop.revindex0 }}/{{ loop.first }}/{{ loop.last }}/{{ loop.length }};{% endfor %}",
+    "{% for x in el %}{{ x }}{% else %}empty{% endfor %}",
+    "{% for x in l if x > 1 %}{{ x }}{{ loop.index }}{{ loop.last }} {% endfor %}",
+    "{% for k, v in d.items() %}{{ k }}={{ v }};{% endfor %}",
+    "{% for k in d %}{{ k }}{% endfor %}{% for c in 'ab😀' %}[{{ c }}]{% endfor %}",
+    "{% for x in l %}{% if x == 1 %}{% continue %}{% endif %}{% if x == 2 %}{% break %}{% endif %}{{ x }}{% endfor %}",
+    "{% for m in msgs %}{{ loop.previtem.role if not loop.first else '-' }}>{{ m.role }}<{{ loop.nextitem.role if not loop.last else '-' }} {% endfor %}",
+    "{% for i in range(3) %}{% for j in range(i) %}{{ i }}{{ j }}{{ loop.index }} {% endfor %}{% endfor %}",
+    "{% set x = 'o' %}{% for i in [1,2] %}{{ x }}{% set x = i %}{{ x }}{% endfor %}{{ x }}",
+    "{% for a, b in [[1, 2], [3, 4]] %}{{ a + b }}{% endfor %}",
+    "{% for x in none %}{% endfor %}",
+    "{% for x in undefined_thing %}{{ x }}{% else %}none{% endfor %}",
+    # set, namespace, macros
+    "{% set ns = namespace(a=1, b='x') %}{% for i in l %}{% set ns.a = ns.a + i %}{% endfor %}{{ ns.a }}{{ ns.b }}",
+    "{% set ns = namespace() %}{% set ns.x = 5 %}{{ ns.x }}{{ ns.missing is defined }}",
+    "{% set a, b = 1, 2 %}{{ a }}{{ b }}",
+    "{% set blk %}inner {{ n }}\n{% endset %}[{{ blk }}]",
+    "{% macro greet(name, punct='!') %}Hi {{ name }}{{ punct }}{% endmacro %}{{ greet('Bob') }} {{ greet('Al', punct='?') }} {{ greet(name='Z') }}",
+    "{% macro rec(k) %}{% if k > 0 %}{{ k }}{{ rec(k - 1) }}{% endif %}{% endmacro %}{{ rec(5) }}",
+    "{% macro m(a, b) %}{{ a }}|{{ b }}|{{ b is defined }}{% endmacro %}{{ m(1) }}",
+    "{% set x = 1 %}{% if t %}{% set x = 2 %}{% endif %}{{ x }}",
+    "{% set ns = namespace(found=false) %}{% for m in msgs %}{% if m.role == 'assistant' %}{% set ns.found = true %}{% endif %}{% endfor %}{{ ns.found }}",
+    # expressions and operators
+    "{{ 1 + 2 * 3 }} {{ (1 + 2) * 3 }} {{ 7 // 2 }} {{ -7 // 2 }} {{ 7 % 3 }} {{ -7 % 3 }} {{ 2 ** 10 }} {{ 7 / 2 }} {{ 6 / 3 }}",
+    "{{ 1.5 + 2 }} {{ 0.1 + 0.2 }} {{ 1 / 3 }} {{ 2 ** -1 }} {{ 10 ** 18 }} {{ 3.5 | round }} {{ 2.675 | round(2) }} {{ -0.5 | round }}",
+    "{{ 'a' ~ 1 ~ none ~ t ~ undefined_var ~ 2.0 }}",
+    "{{ 'ab' * 3 }}{{ [1] * 2 }}{{ 'x' + 'y' }}{{ [1] + [2] }}",
+    "{{ 1 < 2 < 3 }} {{ 3 > 2 > 2 }} {{ 'a' < 'b' }} {{ [1, 2] < [1, 3] }} {{ 1 == 1.0 }} {{ t == 1 }} {{ none == none }}",
+    "{{ 'ell' in 'hello' }} {{ 2 in l }} {{ 'b' in d }} {{ 'z' not in d }} {{ 5 not in l }} {{ 'x' in undefined_var }}",
+    "{{ t and 'yes' }} {{ none or 'fallback' }} {{ 0 or '' or 'last' }} {{ not t }} {{ not none }}",
+    "{{ 'a' if t else 'b' }} {{ 'a' if none else 'b' }} [{{ 'a' if none }}]",
+    "{{ -n }} {{ +f }} {{ -f }} {{ - - n }}",
+    "{{ n > 5 and n < 10 or false }}",
+    "{{ (1, 2) }} {{ (1,) }} {{ () }} {{ [] }} {{ {} }} {{ {'k': [1, 'x', none, true, 1.5]} }}",
+    "{{ \"it's\" }} {{ 'say \"hi\"' }} {{ ['it\\'s', \"q\\\"d\", 'both \\' \"'] }} {{ 'tab\\there\\nnl\\\\' }}",
+    "{{ '\\u00e9\\x41\\101\\N' }}{{ 'é' }}",
+    "{{ \"adjacent\" 'strings' }}",
+    "{{ d['a'][1] }} {{ d.a[0] }} {{ d.c.x }} {{ d['c']['x'] }} {{ msgs[-1].content }} {{ l[5] is defined }}",
+    "{{ l[1:] }} {{ l[:-1] }} {{ l[::-1] }} {{ l[::2] }} {{ l[-2:] }} {{ l[5:] }} {{ l[1:2:-1] }} {{ l[2:0:-1] }}",
+    "{{ u[1:] }} {{ u[::-1] }} {{ u[-1] }} {{ u[0] }} {{ s[2:7] }} {{ 'abcdef'[::2] }}",
+    "{{ d.missing }}|{{ d.missing is defined }}|{{ d['missing'] is undefined }}|{{ none.attr is defined }}",
+    "{{ n is divisibleby 7 }} {{ n is even }} {{ n is odd }} {{ l is sequence }} {{ d is mapping }} {{ s is string }}",
+    "{{ n is number }} {{ f is float }} {{ n is integer }} {{ t is boolean }} {{ t is true }} {{ false is false }} {{ none is none }}",
+    "{{ s is iterable }} {{ n is iterable }} {{ undefined_var is iterable }} {{ d is sequence }} {{ 'x' is in 'xyz' }}",
+    "{{ n is eq 7 }} {{ n is ne 7 }} {{ n is gt 3 }} {{ n is lt 3 }} {{ n is ge 7 }} {{ n is le 6 }} {{ 'abc' is lower }} {{ 'ABC' is upper }}",
+    "{{ undefined_var is not defined }} {{ n is not none }} {{ not undefined_var is defined }}",
+    # filters
+    "[{{ s | trim }}] [{{ s | lower }}] [{{ s | upper }}] [{{ 'hello wORLD-x(y' | title }}] [{{ 'hELLO' | capitalize }}]",
+    "{{ s | length }} {{ u | length }} {{ l | length }} {{ d | count }} {{ undefined_var | length }}",
+    "{{ 'a-b-c' | replace('-', '+') }} {{ 'aaa' | replace('a', 'b', 2) }} {{ 'ab' | replace('', '.') }}",
+    "{{ l | join(', ') }} {{ ['a', 1, none] | join }} {{ msgs | join('|', attribute='role') }}",
+    "{{ undefined_var | default('dflt') }} {{ none | default('d2') }} {{ '' | default('d3', true) }} {{ n | d(0) }}",
+    "{{ d | items | list }} {{ d.items() | list }} {{ d.keys() | list }} {{ d.values() | list }}",
+    "{{ msgs | selectattr('role', 'equalto', 'user') | map(attribute='content') | list }}",
+    "{{ msgs | rejectattr('role', 'equalto', 'user') | list | length }} {{ msgs | selectattr('x') | list }} {{ msgs | selectattr('x', 'defined') | list | length }}",
+    "{{ l | select('odd') | list }} {{ l | reject('odd') | list }} {{ ['A', 'b'] | map('lower') | list }} {{ msgs | map(attribute='x', default=0) | list }}",
+    "{{ l | first }} {{ l | last }} {{ 'xyz' | first }} {{ el | first is defined }} {{ l | list }} {{ 'ab' | list }}",
+    "{{ 42 | string }} {{ none | string }} {{ l | string }} {{ t | string }} {{ 'x' | safe }}",
+    "{{ '42' | int + 1 }} {{ '3.9' | int }} {{ 'x' | int }} {{ 'x' | int(5) }} {{ 4.7 | int }} {{ ' 12 ' | int }} {{ '0x1A' | int(0, 16) }}",
+    "{{ '2.5' | float }} {{ 3 | float }} {{ 'no' | float }} {{ -3 | abs }} {{ 2.567 | round(2) }} {{ 2.5 | round }}",
+    "{{ l | sort }} {{ l | sort(reverse=true) }} {{ ['b', 'A', 'c'] | sort }} {{ msgs | sort(attribute='content') | map(attribute='content') | list }}",
+    "{{ [1, 2, 1, 3] | unique | list }} {{ l | max }} {{ l | min }} {{ l | sum }} {{ l | reverse | list }} {{ 'abc' | reverse }}",
+    "{{ 'a\\nb\\n\\nc' | indent(2) }}|{{ 'a\\nb' | indent(2, true) }}|{{ '<&>' | e }}|{{ 'one two  three' | wordcount }}",
+    "{{ '%s and %d' % ('x', 3) }} {{ '%s!' % 'hi' }} {{ '%s-%s' | format('a', 'b') }}",
+    # tojson
+    "{{ d | tojson }}|{{ d | tojson(indent=2) }}|{{ l | tojson(separators=(',', ':')) }}|{{ d | tojson(sort_keys=true) }}",
+    "{{ fl | tojson }}|{{ fl }}|{{ big | tojson }}|{{ -0.5 | tojson }}",
+    "{{ u | tojson }}|{{ u | tojson(ensure_ascii=true) }}|{{ 'ctl\\x01\\x7f\"\\\\/\\t' | tojson }}|{{ none | tojson }}|{{ t | tojson }}",
+    "{{ msgs | tojson(indent=4) }}|{{ el | tojson(indent=2) }}|{{ ed | tojson(indent=2) }}|{{ 'x' | tojson(indent='\\t') }}",
+    "{{ {'k': (1, 2)} | tojson }}|{{ [[], [{}]] | tojson(indent=1) }}",
+    # string methods
+    "{{ s.strip() }}|{{ s.lstrip() }}|{{ s.rstrip() }}|{{ 'xxhixx'.strip('x') }}|{{ 'ab\\n\\n'.rstrip('\\n') }}",
+    "{{ 'a,b,,c'.split(',') }} {{ ' a  b '.split() }} {{ 'a b c'.split(' ', 1) }} {{ 'a,b,c'.rsplit(',', 1) }} {{ ''.split() }}",
+    "{{ s.startswith('  He') }} {{ s.endswith('  ') }} {{ 'abc'.startswith(('x', 'a')) }} {{ 'x</think>y'.split('</think>')[-1] }}",
+    "{{ 'Hello'.lower() }} {{ 'Hello'.upper() }} {{ 'hello world'.title() }} {{ 'hELLO'.capitalize() }} {{ 'aaa'.replace('a', 'b') }}",
+    "{{ '{} + {} = {}'.format(1, 2, 3) }} {{ '{0}{1}{0}'.format('a', 'b') }} {{ '{name}!'.format(name='x') }} {{ '{{}}'.format() }}",
+    "{{ ', '.join(['a', 'b']) }} {{ 'hello'.find('l') }} {{ 'hello'.rfind('l') }} {{ 'hello'.count('l') }} {{ '123'.isdigit() }} {{ 'ab'.isalpha() }}",
+    "{{ d.get('a') }} {{ d.get('zz') }} {{ d.get('zz', 'dflt') }} {{ msgs[0].get('content') }}",
+    "{{ 'ÉCOLE ß İ'.lower() }} {{ 'straße é ﬁ'.upper() }} {{ 'ǆungla ßa'.title() }} {{ 'ßx' | capitalize }} {{ 'ﬁne day' | title }}",
+    # globals
+    "{{ range(5) | list }} {{ range(2, 10, 3) | list }} {{ range(5, 0, -2) | list }} {{ dict(a=1, b='x') }} {{ strftime_now('%Y-%m-%d %H:%M %b %a') }}",
+    "{{ namespace(x=1) }}{{ n ~ '' }}",
+    # undefined handling
+    "[{{ undefined_var }}] [{{ undefined_var | lower }}] [{{ undefined_var | trim }}] {{ undefined_var == undefined_other }} {{ not undefined_var }}",
+    "{% if undefined_var %}x{% elif undefined_var is undefined %}u{% else %}e{% endif %}",
+    # errors (both must refuse)
+    "{{ undefined_var.attr }}",
+    "{{ undefined_var.a.b }}",
+    "{{ d.missing.deeper }}",
+    "{{ 'a' + 1 }}",
+    "{{ 1 + undefined_var }}",
+    "{{ raise_exception('Custom failure: ' ~ n) }}",
+    "{% if n > 5 %}{{ raise_exception('too big') }}{% endif %}after",
+    "{{ 1 / 0 }}",
+    "{{ n | tojson(indent=2) }}{{ undefined_var | tojson }}",
+    "{{ l < 'a' }}",
+    "{{ n() }}",
+    "{{ 'x' in 5 }}",
+    "{% set ns = 5 %}{% set ns.a = 1 %}",
+    "{{ l.append(4) }}",
+    "{{ 'abc'[1:2:0] }}",
+]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--time", type=int, default=1735732800)
@@ -273,6 +401,16 @@ def main():
     args = ap.parse_args()
     env = make_env(args.time)
     out = sys.stdout
+    for i, src in enumerate(SNIPPETS):
+        req = {"messages": [{"role": "user", "content": "m"}], "chat_template_kwargs": V}
+        row = {"template": "snippet", "case": "snippet%d" % i, "source": src, "request": req}
+        try:
+            row["text"] = render(env.from_string(src), {}, req)
+        except RaisedByTemplate as e:
+            row["error"], row["raised"] = str(e), True
+        except Exception as e:
+            row["error"], row["raised"] = "%s: %s" % (type(e).__name__, e), False
+        out.write(json.dumps(row, ensure_ascii=True) + "\n")
     for spec in args.templates:
         name, d = spec.split("=", 1)
         source, special = load_template(d)
