@@ -27,7 +27,7 @@
 
 #define RENDER_TIME "1735732800" /* 2025-01-01 12:00 UTC, for strftime_now */
 
-enum { SNIPPETS = 8 }; /* the row counters' slot for the language snippets */
+enum { SNIPPETS = 12 }; /* the row counters' slot for the language snippets */
 static char templates[SNIPPETS][2][4096];
 static size_t n_templates;
 static char script[4096];
@@ -62,6 +62,8 @@ static void find_templates(void)
     add_template("llama3_2", dir);
     snprintf(dir, sizeof dir, "%s/chat_templates/mistral_nemo", fixtures);
     add_template("mistral_nemo", dir);
+    snprintf(dir, sizeof dir, "%s/chat_templates/deepseek_v3_1", fixtures);
+    add_template("deepseek_v3_1", dir);
     snprintf(script, sizeof script, "%s/../golden/chat_template_reference.py", fixtures);
 }
 

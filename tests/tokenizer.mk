@@ -11,7 +11,9 @@ EXTRA_DIST += tests/golden/make_tokenizer_golden.py tests/golden/make_tokenizer_
 	tests/fixtures/chat_templates/llama3_2/chat_template.jinja \
 	tests/fixtures/chat_templates/llama3_2/tokenizer_config.json \
 	tests/fixtures/chat_templates/mistral_nemo/chat_template.jinja \
-	tests/fixtures/chat_templates/mistral_nemo/tokenizer_config.json
+	tests/fixtures/chat_templates/mistral_nemo/tokenizer_config.json \
+	tests/fixtures/chat_templates/deepseek_v3_1/chat_template.jinja \
+	tests/fixtures/chat_templates/deepseek_v3_1/tokenizer_config.json
 
 if HAVE_CHECK
 check_PROGRAMS += tests/test_tokenizer tests/test_chat_template tests/test_chat_parity

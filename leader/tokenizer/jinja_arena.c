@@ -52,8 +52,3 @@ void *jinja_arena_alloc(jinja_arena *a, size_t n)
     c->used += n;
     return p;
 }
-
-size_t jinja_arena_used(const jinja_arena *a)
-{
-    return a->total;
-}

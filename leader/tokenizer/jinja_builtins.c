@@ -745,6 +745,36 @@ jv jinja_filter(jctx *c, const jnode *n, jv v, const jv *argv, size_t nargs, con
         }
         return out;
     }
+    if (!strcmp(name, "dictsort")) {
+        jv cs = arg(&a, 0, "case_sensitive", jv_bool(false));
+        jv by = arg(&a, 1, "by", jv_strn(c, "key", 3));
+        jv reverse = arg(&a, 2, "reverse", jv_bool(false));
+        if (v.kind != JV_DICT) jinja_fail(c, line, "filter 'dictsort': a mapping is required, not %s", jv_kind_name(&v));
+        bool by_value = by.kind == JV_STR && !strcmp(by.u.s->s, "value");
+        if (!by_value && !(by.kind == JV_STR && !strcmp(by.u.s->s, "key")))
+            jinja_fail(c, line, "filter 'dictsort': by must be 'key' or 'value'");
+        size_t m = v.u.d->n;
+        sort_item *it = jinja_alloc(c, (m + 1) * sizeof *it);
+        for (size_t i = 0; i < m; i++) {
+            jv k = {.kind = JV_STR};
+            k.u.s = v.u.d->keys[i];
+            jv pair = jv_list_new(c, 2);
+            pair.u.l->tuple = true;
+            jv_list_push(c, pair, k);
+            jv_list_push(c, pair, v.u.d->vals[i]);
+            it[i] = (sort_item){sort_key(c, by_value ? v.u.d->vals[i] : k, jv_truthy(&cs)), pair, i};
+        }
+        sort_items(c, line, it, m, jv_truthy(&reverse));
+        jv out = jv_list_new(c, m + 1);
+        for (size_t i = 0; i < m; i++) jv_list_push(c, out, it[i].val);
+        return out;
+    }
+    if (!strcmp(name, "attr")) { /* Python attributes only, never items: nothing a JSON value has */
+        if (nargs < 1) jinja_fail(c, line, "filter 'attr' needs an attribute name");
+        if (v.kind == JV_UNDEFINED) return v;
+        if (v.kind == JV_NAMESPACE) return jinja_getattr(c, line, v, str_arg(&a, argv[0], "the attribute name")->s);
+        return missing(c, &v, str_arg(&a, argv[0], "the attribute name")->s);
+    }
     if (!strcmp(name, "selectattr")) return select_items(&a, v, true, true);
     if (!strcmp(name, "rejectattr")) return select_items(&a, v, true, false);
     if (!strcmp(name, "select")) return select_items(&a, v, false, true);

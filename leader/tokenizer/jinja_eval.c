@@ -116,47 +116,82 @@ static jv repeat(jctx *c, const jnode *n, jv seq, int64_t times)
     return out;
 }
 
-/* "fmt" % args with %s, %r, %d, %i and %%: enough for the templates that
- * use old-style formatting. */
+/* "fmt" % args: conversions s r d i f F e E g G x X o c and %%, with
+ * flags, width and precision, as Python's printf-style formatting. */
 static jv percent_format(jctx *c, const jnode *n, jv fmt, jv args)
 {
     jbuf b = {0};
+    jbuf_put(c, &b, "", 0);
     size_t next = 0;
     const char *s = fmt.u.s->s;
-    for (size_t i = 0; i < fmt.u.s->len; i++) {
+    size_t len = fmt.u.s->len;
+    bool tuple = args.kind == JV_LIST && args.u.l->tuple;
+    for (size_t i = 0; i < len; i++) {
         if (s[i] != '%') {
             jbuf_put(c, &b, s + i, 1);
             continue;
         }
-        char conv = i + 1 < fmt.u.s->len ? s[++i] : 0;
+        char spec[32] = "%";
+        size_t k = 1;
+        i++;
+        while (i < len && strchr("-+ #0", s[i]) && k < 8) spec[k++] = s[i++];
+        while (i < len && s[i] >= '0' && s[i] <= '9' && k < 16) spec[k++] = s[i++];
+        if (i < len && s[i] == '.') {
+            spec[k++] = s[i++];
+            while (i < len && s[i] >= '0' && s[i] <= '9' && k < 24) spec[k++] = s[i++];
+        }
+        char conv = i < len ? s[i] : 0;
         if (conv == '%') {
             jbuf_puts(c, &b, "%");
             continue;
         }
+        if (!conv || !strchr("srdifFeEgGxXoc", conv))
+            jinja_fail(c, n->line, "string formatting: unsupported format character '%c'", conv ? conv : '?');
         jv arg;
-        if (args.kind == JV_LIST && args.u.l->tuple) {
+        if (tuple) {
             if (next >= args.u.l->n) jinja_fail(c, n->line, "not enough arguments for format string");
             arg = args.u.l->items[next++];
         } else {
             if (next++) jinja_fail(c, n->line, "not enough arguments for format string");
             arg = args;
         }
-        if (conv == 's') {
-            jv_str *t = jv_to_str(c, &arg);
-            jbuf_put(c, &b, t->s, t->len);
-        } else if (conv == 'r') {
-            jv_repr(c, &b, &arg);
-        } else if (conv == 'd' || conv == 'i') {
-            if (!is_num(&arg)) jinja_fail(c, n->line, "%%%c format: a number is required, not %s", conv, jv_kind_name(&arg));
-            char num[32];
-            snprintf(num, sizeof num, "%lld", (long long)(arg.kind == JV_FLOAT ? (int64_t)arg.u.f : ival(&arg)));
-            jbuf_puts(c, &b, num);
-        } else {
-            jinja_fail(c, n->line, "string formatting: '%%%c' is not supported", conv);
+        char out[512];
+        if (conv == 's' || conv == 'r' || conv == 'c') {
+            jbuf text = {0};
+            jbuf_put(c, &text, "", 0);
+            if (conv == 'r') jv_repr(c, &text, &arg);
+            else if (conv == 'c' && is_intlike(&arg)) jbuf_put(c, &text, (char[]){(char)ival(&arg)}, 1);
+            else {
+                jv_str *t = jv_to_str(c, &arg);
+                jbuf_put(c, &text, t->s, t->len);
+            }
+            spec[k++] = 's';
+            spec[k] = '\0';
+            if (k == 2) {
+                jbuf_put(c, &b, text.s, text.n);
+            } else { /* width and precision count code points in Python; ASCII text assumed here */
+                snprintf(out, sizeof out, spec, text.s);
+                jbuf_puts(c, &b, out);
+            }
+            continue;
         }
+        if (!is_num(&arg))
+            jinja_fail(c, n->line, "%%%c format: a real number is required, not %s", conv, jv_kind_name(&arg));
+        if (strchr("dixXo", conv)) {
+            spec[k++] = 'l';
+            spec[k++] = 'l';
+            spec[k++] = conv == 'i' ? 'd' : conv;
+            spec[k] = '\0';
+            snprintf(out, sizeof out, spec, (long long)(arg.kind == JV_FLOAT ? (int64_t)arg.u.f : ival(&arg)));
+        } else {
+            spec[k++] = conv;
+            spec[k] = '\0';
+            snprintf(out, sizeof out, spec, fval(&arg));
+        }
+        jbuf_puts(c, &b, out);
     }
-    size_t have = args.kind == JV_LIST && args.u.l->tuple ? args.u.l->n : 1;
-    if (next < have) jinja_fail(c, n->line, "not all arguments converted during string formatting");
+    size_t have = tuple ? args.u.l->n : 1;
+    if (next < have && !(args.kind == JV_DICT)) jinja_fail(c, n->line, "not all arguments converted during string formatting");
     return jbuf_take(c, &b);
 }
 

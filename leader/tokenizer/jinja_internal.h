@@ -31,7 +31,6 @@ typedef struct jinja_arena jinja_arena;
 jinja_arena *jinja_arena_create(size_t limit);
 void jinja_arena_destroy(jinja_arena *a);
 void *jinja_arena_alloc(jinja_arena *a, size_t n); /* NULL when out of memory or past the limit */
-size_t jinja_arena_used(const jinja_arena *a);
 
 /* ---- values ---- */
 typedef enum jv_kind {
@@ -225,7 +224,6 @@ jv jv_bool(bool b);
 jv jv_int(int64_t i);
 jv jv_float(double f);
 jv jv_strn(jctx *c, const char *s, size_t n);
-jv jv_cstr(jctx *c, const char *s);
 jv jv_list_new(jctx *c, size_t cap);
 void jv_list_push(jctx *c, jv list, jv item);
 jv jv_dict_new(jctx *c, size_t cap);

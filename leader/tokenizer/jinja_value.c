@@ -80,11 +80,6 @@ jv jv_strn(jctx *c, const char *s, size_t n)
     return v;
 }
 
-jv jv_cstr(jctx *c, const char *s)
-{
-    return jv_strn(c, s, strlen(s));
-}
-
 jv jv_list_new(jctx *c, size_t cap)
 {
     jv v = {.kind = JV_LIST};

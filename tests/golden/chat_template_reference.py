@@ -196,6 +196,7 @@ def scenarios():
                          a(None, tool_calls=[call("get_weather", {"city": "Oslo"}, "A1b2C3d4E")]),
                          tool_msg("{\"t\": -3}", "A1b2C3d4E"), a("Cold."), u("thanks")], [WEATHER, CALC], {}),
         ("custom_kwarg", [u("hi")], None, {"custom_flag": True, "reasoning_effort": "high"}),
+        ("thinking_kwarg", [u("q1"), a("</think>a1"), u("q2"), a("partial", prefix=True)], None, {"thinking": True}),
     ]
     return rows
 
@@ -351,6 +352,8 @@ SNIPPETS = [
     "{{ l | sort }} {{ l | sort(reverse=true) }} {{ ['b', 'A', 'c'] | sort }} {{ msgs | sort(attribute='content') | map(attribute='content') | list }}",
     "{{ [1, 2, 1, 3] | unique | list }} {{ l | max }} {{ l | min }} {{ l | sum }} {{ l | reverse | list }} {{ 'abc' | reverse }}",
     "{{ 'a\\nb\\n\\nc' | indent(2) }}|{{ 'a\\nb' | indent(2, true) }}|{{ '<&>' | e }}|{{ 'one two  three' | wordcount }}",
+    "{{ d | dictsort }} {{ d | dictsort(reverse=true) }} {{ {'b': 2, 'A': 3, 'a': 1} | dictsort(by='value') }} {{ {'B': 1, 'a': 2} | dictsort(true) }} {{ d | attr('b') }}",
+    "{% for k, v in d | dictsort %}{{ k }}:{{ v | tojson }} {% endfor %}{{ msgs[0] | attr('role') }}",
     "{{ '%s and %d' % ('x', 3) }} {{ '%s!' % 'hi' }} {{ '%s-%s' | format('a', 'b') }}",
     # tojson
     "{{ d | tojson }}|{{ d | tojson(indent=2) }}|{{ l | tojson(separators=(',', ':')) }}|{{ d | tojson(sort_keys=true) }}",
@@ -373,6 +376,26 @@ SNIPPETS = [
     # undefined handling
     "[{{ undefined_var }}] [{{ undefined_var | lower }}] [{{ undefined_var | trim }}] {{ undefined_var == undefined_other }} {{ not undefined_var }}",
     "{% if undefined_var %}x{% elif undefined_var is undefined %}u{% else %}e{% endif %}",
+    # more corners
+    "a  {% if t %}b{% endif %}  c\n  {% if t %}d{% endif %}\n",
+    "{% if t %}x{% endif %}\n\n{% if t %}y{%- endif %}\nz",
+    "{#- c #}\n  x{# c -#}   y{# a %} b #}c",
+    "{{ 'a' }}\n{% for i in l -%}\n {{ i }}\n{%- endfor %}\n",
+    "{% set x %}{% for i in l %}{{ i }}{% endfor %}{% endset %}{{ x | length }}",
+    "{{ msgs[0]['content'][0] }}{{ msgs[-1]['role'][1:] }}{{ (msgs | last).content }}",
+    "{{ '%5s|%-3d|%.2f|%05.1f|%x|%r|%s' % ('a', 1, 3.14159, 2.25, 255, 'q', none) }}",
+    "{{ 3.0 | string }} {{ 1e-5 }} {{ 1.0e10 }} {{ 12345678901234567890.0 }} {{ '' ~ 1.0 / 3 }} {{ 1e300 * 1e300 }}",
+    "{{ true + 1 }} {{ true * 3 }} {{ [1, [2, 3]] | tojson }} {{ 'abc' < 'abd' }} {{ (1, 2) == [1, 2] }}",
+    "{{ none | tojson }} {{ none | string | length }} {{ messages is defined }} {{ 'b' in d.keys() }}",
+    "{{ l | map('string') | join('-') }} {{ s.split() | length }} {{ 'a\tb'.split('\t') }} {{ '\n'.join(['a', 'b']) }}",
+    "{{ 'Hello' | replace('l', 'L') | lower | upper }} {{ msgs | map(attribute='role') | unique | list }} {{ (l | sort)[0] }}",
+    "{{ n // 2 * 2 == n }} {{ 10 - 3 - 2 }} {{ 2 ** 3 ** 2 }} {{ -2 ** 2 }} {{ not true == false }} {{ 1 if none is none }}",
+    "{{ 'a' 'b' ~ 'c' }} {{ {'a': 1}['a'] }} {{ {'a': {'b': 2}}.a.b }} {{ [1, 2, 3][-1:] }} {{ 'abc'[-5:] }} {{ 'abc'[10] is defined }}",
+    "{%- for m in msgs -%}{%- if not loop.first -%},{%- endif -%}{{ m.role }}{%- endfor -%}",
+    "{{ '{{' }} {{ '}}' }} {% if t %}{% elif x.y.z %}{% endif %}{{ u | upper }} {{ u[2:4] }} {{ 'x' if t }}{{ 'y' if not t }}|",
+    "{% for x in l %}{% set ns = namespace(v=x) %}{{ ns.v }}{% endfor %}{% macro m(x) %}[{{ x }}]{% endmacro %}{{ l | map('string') | map('length') | list }}",
+    "{% for m in msgs %}{% for k, v in m | dictsort %}{{ k }}{% endfor %}{% endfor %}",
+    "{{ msgs | selectattr('role', 'in', ['user']) | list | length }} {{ l | select('gt', 1) | list }} {{ l | reject('eq', 3) | list }}",
     # errors (both must refuse)
     "{{ undefined_var.attr }}",
     "{{ undefined_var.a.b }}",
