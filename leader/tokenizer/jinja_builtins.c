@@ -338,6 +338,25 @@ static jv split(jctx *c, const jv_str *s, const jv_str *sep, int64_t maxsplit, b
     return out;
 }
 
+/* str.splitlines() of s + "\n": Python's line boundaries, the ends dropped. */
+static jv splitlines(jctx *c, const jv_str *s)
+{
+    jv out = jv_list_new(c, 8);
+    size_t start = 0;
+    for (size_t i = 0; i < s->len;) {
+        size_t at = i;
+        int32_t cp = next_cp(s->s, s->len, &i);
+        bool brk = cp == '\n' || cp == '\r' || cp == 0x0B || cp == 0x0C || (cp >= 0x1C && cp <= 0x1E) ||
+                   cp == 0x85 || cp == 0x2028 || cp == 0x2029;
+        if (!brk) continue;
+        jv_list_push(c, out, jv_strn(c, s->s + start, at - start));
+        if (cp == '\r' && i < s->len && s->s[i] == '\n') i++;
+        start = i;
+    }
+    jv_list_push(c, out, jv_strn(c, s->s + start, s->len - start)); /* the line the added "\n" ends */
+    return out;
+}
+
 /* ---- lookup and iteration ---- */
 
 static jv missing(jctx *c, const jv *obj, const char *name)
@@ -927,7 +946,7 @@ jv jinja_filter(jctx *c, const jnode *n, jv v, const jv *argv, size_t nargs, con
         jv_str *old = jv_to_str(c, &argv[0]), *new_ = jv_to_str(c, &argv[1]);
         return replace(c, s, old, new_, count.kind == JV_NONE ? -1 : int_arg(&a, count, "count"));
     }
-    if (!strcmp(name, "indent")) {
+    if (!strcmp(name, "indent")) { /* jinja2's: splitlines() of s + "\n", rejoined with "\n" */
         jv width = arg(&a, 0, "width", jv_int(4));
         bool first = jv_truthy((jv[]){arg(&a, 1, "first", jv_bool(false))});
         bool blank = jv_truthy((jv[]){arg(&a, 2, "blank", jv_bool(false))});
@@ -942,19 +961,17 @@ jv jinja_filter(jctx *c, const jnode *n, jv v, const jv *argv, size_t nargs, con
             memset(sp, ' ', (size_t)w);
             pad = jv_str_dup(c, sp, (size_t)w);
         }
+        jv lines = splitlines(c, s);
         jbuf b = {0};
         jbuf_put(c, &b, "", 0);
         if (first) jbuf_put(c, &b, pad->s, pad->len);
-        for (size_t i = 0; i < s->len; i++) {
-            jbuf_put(c, &b, s->s + i, 1);
-            if (s->s[i] != '\n' || i + 1 >= s->len) continue;
-            bool next_blank = s->s[i + 1] == '\n';
-            if (blank || !next_blank) {
-                size_t k = i + 1;
-                bool only_ws = true;
-                while (k < s->len && s->s[k] != '\n') only_ws = only_ws && py_space((unsigned char)s->s[k++]);
-                if (blank || !only_ws) jbuf_put(c, &b, pad->s, pad->len);
+        for (size_t i = 0; i < lines.u.l->n; i++) {
+            const jv_str *l = lines.u.l->items[i].u.s;
+            if (i) {
+                jbuf_puts(c, &b, "\n");
+                if (blank || l->len) jbuf_put(c, &b, pad->s, pad->len);
             }
+            jbuf_put(c, &b, l->s, l->len);
         }
         return jbuf_take(c, &b);
     }

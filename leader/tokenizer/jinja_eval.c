@@ -133,12 +133,27 @@ static jv percent_format(jctx *c, const jnode *n, jv fmt, jv args)
         }
         char spec[32] = "%";
         size_t k = 1;
+        bool left = false;
         i++;
-        while (i < len && strchr("-+ #0", s[i]) && k < 8) spec[k++] = s[i++];
-        while (i < len && s[i] >= '0' && s[i] <= '9' && k < 16) spec[k++] = s[i++];
-        if (i < len && s[i] == '.') {
+        while (i < len && strchr("-+ #0", s[i]) && k < 8) {
+            left = left || s[i] == '-';
             spec[k++] = s[i++];
-            while (i < len && s[i] >= '0' && s[i] <= '9' && k < 24) spec[k++] = s[i++];
+        }
+        long width = -1, prec = -1;
+        for (int part = 0; part < 2; part++) {
+            if (part == 1) {
+                if (i >= len || s[i] != '.') break;
+                spec[k++] = s[i++];
+                prec = 0;
+            }
+            long v = part ? 0 : -1;
+            while (i < len && s[i] >= '0' && s[i] <= '9') {
+                v = (v < 0 ? 0 : v) * 10 + (s[i] - '0');
+                if (v > 4096) jinja_fail(c, n->line, "string formatting: width or precision past the limit of 4096");
+                spec[k++] = s[i++];
+            }
+            if (part) prec = v;
+            else width = v;
         }
         char conv = i < len ? s[i] : 0;
         if (conv == '%') {
@@ -155,7 +170,6 @@ static jv percent_format(jctx *c, const jnode *n, jv fmt, jv args)
             if (next++) jinja_fail(c, n->line, "not enough arguments for format string");
             arg = args;
         }
-        char out[512];
         if (conv == 's' || conv == 'r' || conv == 'c') {
             jbuf text = {0};
             jbuf_put(c, &text, "", 0);
@@ -165,18 +179,23 @@ static jv percent_format(jctx *c, const jnode *n, jv fmt, jv args)
                 jv_str *t = jv_to_str(c, &arg);
                 jbuf_put(c, &text, t->s, t->len);
             }
-            spec[k++] = 's';
-            spec[k] = '\0';
-            if (k == 2) {
-                jbuf_put(c, &b, text.s, text.n);
-            } else { /* width and precision count code points in Python; ASCII text assumed here */
-                snprintf(out, sizeof out, spec, text.s);
-                jbuf_puts(c, &b, out);
+            /* precision cuts and width pads in code points, as Python counts */
+            size_t n_bytes = text.n, n_cps = ju_count(text.s, text.n);
+            if (prec >= 0 && (size_t)prec < n_cps) {
+                n_bytes = ju_offset(text.s, text.n, (size_t)prec);
+                n_cps = (size_t)prec;
             }
+            size_t padding = width > 0 && (size_t)width > n_cps ? (size_t)width - n_cps : 0;
+            if (!left)
+                for (size_t p = 0; p < padding; p++) jbuf_puts(c, &b, " ");
+            jbuf_put(c, &b, text.s, n_bytes);
+            if (left)
+                for (size_t p = 0; p < padding; p++) jbuf_puts(c, &b, " ");
             continue;
         }
         if (!is_num(&arg))
             jinja_fail(c, n->line, "%%%c format: a real number is required, not %s", conv, jv_kind_name(&arg));
+        char out[4096 + 4096 + 400];
         if (strchr("dixXo", conv)) {
             spec[k++] = 'l';
             spec[k++] = 'l';

@@ -323,8 +323,7 @@ static bool lex_raw(lexer *lx, size_t start, size_t text_start, char sign)
     if (i < lx->len && lx->src[i] == '-') end_sign = '-', i++;
     if (lx->len - i < 2 || memcmp(lx->src + i, "%}", 2) != 0) return false;
     emit_data(lx, text_start, start, sign, true);
-    advance(lx, start);
-    lx->pos = i;
+    advance(lx, i);
     end_tag(lx, 2, end_sign, false);
     /* find {%[-+]? endraw [-]?%} */
     for (size_t j = lx->pos; j + 1 < lx->len; j++) {
@@ -366,7 +365,6 @@ void jinja_lex(jinja_arena *a, jinja_parse_err *err, const char *src, size_t len
         size_t start = (size_t)(hit - src);
         char kind = hit[1];
         char sign = start + 2 < len && (src[start + 2] == '-' || src[start + 2] == '+') ? src[start + 2] : 0;
-        if (kind == '{' && sign == '+') sign = 0; /* "{{+" is not a sign in jinja2 */
         size_t text_start = lx.pos;
         if (kind == '%' && lex_raw(&lx, start, text_start, sign)) continue;
         emit_data(&lx, text_start, start, sign, kind != '{');

@@ -396,6 +396,9 @@ SNIPPETS = [
     "{% for x in l %}{% set ns = namespace(v=x) %}{{ ns.v }}{% endfor %}{% macro m(x) %}[{{ x }}]{% endmacro %}{{ l | map('string') | map('length') | list }}",
     "{% for m in msgs %}{% for k, v in m | dictsort %}{{ k }}{% endfor %}{% endfor %}",
     "{{ msgs | selectattr('role', 'in', ['user']) | list | length }} {{ l | select('gt', 1) | list }} {{ l | reject('eq', 3) | list }}",
+    "{{ 'a\n  \n\nb\r\nc\rd' | indent(3) }}|{{ 'x\n\ny' | indent(2, blank=true) }}|{{ '' | indent(first=true) }}|{{ 'one\ntwo' | indent('> ') }}",
+    "{{+ 'plus' }}|{%+ if t %}p{% endif %}|{{ '%-6s|%3s|%.2s|%6.1s' % ('日本', 'ab', 'xyz', 'é😀') }}",
+    "x\n{% raw -%}\n  raw {{ x }}\n{%- endraw %}\ny {{ n }}",
     # errors (both must refuse)
     "{{ undefined_var.attr }}",
     "{{ undefined_var.a.b }}",
