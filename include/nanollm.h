@@ -250,6 +250,19 @@ nl_status nl_tokenizer_decode(const nl_tokenizer *tokenizer,
                               const int32_t *ids, size_t n_ids,
                               bool skip_special, char **text, size_t *len);
 
+/* Renders a chat request with the model's own chat template
+ * (tokenizer_config.json's "chat_template", the "default" of a list of
+ * named ones, or chat_template.jinja) as transformers' apply_chat_template
+ * does, for a request in nl_prompt.chat_json's shape: {"messages",
+ * "tools", "add_generation_prompt" (default true), "chat_template_kwargs"}.
+ * *text is malloc'd, *len bytes plus a terminating NUL, and the caller
+ * frees it with free().  A template's raise_exception() fails with
+ * NL_ERR_INVALID_ARG and exactly the template's message; other render
+ * failures name the template line. */
+nl_status nl_tokenizer_apply_chat_template(const nl_tokenizer *tokenizer,
+                                           const char *request_json,
+                                           char **text, size_t *len);
+
 /* ---- utilities --------------------------------------------------------- */
 
 /* The next number of the SplitMix64 sequence whose state is *state: the

@@ -355,13 +355,16 @@ static int run_launch(const char *const *args, const char *input, char *out, siz
 
 START_TEST(test_command)
 {
-    char dir[] = "/tmp/nl-chat-cmd-XXXXXX", path[4200], out[8192], err[8192];
+    char dir[] = "/tmp/nl-chat-cmd-XXXXXX", path[4200], link[4200], out[8192], err[8192];
     ck_assert_ptr_nonnull(mkdtemp(dir));
     snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
     FILE *f = fopen(path, "w");
     fputs("{% for m in messages %}{% if m.role == 'bad' %}{{ raise_exception('Role bad is not allowed') }}"
           "{% endif %}<{{ m.role }}>{{ m.content }}{% endfor %}{% if add_generation_prompt %}<gen>{% endif %}", f);
     fclose(f);
+    snprintf(link, sizeof link, "%s/tokenizer.json", dir); /* a model directory has its tokenizer */
+    snprintf(path, sizeof path, "%s/tokenizer.json", qwen3_dir);
+    ck_assert_int_eq(symlink(path, link), 0);
     const char *args[] = {"--model", dir, "chat-template", NULL};
     int rc = run_launch(args, "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\\nthere\"}]}", out, sizeof out,
                         err, sizeof err);
@@ -374,18 +377,25 @@ START_TEST(test_command)
     rc = run_launch(args, "{\"messages\": [{\"role\": \"bad\", \"content\": \"x\"}]}", out, sizeof out, err, sizeof err);
     ck_assert_int_eq(rc, 2);
     ck_assert_str_eq(out, "");
-    ck_assert_ptr_nonnull(strstr(err, "Role bad is not allowed"));
+    ck_assert_str_eq(err, "nanollm-launch chat-template: Role bad is not allowed\n");
     rc = run_launch(args, "{\"messages\": ", out, sizeof out, err, sizeof err);
     ck_assert_int_eq(rc, 2);
     ck_assert_ptr_nonnull(strstr(err, "bad JSON"));
-    const char *no_model[] = {"chat-template", NULL};
-    ck_assert_int_eq(run_launch(no_model, "{}", out, sizeof out, err, sizeof err), 2);
-    ck_assert_ptr_nonnull(strstr(err, "--model"));
+    const char *extra[] = {"--model", dir, "chat-template", "x.json", NULL};
+    ck_assert_int_eq(run_launch(extra, "{}", out, sizeof out, err, sizeof err), 2);
+    ck_assert_ptr_nonnull(strstr(err, "unexpected argument 'x.json'"));
+    unlink(link);
+    ck_assert_int_eq(run_launch(args, "{}", out, sizeof out, err, sizeof err), 2); /* no tokenizer.json */
+    snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
     unlink(path);
     rmdir(dir);
-    const char *empty_dir[] = {"--model", "/nonexistent-dir", "chat-template", NULL};
-    ck_assert_int_eq(run_launch(empty_dir, "{}", out, sizeof out, err, sizeof err), 2);
-    ck_assert_ptr_nonnull(strstr(err, "no chat template"));
+    /* Without --model: the demo model's tokenizer, Qwen3's template. */
+    const char *demo[] = {"chat-template", NULL};
+    rc = run_launch(demo, "{\"messages\": [{\"role\": \"tool\", \"content\": \"42\"}], "
+                          "\"chat_template_kwargs\": {\"enable_thinking\": false}}", out, sizeof out, err, sizeof err);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, err);
+    ck_assert_str_eq(out, "<|im_start|>user\n<tool_response>\n42\n</tool_response><|im_end|>\n"
+                          "<|im_start|>assistant\n<think>\n\n</think>\n\n");
 }
 END_TEST
 

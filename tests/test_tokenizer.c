@@ -294,14 +294,16 @@ START_TEST(test_invalid_input)
     ck_assert_str_eq(text, "<|im_start|>assistant\n");
     free(text);
     ck_assert_int_eq(tokenizer_apply_chat_template(qwen, &odd, 0, true, true, &text), NL_ERR_INVALID_ARG);
-    ck_assert_int_eq(tokenizer_apply_chat_request(qwen, "{\"messages\": []}", &text), NL_ERR_INVALID_ARG);
+    size_t text_len;
+    ck_assert_int_eq(tokenizer_apply_chat_request(qwen, "{\"messages\": []}", &text, &text_len), NL_ERR_INVALID_ARG);
     ck_assert_ptr_nonnull(strstr(nl_last_error(), "messages"));
     ck_assert_int_eq(tokenizer_apply_chat_request(qwen, "{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}], "
-                                                  "\"add_generation_prompt\": false}", &text), NL_OK);
+                                                  "\"add_generation_prompt\": false}", &text, &text_len), NL_OK);
     ck_assert_str_eq(text, "<|im_start|>user\nq<|im_end|>\n");
+    ck_assert_uint_eq(text_len, strlen(text));
     free(text);
     ck_assert_int_eq(tokenizer_apply_chat_request(qwen, "{\"messages\": [{\"role\": \"user\"}], \"stream\": 1}",
-                                                  &text), NL_ERR_INVALID_ARG);
+                                                  &text, &text_len), NL_ERR_INVALID_ARG);
     ck_assert_ptr_nonnull(strstr(nl_last_error(), "stream"));
 }
 END_TEST

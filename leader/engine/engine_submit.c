@@ -62,6 +62,7 @@ static nl_status prompt_ids(nl_engine *e, const nl_prompt *prompt, int32_t **ids
     *ids = NULL;
     *n = 0;
     char *chat_text = NULL;
+    size_t chat_len = 0;
     const char *text = NULL;
     switch (prompt->kind) {
     case NL_PROMPT_TOKENS:
@@ -89,14 +90,15 @@ static nl_status prompt_ids(nl_engine *e, const nl_prompt *prompt, int32_t **ids
                         "give token ids instead");
     if (prompt->kind == NL_PROMPT_CHAT) {
         if (prompt->chat_json)
-            NL_TRY(tokenizer_apply_chat_request(e->tok, prompt->chat_json, &chat_text));
+            NL_TRY(tokenizer_apply_chat_request(e->tok, prompt->chat_json, &chat_text, &chat_len));
         else
             NL_TRY(tokenizer_apply_chat_template(e->tok, prompt->messages, (size_t)prompt->n_messages,
                                                  true, prompt->enable_thinking, &chat_text));
+        if (!prompt->chat_json) chat_len = strlen(chat_text);
         text = chat_text;
     }
     size_t n_ids = 0;
-    nl_status st = tokenizer_encode(e->tok, text, strlen(text), ids, &n_ids);
+    nl_status st = tokenizer_encode(e->tok, text, chat_text ? chat_len : strlen(text), ids, &n_ids);
     free(chat_text);
     if (st != NL_OK) return nl_error_prefix(st, "prompt: ");
     if (n_ids > INT32_MAX / 2) {

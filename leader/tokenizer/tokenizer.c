@@ -581,15 +581,17 @@ nl_status tokenizer_apply_chat_template(const tokenizer *t, const nl_chat_messag
     return chat_template_render(t->chat, msgs, n_msgs, add_generation_prompt, enable_thinking, out);
 }
 
-nl_status tokenizer_apply_chat_request(const tokenizer *t, const char *request_json, char **out)
+nl_status tokenizer_apply_chat_request(const tokenizer *t, const char *request_json, char **out, size_t *len)
 {
     *out = NULL;
+    *len = 0;
     NL_TRY(chat_available(t));
     json_error_t jerr;
-    json_t *request = json_loads(request_json, 0, &jerr);
-    if (!request) return nl_error(NL_ERR_INVALID_ARG, "chat: bad JSON at column %d: %s", jerr.column, jerr.text);
-    size_t len;
-    nl_status st = chat_template_render_request(t->chat, request, out, &len, NULL);
+    json_t *request = json_loads(request_json, JSON_ALLOW_NUL, &jerr); /* "\u0000" is text like any other */
+    if (!request)
+        return nl_error(NL_ERR_INVALID_ARG, "chat: bad JSON at line %d column %d: %s", jerr.line, jerr.column,
+                        jerr.text);
+    nl_status st = chat_template_render_request(t->chat, request, out, len, NULL);
     json_decref(request);
     return st;
 }
