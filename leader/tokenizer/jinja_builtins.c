@@ -1200,6 +1200,13 @@ bool jinja_method(jctx *c, const jnode *n, jv obj, const char *name, const jv *a
     snprintf(what, sizeof what, "method '%s'", name);
     args a = {c, n, what, argv, nargs, kwnames, kwargs, nkw};
     if (obj.kind == JV_STR) return str_method(&a, obj.u.s, name, out);
+    if (obj.kind == JV_DICT && obj.u.d->loop && !strcmp(name, "cycle")) { /* args[index0 % n] */
+        if (nargs == 0) jinja_fail(c, n->line, "loop.cycle needs at least one value");
+        jv index0;
+        jv_dict_get(obj.u.d, "index0", 6, &index0);
+        *out = argv[(size_t)index0.u.i % nargs];
+        return true;
+    }
     if (obj.kind == JV_DICT) return dict_method(&a, obj, name, out);
     if (obj.kind == JV_LIST) {
         static const char *const mutators[] = {"append", "extend", "insert", "pop", "remove", "sort", "reverse", "clear", NULL};

@@ -567,6 +567,7 @@ static jv loop_object(jctx *c, const jv *items, size_t i, size_t len)
 {
     jv loop = jv_dict_new(c, 12);
     jv_dict *d = loop.u.d;
+    d->loop = true;
     jv_dict_set(c, d, "index0", 6, jv_int((int64_t)i));
     jv_dict_set(c, d, "index", 5, jv_int((int64_t)i + 1));
     jv_dict_set(c, d, "revindex0", 9, jv_int((int64_t)(len - i - 1)));

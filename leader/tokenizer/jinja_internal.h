@@ -61,6 +61,7 @@ typedef struct jv_list {
 
 typedef struct jv_dict {
     size_t n, cap;
+    bool loop; /* a for loop's "loop" object: it has loop.cycle() */
     jv_str **keys;
     struct jv *vals;
 } jv_dict;

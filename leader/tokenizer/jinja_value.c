@@ -108,6 +108,7 @@ jv jv_dict_new(jctx *c, size_t cap)
     jv v = {.kind = JV_DICT};
     v.u.d = jinja_alloc(c, sizeof *v.u.d);
     v.u.d->n = 0;
+    v.u.d->loop = false;
     v.u.d->cap = cap ? cap : 4;
     v.u.d->keys = jinja_alloc(c, v.u.d->cap * sizeof(jv_str *));
     v.u.d->vals = jinja_alloc(c, v.u.d->cap * sizeof(jv));
