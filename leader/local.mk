@@ -66,7 +66,8 @@ libnlleader_la_SOURCES += \
 	leader/tokenizer/chat_template.c leader/tokenizer/chat_template.h \
 	leader/tokenizer/jinja.h leader/tokenizer/jinja_internal.h leader/tokenizer/jinja_arena.c \
 	leader/tokenizer/jinja_lex.c leader/tokenizer/jinja_parse.c leader/tokenizer/jinja_eval.c \
-	leader/tokenizer/jinja_value.c leader/tokenizer/jinja_builtins.c \
+	leader/tokenizer/jinja_value.c leader/tokenizer/jinja_str.c leader/tokenizer/jinja_str.h \
+	leader/tokenizer/jinja_args.h leader/tokenizer/jinja_filters.c leader/tokenizer/jinja_builtins.c \
 	leader/tokenizer/detokenizer.c
 
 # Model files: random-weight checkpoints and the built-in demo model (which

@@ -8,8 +8,9 @@
  * Python-like expressions with filters, tests, slicing and the str/dict
  * methods templates call.  The parts: jinja_lex.c (text to tokens),
  * jinja_parse.c (tokens to a tree), jinja_eval.c (statements and
- * expressions), jinja_builtins.c (filters, tests, methods, global
- * functions), jinja_value.c (values, Python str/repr, json.dumps),
+ * expressions), jinja_filters.c (filters and tests), jinja_builtins.c
+ * (lookup, methods, global functions), jinja_str.c (Python's str
+ * operations), jinja_value.c (values, Python str/repr, json.dumps),
  * jinja_arena.c (memory). */
 #ifndef NL_LEADER_JINJA_H
 #define NL_LEADER_JINJA_H

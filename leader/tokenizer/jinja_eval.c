@@ -77,24 +77,14 @@ static _Noreturn void fail_operands(jctx *c, const jnode *n, const char *op, con
     jinja_fail(c, n->line, "unsupported operand type(s) for %s: '%s' and '%s'", op, jv_kind_name(a), jv_kind_name(b));
 }
 
-static bool is_intlike(const jv *v)
-{
-    return v->kind == JV_INT || v->kind == JV_BOOL;
-}
-
 static bool is_num(const jv *v)
 {
-    return is_intlike(v) || v->kind == JV_FLOAT;
-}
-
-static int64_t ival(const jv *v)
-{
-    return v->kind == JV_INT ? v->u.i : v->u.b;
+    return jv_is_int(v) || v->kind == JV_FLOAT;
 }
 
 static double fval(const jv *v)
 {
-    return v->kind == JV_FLOAT ? v->u.f : (double)ival(v);
+    return v->kind == JV_FLOAT ? v->u.f : (double)jv_int_value(v);
 }
 
 static jv repeat(jctx *c, const jnode *n, jv seq, int64_t times)
@@ -174,7 +164,7 @@ static jv percent_format(jctx *c, const jnode *n, jv fmt, jv args)
             jbuf text = {0};
             jbuf_put(c, &text, "", 0);
             if (conv == 'r') jv_repr(c, &text, &arg);
-            else if (conv == 'c' && is_intlike(&arg)) jbuf_put(c, &text, (char[]){(char)ival(&arg)}, 1);
+            else if (conv == 'c' && jv_is_int(&arg)) jbuf_put(c, &text, (char[]){(char)jv_int_value(&arg)}, 1);
             else {
                 jv_str *t = jv_to_str(c, &arg);
                 jbuf_put(c, &text, t->s, t->len);
@@ -201,7 +191,7 @@ static jv percent_format(jctx *c, const jnode *n, jv fmt, jv args)
             spec[k++] = 'l';
             spec[k++] = conv == 'i' ? 'd' : conv;
             spec[k] = '\0';
-            snprintf(out, sizeof out, spec, (long long)(arg.kind == JV_FLOAT ? (int64_t)arg.u.f : ival(&arg)));
+            snprintf(out, sizeof out, spec, (long long)(arg.kind == JV_FLOAT ? (int64_t)arg.u.f : jv_int_value(&arg)));
         } else {
             spec[k++] = conv;
             spec[k] = '\0';
@@ -226,8 +216,8 @@ static jv arith(jctx *c, const jnode *n, int op, jv a, jv b)
         return jbuf_take(c, &buf);
     }
     if (is_num(&a) && is_num(&b)) {
-        bool ints = is_intlike(&a) && is_intlike(&b);
-        int64_t x = ints ? ival(&a) : 0, y = ints ? ival(&b) : 0, r;
+        bool ints = jv_is_int(&a) && jv_is_int(&b);
+        int64_t x = ints ? jv_int_value(&a) : 0, y = ints ? jv_int_value(&b) : 0, r;
         double f = fval(&a), g = fval(&b);
         switch (op) {
         case JOP_ADD:
@@ -293,8 +283,8 @@ static jv arith(jctx *c, const jnode *n, int op, jv a, jv b)
         out.u.l->tuple = a.u.l->tuple;
         return out;
     }
-    if (op == JOP_MUL && (a.kind == JV_STR || a.kind == JV_LIST) && is_intlike(&b)) return repeat(c, n, a, ival(&b));
-    if (op == JOP_MUL && (b.kind == JV_STR || b.kind == JV_LIST) && is_intlike(&a)) return repeat(c, n, b, ival(&a));
+    if (op == JOP_MUL && (a.kind == JV_STR || a.kind == JV_LIST) && jv_is_int(&b)) return repeat(c, n, a, jv_int_value(&b));
+    if (op == JOP_MUL && (b.kind == JV_STR || b.kind == JV_LIST) && jv_is_int(&a)) return repeat(c, n, b, jv_int_value(&a));
     if (op == JOP_MOD && a.kind == JV_STR) return percent_format(c, n, a, b);
     fail_operands(c, n, names[op], &a, &b);
 }
@@ -345,22 +335,22 @@ static void slice_bounds(jctx *c, const jnode *n, size_t len, jv *parts, int64_t
 {
     int64_t L = (int64_t)len;
     for (int i = 0; i < 3; i++)
-        if (parts[i].kind != JV_NONE && parts[i].kind != JV_UNDEFINED && !is_intlike(&parts[i]))
+        if (parts[i].kind != JV_NONE && parts[i].kind != JV_UNDEFINED && !jv_is_int(&parts[i]))
             jinja_fail(c, n->line, "slice indices must be integers or None, not %s", jv_kind_name(&parts[i]));
     bool has[3];
     for (int i = 0; i < 3; i++) has[i] = parts[i].kind != JV_NONE && parts[i].kind != JV_UNDEFINED;
-    *stepv = has[2] ? ival(&parts[2]) : 1;
+    *stepv = has[2] ? jv_int_value(&parts[2]) : 1;
     if (*stepv == 0) jinja_fail(c, n->line, "slice step cannot be zero");
     int64_t lo = *stepv < 0 ? -1 : 0, hi = *stepv < 0 ? L - 1 : L;
     if (has[0]) {
-        *start = ival(&parts[0]);
+        *start = jv_int_value(&parts[0]);
         if (*start < 0) *start = *start + L < lo ? lo : *start + L;
         else if (*start > hi) *start = hi;
     } else {
         *start = *stepv < 0 ? hi : lo;
     }
     if (has[1]) {
-        *stop = ival(&parts[1]);
+        *stop = jv_int_value(&parts[1]);
         if (*stop < 0) *stop = *stop + L < lo ? lo : *stop + L;
         else if (*stop > hi) *stop = hi;
     } else {
@@ -520,9 +510,9 @@ jv jinja_eval(jctx *c, const jnode *n)
     case JN_UNARY: {
         jv v = jinja_eval(c, n->a);
         if (v.kind == JV_FLOAT) return jv_float(n->op == JOP_NEG ? -v.u.f : v.u.f);
-        if (is_intlike(&v)) {
-            if (n->op == JOP_NEG && ival(&v) == INT64_MIN) jinja_fail(c, n->line, "integer overflow in unary -");
-            return jv_int(n->op == JOP_NEG ? -ival(&v) : ival(&v));
+        if (jv_is_int(&v)) {
+            if (n->op == JOP_NEG && jv_int_value(&v) == INT64_MIN) jinja_fail(c, n->line, "integer overflow in unary -");
+            return jv_int(n->op == JOP_NEG ? -jv_int_value(&v) : jv_int_value(&v));
         }
         if (v.kind == JV_UNDEFINED) fail_undefined(c, n->line, &v);
         jinja_fail(c, n->line, "bad operand type for unary %s: '%s'", n->op == JOP_NEG ? "-" : "+", jv_kind_name(&v));

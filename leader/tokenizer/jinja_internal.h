@@ -232,6 +232,15 @@ void jv_dict_set(jctx *c, jv_dict *d, const char *key, size_t klen, jv val);
 bool jv_dict_get(const jv_dict *d, const char *key, size_t klen, jv *out);
 jv_str *jv_str_dup(jctx *c, const char *s, size_t n);
 const char *jv_kind_name(const jv *v);
+/* Python's int, bools included (True + 1 == 2). */
+static inline bool jv_is_int(const jv *v)
+{
+    return v->kind == JV_INT || v->kind == JV_BOOL;
+}
+static inline int64_t jv_int_value(const jv *v)
+{
+    return v->kind == JV_INT ? v->u.i : v->u.b;
+}
 bool jv_truthy(const jv *v);
 bool jv_equal(const jv *a, const jv *b);
 /* -1, 0, 1; fails (on line) for values Python cannot order */
@@ -251,10 +260,12 @@ jv jbuf_take(jctx *c, jbuf *b);
 size_t ju_count(const char *s, size_t n);
 size_t ju_offset(const char *s, size_t n, size_t cp); /* byte offset of code point cp (clamped) */
 
-/* builtins (jinja_builtins.c) */
+/* filters and tests (jinja_filters.c) */
 jv jinja_filter(jctx *c, const jnode *n, jv v, const jv *args, size_t nargs, const char **kwnames,
                 const jv *kwargs, size_t nkw);
 bool jinja_test(jctx *c, const jnode *n, const char *name, jv v, const jv *args, size_t nargs);
+
+/* lookup, methods and global functions (jinja_builtins.c) */
 /* A method call obj.name(args), true when obj has such a method. */
 bool jinja_method(jctx *c, const jnode *n, jv obj, const char *name, const jv *args, size_t nargs,
                   const char **kwnames, const jv *kwargs, size_t nkw, jv *out);
@@ -265,6 +276,10 @@ jv jinja_iterable(jctx *c, int line, jv v);
 /* obj.name / obj[key] as jinja2's sandboxed getattr/getitem resolve them. */
 jv jinja_getattr(jctx *c, int line, jv obj, const char *name);
 jv jinja_getitem(jctx *c, int line, jv obj, jv key);
+/* The Undefined for obj.name that is not there ("'dict object' has no attribute 'x'"). */
+jv jinja_missing(jctx *c, const jv *obj, const char *name);
+/* len(v); Undefined has length 0, values without a length fail on line. */
+size_t jinja_length(jctx *c, int line, const jv *v);
 
 /* the evaluator (jinja_eval.c), used back by filters such as map and selectattr */
 jv jinja_eval(jctx *c, const jnode *n);
