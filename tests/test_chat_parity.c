@@ -111,7 +111,7 @@ START_TEST(test_templates_match_jinja2)
     ssize_t len;
     while ((len = getline(&line, &cap, p)) > 0) {
         json_error_t jerr;
-        json_t *row = json_loadb(line, (size_t)len, 0, &jerr);
+        json_t *row = json_loadb(line, (size_t)len, JSON_ALLOW_NUL, &jerr);
         ck_assert_msg(row, "reference line %zu: %s", total, jerr.text);
         const char *name = json_string_value(json_object_get(row, "template"));
         const char *case_name = json_string_value(json_object_get(row, "case"));

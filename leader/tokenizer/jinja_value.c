@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <utf8proc.h>
 
 #include "leader/tokenizer/jinja_internal.h"
 
@@ -400,9 +401,27 @@ jv_str *jv_to_str(jctx *c, const jv *v)
     }
 }
 
+/* str.isprintable() of one code point: not a control, format, surrogate,
+ * private-use, unassigned or separator character, except the space. */
+static bool py_printable(uint32_t cp)
+{
+    if (cp == ' ') return true;
+    switch (utf8proc_category((utf8proc_int32_t)cp)) {
+    case UTF8PROC_CATEGORY_CC:
+    case UTF8PROC_CATEGORY_CF:
+    case UTF8PROC_CATEGORY_CS:
+    case UTF8PROC_CATEGORY_CO:
+    case UTF8PROC_CATEGORY_CN:
+    case UTF8PROC_CATEGORY_ZS:
+    case UTF8PROC_CATEGORY_ZL:
+    case UTF8PROC_CATEGORY_ZP: return false;
+    default: return true;
+    }
+}
+
 /* repr(str): single quotes unless the text has ' and no ", escapes for
- * backslash, the quote, control characters and the non-printable code
- * points Python escapes (C1 controls, NBSP, soft hyphen, separators). */
+ * backslash, the quote, \n \r \t, and \xhh, \uhhhh or \Uhhhhhhhh for the
+ * code points str.isprintable() refuses. */
 static void repr_str(jctx *c, jbuf *b, const char *s, size_t n)
 {
     bool has_sq = memchr(s, '\'', n) != NULL, has_dq = memchr(s, '"', n) != NULL;
@@ -422,12 +441,8 @@ static void repr_str(jctx *c, jbuf *b, const char *s, size_t n)
             jbuf_puts(c, b, "\\r");
         } else if (cp == '\t') {
             jbuf_puts(c, b, "\\t");
-        } else if (cp < 0x20 || (cp >= 0x7F && cp <= 0xA0) || cp == 0xAD) {
-            snprintf(esc, sizeof esc, "\\x%02x", cp);
-            jbuf_puts(c, b, esc);
-        } else if ((cp >= 0x2000 && cp <= 0x200F) || (cp >= 0x2028 && cp <= 0x202F) ||
-                   (cp >= 0x205F && cp <= 0x206F) || cp == 0x3000 || cp == 0xFEFF) {
-            snprintf(esc, sizeof esc, "\\u%04x", cp);
+        } else if (!py_printable(cp)) {
+            snprintf(esc, sizeof esc, cp < 0x100 ? "\\x%02x" : cp < 0x10000 ? "\\u%04x" : "\\U%08x", cp);
             jbuf_puts(c, b, esc);
         } else {
             jbuf_put(c, b, s + i, adv);
