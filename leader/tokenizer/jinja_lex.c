@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "leader/tokenizer/jinja_internal.h"
+#include "leader/tokenizer/jinja_str.h"
 
 typedef struct lexer {
     jinja_arena *arena;
@@ -65,6 +66,24 @@ static bool is_space(char c)
     return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
 }
 
+/* Whitespace as Python's \s and str.strip() see it (Unicode), for the
+ * whitespace control around tags: the length of the whitespace character
+ * starting at src[i] (0 when there is none). */
+static size_t space_at(const char *src, size_t len, size_t i)
+{
+    size_t k = i;
+    int32_t cp = jstr_next_cp(src, len, &k);
+    return jstr_isspace(cp) ? k - i : 0;
+}
+
+/* The same for the character ending at src[e - 1] (from no earlier than start). */
+static size_t space_before(const char *src, size_t start, size_t e)
+{
+    size_t b = e - 1;
+    while (b > start && e - b < 4 && ((unsigned char)src[b] & 0xC0) == 0x80) b--;
+    return space_at(src, e, b) == e - b ? e - b : 0;
+}
+
 static int count_lines(const char *s, size_t n)
 {
     int k = 0;
@@ -83,14 +102,14 @@ static void advance(lexer *lx, size_t to)
 /* Data before a tag, with the tag's whitespace control applied. */
 static void emit_data(lexer *lx, size_t start, size_t end, char sign, bool lstrip)
 {
-    size_t e = end;
+    size_t e = end, k;
     if (sign == '-') {
-        while (e > start && is_space(lx->src[e - 1])) e--;
+        while (e > start && (k = space_before(lx->src, start, e))) e -= k;
     } else if (sign != '+' && lstrip) {
         size_t l = e;
         while (l > start && lx->src[l - 1] != '\n') l--;
         bool all_ws = l < e;
-        for (size_t i = l; i < e; i++) all_ws = all_ws && is_space(lx->src[i]);
+        for (size_t i = l; i < e && all_ws; i += k) all_ws = (k = space_at(lx->src, e, i)) > 0;
         if ((l > start || lx->line_starting) && all_ws) e = l;
     }
     if (e > start) {
@@ -103,9 +122,9 @@ static void emit_data(lexer *lx, size_t start, size_t end, char sign, bool lstri
  * whitespace, a block/comment end drops one newline (trim_blocks). */
 static void end_tag(lexer *lx, size_t n, char sign, bool block)
 {
-    size_t to = lx->pos + n;
+    size_t to = lx->pos + n, k;
     if (sign == '-') {
-        while (to < lx->len && is_space(lx->src[to])) to++;
+        while (to < lx->len && (k = space_at(lx->src, lx->len, to))) to += k;
     } else if (sign != '+' && block && to < lx->len && lx->src[to] == '\n') {
         to++;
     }

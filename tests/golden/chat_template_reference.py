@@ -400,6 +400,7 @@ SNIPPETS = [
     "{{+ 'plus' }}|{%+ if t %}p{% endif %}|{{ '%-6s|%3s|%.2s|%6.1s' % ('日本', 'ab', 'xyz', 'é😀') }}",
     "x\n{% raw -%}\n  raw {{ x }}\n{%- endraw %}\ny {{ n }}",
     "{{ ['\\x00\\x1f\\x7f\\x85\\xa0\\xad é \\u200b\\u2028\\u3000 \\ue000 \\U0001f600 \\U000e0001 日本'] }}",
+    "a\u00a0\u3000 {%- if t -%} \u2028\u00a0b\n\u00a0 {% if t %}c{% endif %}\u00a0{{- 'd' -}}\u2003é{% endif %}",
     "{% for m in msgs %}{{ loop.cycle('odd', 'even') }}{{ loop.cycle(1) }} {% endfor %}",
     # errors (both must refuse)
     "{{ undefined_var.attr }}",
