@@ -82,7 +82,7 @@ typedef struct nl_sampling_params {
 void nl_sampling_params_init(nl_sampling_params *params);
 
 typedef struct nl_chat_message {
-    const char *role;    /* "system", "user" or "assistant" */
+    const char *role;    /* any role the model's template knows: "system", "user", "assistant", "tool" ... */
     const char *content;
 } nl_chat_message;
 
@@ -99,7 +99,15 @@ typedef struct nl_prompt {
     int32_t n_tokens;
     const nl_chat_message *messages;   /* NL_PROMPT_CHAT                    */
     int32_t n_messages;
-    bool enable_thinking;              /* chat: Qwen3 thinking on (default) */
+    bool enable_thinking;              /* chat: the template variable enable_thinking */
+    /* NL_PROMPT_CHAT with everything a chat request carries: when set, it is
+     * used instead of messages/n_messages/enable_thinking.  A JSON object in
+     * vLLM's shape: {"messages": [{"role", "content" (string, list of parts
+     * or null), "tool_calls", "tool_call_id", "name", "reasoning_content"
+     * ...}], "tools": [...], "add_generation_prompt": bool (default true),
+     * "chat_template_kwargs": {...}}, rendered by the model's own Jinja chat
+     * template as transformers renders it. */
+    const char *chat_json;
 } nl_prompt;
 
 typedef enum nl_finish_reason {
@@ -270,6 +278,19 @@ nl_status nl_tokenizer_encode(nl_tokenizer *tokenizer, const char *text,
 nl_status nl_tokenizer_decode(const nl_tokenizer *tokenizer,
                               const int32_t *ids, size_t n_ids,
                               bool skip_special, char **text, size_t *len);
+
+/* Renders a chat request with the model's own chat template
+ * (tokenizer_config.json's "chat_template", the "default" of a list of
+ * named ones, or chat_template.jinja) as transformers' apply_chat_template
+ * does, for a request in nl_prompt.chat_json's shape: {"messages",
+ * "tools", "add_generation_prompt" (default true), "chat_template_kwargs"}.
+ * *text is malloc'd, *len bytes plus a terminating NUL, and the caller
+ * frees it with free().  A template's raise_exception() fails with
+ * NL_ERR_INVALID_ARG and exactly the template's message; other render
+ * failures name the template line. */
+nl_status nl_tokenizer_apply_chat_template(const nl_tokenizer *tokenizer,
+                                           const char *request_json,
+                                           char **text, size_t *len);
 
 /* ---- utilities --------------------------------------------------------- */
 

@@ -28,7 +28,7 @@ noinst_LTLIBRARIES += libnlcli.la
 libnlcli_la_SOURCES = leader/cli/cli.h \
 	leader/cli/cli_args.c leader/cli/cli_common.c leader/cli/cli_generate.c leader/cli/cli_batch.c \
 	leader/cli/cli_bench.c leader/cli/cli_tokenize.c leader/cli/cli_mkmodel.c \
-	leader/cli/cli_serve.c
+	leader/cli/cli_serve.c leader/cli/cli_chat_template.c
 libnlcli_la_LIBADD = libnlleader.la
 
 bin_PROGRAMS += nanollm-launch
@@ -64,6 +64,10 @@ libnlleader_la_SOURCES += \
 	leader/tokenizer/bpe_map.c leader/tokenizer/bpe_map.h \
 	leader/tokenizer/pretokenize.c leader/tokenizer/pretokenize.h \
 	leader/tokenizer/chat_template.c leader/tokenizer/chat_template.h \
+	leader/tokenizer/jinja.h leader/tokenizer/jinja_internal.h leader/tokenizer/jinja_arena.c \
+	leader/tokenizer/jinja_lex.c leader/tokenizer/jinja_parse.c leader/tokenizer/jinja_eval.c \
+	leader/tokenizer/jinja_value.c leader/tokenizer/jinja_str.c leader/tokenizer/jinja_str.h \
+	leader/tokenizer/jinja_args.h leader/tokenizer/jinja_filters.c leader/tokenizer/jinja_builtins.c \
 	leader/tokenizer/detokenizer.c
 
 # Model files: random-weight checkpoints and the built-in demo model (which

@@ -1,7 +1,7 @@
 /* test_api.c — nanollm.h as a host program sees it: linked against the
  * shared libnanollm and including nothing else of the project.  Covers the
  * engine-less tokenizer (ids checked against Hugging Face's, U+0000
- * surviving a round trip, the flags, errors) and nl_random_next (against
+ * surviving a round trip, the flags, errors, the chat template) and nl_random_next (against
  * SplitMix64's published sequence). */
 #include <check.h>
 #include <stdio.h>
@@ -78,6 +78,32 @@ START_TEST(test_nul_survives)
     ck_assert_int_eq(out[3], '\0');
     free(out);
     free(ids);
+    nl_tokenizer_close(t);
+}
+END_TEST
+
+/* The model's chat template, rendered from a vLLM-shaped request (the
+ * expected text is jinja2's, as test_chat_parity checks at large). */
+START_TEST(test_chat_template)
+{
+    nl_tokenizer *t = open_qwen();
+    char *text;
+    size_t len;
+    ck_assert_int_eq(nl_tokenizer_apply_chat_template(
+                         t, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\\u0000b\"}, "
+                            "{\"role\": \"tool\", \"content\": \"42\"}], \"chat_template_kwargs\": {\"enable_thinking\": false}}",
+                         &text, &len),
+                     NL_OK);
+    static const char want[] = "<|im_start|>user\na\0b<|im_end|>\n<|im_start|>user\n<tool_response>\n42\n"
+                               "</tool_response><|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n";
+    ck_assert_int_eq((int)len, (int)sizeof want - 1);
+    ck_assert_int_eq(memcmp(text, want, len), 0);
+    free(text);
+    ck_assert_int_eq(nl_tokenizer_apply_chat_template(t, "{\"messages\": 1}", &text, &len), NL_ERR_INVALID_ARG);
+    ck_assert_ptr_null(text);
+    ck_assert_ptr_nonnull(strstr(nl_last_error(), "messages"));
+    ck_assert_int_eq(nl_tokenizer_apply_chat_template(t, "not json", &text, &len), NL_ERR_INVALID_ARG);
+    ck_assert_int_eq(nl_tokenizer_apply_chat_template(t, NULL, &text, &len), NL_ERR_INVALID_ARG);
     nl_tokenizer_close(t);
 }
 END_TEST
@@ -179,6 +205,7 @@ int main(void)
     tcase_add_test(tok, test_encode_decode);
     tcase_add_test(tok, test_nul_survives);
     tcase_add_test(tok, test_invalid_utf8);
+    tcase_add_test(tok, test_chat_template);
     tcase_add_test(tok, test_decode_errors);
     tcase_add_test(tok, test_open_errors);
     tcase_add_test(tok, test_open_default);

@@ -640,6 +640,21 @@ START_TEST(test_text_and_stop_strings)
     ck_assert_int_eq(nl_engine_get_result(e, c, &r), NL_OK);
     /* <|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n */
     ck_assert_int_eq(r->prompt_tokens, 9);
+    /* A whole chat request: thinking off adds <think>\n\n</think>\n\n (4 tokens). */
+    pc.chat_json = "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], "
+                   "\"chat_template_kwargs\": {\"enable_thinking\": false}}";
+    ck_assert_int_eq(nl_engine_submit(e, &pc, &sp2, &c), NL_OK);
+    ck_assert_int_eq(nl_engine_run_until_done(e), NL_OK);
+    ck_assert_int_eq(nl_engine_get_result(e, c, &r), NL_OK);
+    ck_assert_int_eq(r->prompt_tokens, 13);
+    pc.chat_json = "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"add_generation_prompt\": false}";
+    ck_assert_int_eq(nl_engine_submit(e, &pc, &sp2, &c), NL_OK);
+    ck_assert_int_eq(nl_engine_run_until_done(e), NL_OK);
+    ck_assert_int_eq(nl_engine_get_result(e, c, &r), NL_OK);
+    ck_assert_int_eq(r->prompt_tokens, 6);
+    pc.chat_json = "{\"messages\": [{\"role\": \"user\"}], \"tools\": 3}";
+    ck_assert_int_eq(nl_engine_submit(e, &pc, &sp2, &c), NL_ERR_INVALID_ARG);
+    ck_assert_ptr_nonnull(strstr(nl_last_error(), "tools"));
     nl_engine_close(e);
 }
 END_TEST

@@ -154,21 +154,27 @@ START_TEST(test_batch_demo_model)
         "{\"prompt_token_ids\": [1, 2], \"max_tokens\": 100000000}\n"
         "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"max_tokens\": 2, \"seed\": 7}\n"
         "{\"prompt\": \"Hello there\", \"max_tokens\": 4, \"temperature\": 0, \"id\": 70}\n"
-        "{\"prompt\": \"a\", \"foo\": 1}\n";
+        "{\"prompt\": \"a\", \"foo\": 1}\n"
+        /* vLLM's chat fields: tools, a tool turn, no generation prompt, thinking off */
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": \"assistant\", \"content\": \"\", "
+        "\"tool_calls\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", \"arguments\": {\"a\": 1}}}]}, "
+        "{\"role\": \"tool\", \"content\": \"42\"}], \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}], "
+        "\"add_generation_prompt\": false, \"chat_template_kwargs\": {\"enable_thinking\": false}, \"max_tokens\": 1}\n"
+        "{\"prompt\": \"x\", \"tools\": []}\n";
     ck_assert_int_eq(write(fd, lines, strlen(lines)), (ssize_t)strlen(lines));
     close(fd);
     int ofd = mkstemp(outp);
     close(ofd);
     int rc = launch((const char *[]){"--device", "cpu", "batch", "--input", in, "--output", outp, NULL});
     ck_assert_msg(rc == 0, "exit %d: %s", rc, err_text);
-    ck_assert_ptr_nonnull(strstr(err_text, "8 requests (4 rejected)"));
+    ck_assert_ptr_nonnull(strstr(err_text, "10 requests (5 rejected)"));
     ck_assert_ptr_nonnull(strstr(err_text, "demo model"));
     FILE *f = fopen(outp, "r");
-    json_t *o[9] = {0};
+    json_t *o[11] = {0};
     char *line = NULL;
     size_t cap = 0;
     int n = 0;
-    while (n < 9 && getline(&line, &cap, f) > 0) {
+    while (n < 11 && getline(&line, &cap, f) > 0) {
         json_error_t e;
         o[n] = json_loads(line, 0, &e);
         ck_assert_msg(o[n] != NULL, "output line %d: %s", n + 1, e.text);
@@ -178,15 +184,15 @@ START_TEST(test_batch_demo_model)
     fclose(f);
     unlink(in);
     unlink(outp);
-    ck_assert_int_eq(n, 8);
+    ck_assert_int_eq(n, 10);
     /* Input order, ids given or the 0-based line number. */
     ck_assert_str_eq(json_string_value(json_object_get(o[0], "id")), "a");
     for (int k = 1; k < 6; k++) ck_assert_int_eq(json_integer_value(json_object_get(o[k], "id")), k);
     ck_assert_int_eq(json_integer_value(json_object_get(o[6], "id")), 70);
     ck_assert_int_eq(json_integer_value(json_object_get(o[7], "id")), 7);
-    const int bad[] = {1, 3, 4, 7};
-    const char *why[] = {"bad JSON", "max_tokens", "max_model_len", "unknown field \"foo\""};
-    for (int k = 0; k < 4; k++) {
+    const int bad[] = {1, 3, 4, 7, 9};
+    const char *why[] = {"bad JSON", "max_tokens", "max_model_len", "unknown field \"foo\"", "need \"messages\""};
+    for (int k = 0; k < 5; k++) {
         json_t *b = o[bad[k]];
         ck_assert_str_eq(json_string_value(json_object_get(b, "finish_reason")), "error");
         const char *msg = json_string_value(json_object_get(b, "error"));
@@ -215,7 +221,10 @@ START_TEST(test_batch_demo_model)
     /* Chat: <|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n */
     ck_assert_int_eq(json_integer_value(json_object_get(o[5], "prompt_tokens")), 9);
     ck_assert_int_eq(json_array_size(json_object_get(o[5], "token_ids")), 2);
-    for (int k = 0; k < 8; k++) json_decref(o[k]);
+    /* The Qwen3 template's tool prompt, call and response (137 tokens; the
+     * text is jinja2's, see test_chat_parity). */
+    ck_assert_int_eq(json_integer_value(json_object_get(o[8], "prompt_tokens")), 137);
+    for (int k = 0; k < 10; k++) json_decref(o[k]);
 }
 END_TEST
 

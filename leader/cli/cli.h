@@ -35,6 +35,9 @@ int cli_tokenize(const char *model_dir, int argc, char **argv);
 /* stdin JSON array of ids -> text on stdout.  Flag: --skip-special-tokens. */
 int cli_detokenize(const char *model_dir, int argc, char **argv);
 
+/* stdin chat request (JSON) -> the model's chat template rendered on stdout. */
+int cli_chat_template(const char *model_dir, int argc, char **argv);
+
 /* Writes a random-weight model directory (see mkmodel.h): --out DIR
  * [--preset NAME] [--seed N] [--tokenizer DIR | --no-tokenizer]
  * [--shard-size MB] and shape overrides; --help lists them. */
@@ -44,7 +47,8 @@ int cli_mkmodel(int argc, char **argv);
  * launch_main.c, which must tell an option's value from the command's name. */
 typedef struct cli_command cli_command;
 extern const cli_command cli_generate_command, cli_batch_command, cli_bench_command,
-    cli_serve_command, cli_tokenize_command, cli_detokenize_command, cli_mkmodel_command;
+    cli_serve_command, cli_tokenize_command, cli_detokenize_command, cli_chat_template_command,
+    cli_mkmodel_command;
 
 /* ---- the parser (cli_args.c) ---------------------------------------------
  *

@@ -81,6 +81,7 @@ static const char commands_help[] =
     "  serve [--host H] [--port N] [--api-key KEY] ...  OpenAI-compatible HTTP server\n"
     "  tokenize [--replace-invalid] [--no-special]      stdin text -> JSON array of ids\n"
     "  detokenize [--skip-special-tokens]               stdin JSON array of ids -> text\n"
+    "  chat-template                                    stdin chat request JSON -> rendered prompt\n"
     "  mkmodel --out DIR [--preset NAME] ...            write a random-weight model\n"
     "\n";
 

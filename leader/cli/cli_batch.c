@@ -1,7 +1,9 @@
 /* cli_batch.c — `nanollm-launch batch --input IN.jsonl --output OUT.jsonl`.
  *
  * Every input line is one request: `prompt` (text), `prompt_token_ids` or
- * `messages` (chat), and optionally `id`, `max_tokens`, `temperature`,
+ * `messages` (chat, with optional `tools`, `add_generation_prompt` and
+ * `chat_template_kwargs` as vLLM names them, rendered by the model's chat
+ * template), and optionally `id`, `max_tokens`, `temperature`,
  * `top_k`, `top_p`, `min_p`, `seed`, `ignore_eos`, `stop` (a string or a
  * list) and `logprobs`.  Sampling options given on the command line are the
  * defaults for fields a line leaves out.  All lines are submitted at once and
@@ -124,8 +126,9 @@ static void submit_line(nl_engine *engine, const cli_sampling *defaults, const c
     memset(&prompt, 0, sizeof(prompt));
     int n_prompt_fields = 0;
     int32_t *ids = NULL;
-    nl_chat_message *msgs = NULL;
-    char *err = NULL;
+    json_t *chat = json_object(); /* the chat request: messages and the template's inputs */
+    char *chat_text = NULL;
+    char *err = chat ? NULL : line_error("out of memory%s%s", "", "");
     const char *key;
     json_t *v;
     json_object_foreach(obj, key, v) {
@@ -154,26 +157,17 @@ static void submit_line(nl_engine *engine, const cli_sampling *defaults, const c
             prompt.n_tokens = (int32_t)n;
             n_prompt_fields++;
         } else if (strcmp(key, "messages") == 0) {
-            size_t n = json_is_array(v) ? json_array_size(v) : 0;
-            if (n == 0) { err = line_error("field \"%s\": must be a non-empty array of {role, content}%s", key, ""); break; }
-            msgs = calloc(n, sizeof(*msgs));
-            if (!msgs) { err = line_error("out of memory%s%s", "", ""); break; }
-            for (size_t k = 0; k < n && !err; k++) {
-                json_t *m = json_array_get(v, k);
-                json_t *role = json_object_get(m, "role"), *content = json_object_get(m, "content");
-                if (!json_is_string(role) || !json_is_string(content))
-                    err = line_error("field \"%s\": each message needs string \"role\" and \"content\"%s", key, "");
-                else {
-                    msgs[k].role = json_string_value(role);
-                    msgs[k].content = json_string_value(content);
-                }
+            /* the message fields are the template's business; the shape is checked where it renders */
+            if (!json_is_array(v) || json_array_size(v) == 0) {
+                err = line_error("field \"%s\": must be a non-empty array of messages%s", key, "");
+                break;
             }
-            if (err) break;
+            json_object_set(chat, key, v);
             prompt.kind = NL_PROMPT_CHAT;
-            prompt.messages = msgs;
-            prompt.n_messages = (int32_t)n;
-            prompt.enable_thinking = true;
             n_prompt_fields++;
+        } else if (strcmp(key, "tools") == 0 || strcmp(key, "add_generation_prompt") == 0 ||
+                   strcmp(key, "chat_template_kwargs") == 0) {
+            json_object_set(chat, key, v);
         } else if (strcmp(key, "max_tokens") == 0) {
             if (!get_int(v, key, 1, INT32_MAX / 2, &iv, &err)) break;
             sp.max_tokens = (int32_t)iv;
@@ -223,11 +217,20 @@ static void submit_line(nl_engine *engine, const cli_sampling *defaults, const c
     }
     if (!err && n_prompt_fields != 1)
         err = line_error("needs exactly one of \"prompt\", \"prompt_token_ids\", \"messages\"%s%s", "", "");
+    if (!err && prompt.kind != NL_PROMPT_CHAT && json_object_size(chat) > 0)
+        err = line_error("fields \"tools\", \"add_generation_prompt\" and \"chat_template_kwargs\" need "
+                         "\"messages\"%s%s", "", "");
+    if (!err && prompt.kind == NL_PROMPT_CHAT) {
+        chat_text = json_dumps(chat, JSON_COMPACT | JSON_PRESERVE_ORDER);
+        if (!chat_text) err = line_error("out of memory%s%s", "", "");
+        prompt.chat_json = chat_text;
+    }
     if (!err && nl_engine_submit(engine, &prompt, &sp, &line->request) != NL_OK)
         err = strdup(nl_last_error());
     line->error = err;
     free(ids);
-    free(msgs);
+    free(chat_text);
+    json_decref(chat);
     json_decref(obj);
 }
 

@@ -49,6 +49,7 @@ static const struct {
     {&cli_serve_command, cli_serve, NULL, NULL},
     {&cli_tokenize_command, NULL, cli_tokenize, NULL},
     {&cli_detokenize_command, NULL, cli_detokenize, NULL},
+    {&cli_chat_template_command, NULL, cli_chat_template, NULL},
     {&cli_mkmodel_command, NULL, NULL, cli_mkmodel},
 };
 #define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))

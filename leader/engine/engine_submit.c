@@ -63,6 +63,7 @@ static nl_status prompt_ids(nl_engine *e, const nl_prompt *prompt, int32_t **ids
     *ids = NULL;
     *n = 0;
     char *chat_text = NULL;
+    size_t chat_len = 0;
     const char *text = NULL;
     switch (prompt->kind) {
     case NL_PROMPT_TOKENS:
@@ -78,7 +79,7 @@ static nl_status prompt_ids(nl_engine *e, const nl_prompt *prompt, int32_t **ids
         text = prompt->text;
         break;
     case NL_PROMPT_CHAT:
-        if (prompt->n_messages <= 0 || !prompt->messages)
+        if (!prompt->chat_json && (prompt->n_messages <= 0 || !prompt->messages))
             return nl_error(NL_ERR_INVALID_ARG, "prompt: a chat needs at least one message");
         break;
     default:
@@ -89,12 +90,16 @@ static nl_status prompt_ids(nl_engine *e, const nl_prompt *prompt, int32_t **ids
                         "prompt: text and chat prompts need a tokenizer (tokenizer.json) in the model; "
                         "give token ids instead");
     if (prompt->kind == NL_PROMPT_CHAT) {
-        NL_TRY(tokenizer_apply_chat_template(e->tok, prompt->messages, (size_t)prompt->n_messages,
-                                             true, prompt->enable_thinking, &chat_text));
+        if (prompt->chat_json)
+            NL_TRY(tokenizer_apply_chat_request(e->tok, prompt->chat_json, &chat_text, &chat_len));
+        else
+            NL_TRY(tokenizer_apply_chat_template(e->tok, prompt->messages, (size_t)prompt->n_messages,
+                                                 true, prompt->enable_thinking, &chat_text));
+        if (!prompt->chat_json) chat_len = strlen(chat_text);
         text = chat_text;
     }
     size_t n_ids = 0;
-    nl_status st = tokenizer_encode(e->tok, text, strlen(text), ids, &n_ids);
+    nl_status st = tokenizer_encode(e->tok, text, chat_text ? chat_len : strlen(text), ids, &n_ids);
     free(chat_text);
     if (st != NL_OK) return nl_error_prefix(st, "prompt: ");
     if (n_ids > INT32_MAX / 2) {

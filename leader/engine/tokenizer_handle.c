@@ -90,3 +90,13 @@ nl_status nl_tokenizer_decode(const nl_tokenizer *h, const int32_t *ids, size_t 
     if (!h || (!ids && n_ids > 0)) return nl_error(NL_ERR_INVALID_ARG, "decode: tokenizer or ids is NULL");
     return tokenizer_decode_n(h->tok, ids, n_ids, skip_special, text, len);
 }
+
+nl_status nl_tokenizer_apply_chat_template(const nl_tokenizer *h, const char *request_json, char **text,
+                                           size_t *len)
+{
+    if (!text || !len) return nl_error(NL_ERR_INVALID_ARG, "chat template: text or len is NULL");
+    *text = NULL;
+    *len = 0;
+    if (!h || !request_json) return nl_error(NL_ERR_INVALID_ARG, "chat template: tokenizer or request is NULL");
+    return tokenizer_apply_chat_request(h->tok, request_json, text, len);
+}

@@ -1,246 +1,220 @@
-/* chat_template.c — the chat templates of the Qwen families, in C.
- *
- * Supported (anything else returns NL_ERR_UNSUPPORTED naming the feature):
- *  - Qwen3 (ChatML + <think>): system/user/assistant messages, a system
- *    message first or anywhere later, add_generation_prompt, enable_thinking
- *    false (an empty <think></think> block after the assistant header), and
- *    assistant history with its reasoning handled as the template does: turns
- *    before the last user query lose their <think> part; turns after it keep
- *    it, re-rendered as "<think>\n...\n</think>\n\n".  User messages wrapped in
- *    <tool_response> tags do not count as queries, as in the template.
- *  - Qwen2.5 and Qwen2 (plain ChatML): the same roles, with the family's
- *    default system prompt when the conversation has none.
- * Not supported: tools / tool calls / the "tool" role, reasoning_content
- * passed as a separate field, other roles, and templates not recognised here.
- */
+/* chat_template.c — finds a model's chat template and special tokens, checks
+ * a chat request's shape, and renders it through the Jinja interpreter with
+ * the variables transformers' apply_chat_template passes:
+ *   messages, tools (None when absent), documents (None),
+ *   add_generation_prompt, the special tokens, then chat_template_kwargs
+ *   (which override any of the above, as render(**kwargs) would). */
 #include "leader/tokenizer/chat_template.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/file.h"
 #include "common/status.h"
+#include "leader/tokenizer/jinja.h"
 
-/* The markers are text of the templates themselves ("\n" is the two
- * characters of the Jinja escape). */
-static const char qwen3_markers[][64] = {
-    "<|im_start|>", "ns.last_query_index", "reasoning_content",
-    "enable_thinking is defined and enable_thinking is false", "'<think>\\n\\n</think>\\n\\n'",
+struct chat_template {
+    jinja_template *jinja;
+    json_t *special; /* {"bos_token": "...", ...}: the tokens the config names */
 };
-static const char qwen2_5_system[] = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
-static const char qwen2_marker[] = "'<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n'";
 
-chat_template_family chat_template_detect(const char *source)
+static nl_status create_from(const char *source, size_t len, json_t *special, const char *origin,
+                             chat_template **out)
 {
-    if (!source || !strstr(source, "<|im_start|>")) return CHAT_TEMPLATE_UNKNOWN;
-    bool qwen3 = true;
-    for (size_t i = 0; i < sizeof qwen3_markers / sizeof qwen3_markers[0]; i++)
-        qwen3 = qwen3 && strstr(source, qwen3_markers[i]);
-    if (qwen3) return CHAT_TEMPLATE_QWEN3;
-    if (strstr(source, "enable_thinking") || strstr(source, "<think>")) return CHAT_TEMPLATE_UNKNOWN;
-    if (strstr(source, qwen2_5_system)) return CHAT_TEMPLATE_QWEN2_5;
-    if (strstr(source, qwen2_marker)) return CHAT_TEMPLATE_QWEN2;
-    return CHAT_TEMPLATE_UNKNOWN;
-}
-
-/* ---- a growing output string ---- */
-
-typedef struct strbuf {
-    char *s;
-    size_t n, cap;
-    bool failed;
-} strbuf;
-
-static void put(strbuf *b, const char *s, size_t n)
-{
-    if (b->failed) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *grown = realloc(b->s, cap);
-        if (!grown) {
-            b->failed = true;
-            return;
-        }
-        b->s = grown;
-        b->cap = cap;
+    *out = NULL;
+    chat_template *t = calloc(1, sizeof *t);
+    if (!t) {
+        json_decref(special);
+        return nl_error(NL_ERR_NOMEM, "chat template: no memory");
     }
-    memcpy(b->s + b->n, s, n);
-    b->n += n;
-    b->s[b->n] = '\0';
-}
-
-static void puts_(strbuf *b, const char *s)
-{
-    put(b, s, strlen(s));
-}
-
-/* ---- Python string operations on (pointer, length) views ---- */
-
-typedef struct view {
-    const char *s;
-    size_t n;
-} view;
-
-static view view_of(const char *s)
-{
-    return (view){s, strlen(s)};
-}
-
-static const char *find_in(view v, const char *needle, bool last)
-{
-    size_t k = strlen(needle);
-    const char *hit = NULL;
-    for (size_t i = 0; i + k <= v.n; i++) {
-        if (memcmp(v.s + i, needle, k) == 0) {
-            hit = v.s + i;
-            if (!last) break;
-        }
+    t->special = special;
+    nl_status st = jinja_template_create(source, len, &t->jinja);
+    if (st != NL_OK) {
+        chat_template_destroy(t);
+        return nl_error_prefix(st, "%s: chat template ", origin);
     }
-    return hit;
-}
-
-static view lstrip_newlines(view v)
-{
-    while (v.n > 0 && v.s[0] == '\n') v.s++, v.n--;
-    return v;
-}
-
-static view rstrip_newlines(view v)
-{
-    while (v.n > 0 && v.s[v.n - 1] == '\n') v.n--;
-    return v;
-}
-
-static bool starts_with(view v, const char *p)
-{
-    size_t k = strlen(p);
-    return v.n >= k && memcmp(v.s, p, k) == 0;
-}
-
-static bool ends_with(view v, const char *p)
-{
-    size_t k = strlen(p);
-    return v.n >= k && memcmp(v.s + v.n - k, p, k) == 0;
-}
-
-/* ---- rendering ---- */
-
-static nl_status check_messages(const nl_chat_message *msgs, size_t n)
-{
-    if (n == 0) return nl_error(NL_ERR_INVALID_ARG, "chat: the conversation has no messages");
-    for (size_t i = 0; i < n; i++) {
-        if (!msgs[i].role || !msgs[i].content)
-            return nl_error(NL_ERR_INVALID_ARG, "chat: message %zu has no %s", i,
-                            msgs[i].role ? "content" : "role");
-        const char *r = msgs[i].role;
-        if (strcmp(r, "tool") == 0)
-            return nl_error(NL_ERR_UNSUPPORTED, "chat: message %zu: the \"tool\" role (tool calling) "
-                            "is not supported", i);
-        if (strcmp(r, "system") != 0 && strcmp(r, "user") != 0 && strcmp(r, "assistant") != 0)
-            return nl_error(NL_ERR_UNSUPPORTED, "chat: message %zu has role \"%s\"; supported roles: "
-                            "system, user, assistant", i, r);
-    }
+    *out = t;
     return NL_OK;
 }
 
-static void render_turn(strbuf *b, const char *role, view content)
+nl_status chat_template_create(const char *source, const char *bos_token, const char *eos_token,
+                               chat_template **out)
 {
-    puts_(b, "<|im_start|>");
-    puts_(b, role);
-    puts_(b, "\n");
-    put(b, content.s, content.n);
-    puts_(b, "<|im_end|>\n");
+    json_t *special = json_object();
+    if (!special) return nl_error(NL_ERR_NOMEM, "chat template: no memory");
+    if (bos_token) json_object_set_new(special, "bos_token", json_string(bos_token));
+    if (eos_token) json_object_set_new(special, "eos_token", json_string(eos_token));
+    return create_from(source, strlen(source), special, "chat template", out);
 }
 
-static void render_qwen3(strbuf *b, const nl_chat_message *msgs, size_t n, bool add_generation_prompt,
-                         bool enable_thinking)
+void chat_template_destroy(chat_template *t)
 {
-    if (strcmp(msgs[0].role, "system") == 0) render_turn(b, "system", view_of(msgs[0].content));
-
-    /* The last user message that is a real query, not a wrapped tool result. */
-    size_t last_query = n - 1;
-    for (size_t k = n; k-- > 0;) {
-        view c = view_of(msgs[k].content);
-        if (strcmp(msgs[k].role, "user") == 0 &&
-            !(starts_with(c, "<tool_response>") && ends_with(c, "</tool_response>"))) {
-            last_query = k;
-            break;
-        }
-    }
-
-    for (size_t i = 0; i < n; i++) {
-        const char *role = msgs[i].role;
-        view content = view_of(msgs[i].content);
-        if (strcmp(role, "user") == 0 || (strcmp(role, "system") == 0 && i > 0)) {
-            render_turn(b, role, content);
-            continue;
-        }
-        if (strcmp(role, "assistant") != 0) continue; /* the first system message, done above */
-
-        view reasoning = {"", 0};
-        const char *close = find_in(content, "</think>", false);
-        if (close) {
-            const char *last_close = find_in(content, "</think>", true);
-            view before = rstrip_newlines((view){content.s, (size_t)(close - content.s)});
-            const char *open = find_in(before, "<think>", true);
-            if (open) before = (view){open + 7, (size_t)(before.s + before.n - (open + 7))};
-            reasoning = lstrip_newlines(before);
-            const char *after = last_close + 8;
-            content = lstrip_newlines((view){after, (size_t)(content.s + content.n - after)});
-        }
-        puts_(b, "<|im_start|>assistant\n");
-        if (i > last_query && (i + 1 == n || reasoning.n > 0)) {
-            puts_(b, "<think>\n");
-            reasoning = rstrip_newlines(lstrip_newlines(reasoning));
-            put(b, reasoning.s, reasoning.n);
-            puts_(b, "\n</think>\n\n");
-            content = lstrip_newlines(content);
-        }
-        put(b, content.s, content.n);
-        puts_(b, "<|im_end|>\n");
-    }
-    if (add_generation_prompt) {
-        puts_(b, "<|im_start|>assistant\n");
-        if (!enable_thinking) puts_(b, "<think>\n\n</think>\n\n");
-    }
+    if (!t) return;
+    jinja_template_destroy(t->jinja);
+    json_decref(t->special);
+    free(t);
 }
 
-static void render_chatml(strbuf *b, const nl_chat_message *msgs, size_t n, bool add_generation_prompt,
-                          const char *default_system)
+nl_status chat_template_load(const char *dir, chat_template **out)
 {
-    if (strcmp(msgs[0].role, "system") != 0) render_turn(b, "system", view_of(default_system));
-    for (size_t i = 0; i < n; i++) render_turn(b, msgs[i].role, view_of(msgs[i].content));
-    if (add_generation_prompt) puts_(b, "<|im_start|>assistant\n");
+    *out = NULL;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    json_t *special = json_object();
+    if (!special) return nl_error(NL_ERR_NOMEM, "chat template: no memory");
+    json_t *cfg = NULL;
+    char *text;
+    size_t len = 0;
+    nl_status st = nl_file_read(path, false, &text, &len);
+    if (st != NL_OK) {
+        json_decref(special);
+        return st;
+    }
+    if (text) {
+        json_error_t jerr;
+        cfg = json_loadb(text, len, JSON_DECODE_INT_AS_REAL, &jerr); /* model_max_length may pass 64 bits */
+        free(text);
+        if (!json_is_object(cfg)) {
+            json_decref(cfg);
+            json_decref(special);
+            return nl_error(NL_ERR_FORMAT, "%s: %s", path, cfg ? "not a JSON object" : jerr.text);
+        }
+    }
+    const json_t *tmpl = NULL;
+    if (cfg) {
+        static const char *const names[] = {"bos_token", "eos_token", "pad_token", "unk_token"};
+        for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+            const json_t *v = json_object_get(cfg, names[i]);
+            if (json_is_object(v)) v = json_object_get(v, "content");
+            if (json_is_string(v)) json_object_set_new(special, names[i], json_string(json_string_value(v)));
+        }
+        tmpl = json_object_get(cfg, "chat_template");
+        if (json_is_array(tmpl)) { /* named templates: the "default" one */
+            const json_t *chosen = NULL;
+            for (size_t i = 0; i < json_array_size(tmpl); i++) {
+                const json_t *e = json_array_get(tmpl, i);
+                const char *name = json_string_value(json_object_get(e, "name"));
+                if (name && strcmp(name, "default") == 0) chosen = json_object_get(e, "template");
+            }
+            tmpl = chosen;
+        }
+    }
+    if (json_is_string(tmpl)) {
+        char origin[4200];
+        snprintf(origin, sizeof origin, "%s: \"chat_template\"", path);
+        st = create_from(json_string_value(tmpl), json_string_length(tmpl), special, origin, out);
+        json_decref(cfg);
+        return st;
+    }
+    json_decref(cfg);
+    snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
+    st = nl_file_read(path, false, &text, &len);
+    if (st != NL_OK || !text) {
+        json_decref(special);
+        return st;
+    }
+    st = create_from(text, len, special, path, out);
+    free(text);
+    return st;
 }
 
-nl_status chat_template_render(const char *source, const nl_chat_message *msgs, size_t n_msgs,
+/* CPython's clock for strftime_now, or a fixed instant for tests. */
+static int64_t render_time(void)
+{
+    const char *env = getenv("NANOLLM_CHAT_TIME");
+    if (!env || !env[0]) return -1;
+    char *end;
+    long long v = strtoll(env, &end, 10);
+    return *end == '\0' && v >= 0 ? (int64_t)v : -1;
+}
+
+static nl_status check_request(const json_t *request)
+{
+    if (!json_is_object(request)) return nl_error(NL_ERR_INVALID_ARG, "chat: the request is not a JSON object");
+    const char *key;
+    const json_t *v;
+    json_object_foreach((json_t *)request, key, v) {
+        if (strcmp(key, "messages") && strcmp(key, "tools") && strcmp(key, "add_generation_prompt") &&
+            strcmp(key, "chat_template_kwargs"))
+            return nl_error(NL_ERR_INVALID_ARG, "chat: unknown field \"%s\" (known: messages, tools, "
+                            "add_generation_prompt, chat_template_kwargs)", key);
+    }
+    const json_t *msgs = json_object_get(request, "messages");
+    if (!json_is_array(msgs) || json_array_size(msgs) == 0)
+        return nl_error(NL_ERR_INVALID_ARG, "chat: \"messages\" must be a non-empty array");
+    for (size_t i = 0; i < json_array_size(msgs); i++) {
+        const json_t *m = json_array_get(msgs, i);
+        if (!json_is_object(m)) return nl_error(NL_ERR_INVALID_ARG, "chat: message %zu is not an object", i);
+        if (!json_is_string(json_object_get(m, "role")))
+            return nl_error(NL_ERR_INVALID_ARG, "chat: message %zu has no string \"role\"", i);
+    }
+    const json_t *tools = json_object_get(request, "tools");
+    if (tools && !json_is_array(tools) && !json_is_null(tools))
+        return nl_error(NL_ERR_INVALID_ARG, "chat: \"tools\" must be an array");
+    const json_t *gen = json_object_get(request, "add_generation_prompt");
+    if (gen && !json_is_boolean(gen))
+        return nl_error(NL_ERR_INVALID_ARG, "chat: \"add_generation_prompt\" must be true or false");
+    const json_t *kw = json_object_get(request, "chat_template_kwargs");
+    if (kw && !json_is_object(kw) && !json_is_null(kw))
+        return nl_error(NL_ERR_INVALID_ARG, "chat: \"chat_template_kwargs\" must be an object");
+    return NL_OK;
+}
+
+nl_status chat_template_render_request(const chat_template *t, const json_t *request, char **out, size_t *len,
+                                       bool *raised)
+{
+    *out = NULL;
+    *len = 0;
+    if (raised) *raised = false;
+    NL_TRY(check_request(request));
+    json_t *vars = json_object();
+    if (!vars) return nl_error(NL_ERR_NOMEM, "chat: no memory");
+    const json_t *tools = json_object_get(request, "tools");
+    const json_t *gen = json_object_get(request, "add_generation_prompt");
+    json_object_set(vars, "messages", json_object_get(request, "messages"));
+    json_object_set_new(vars, "tools", tools ? json_incref((json_t *)tools) : json_null());
+    json_object_set_new(vars, "documents", json_null());
+    json_object_set_new(vars, "add_generation_prompt", json_boolean(gen ? json_is_true(gen) : true));
+    json_object_update(vars, t->special);
+    const json_t *kw = json_object_get(request, "chat_template_kwargs");
+    if (json_is_object(kw)) json_object_update(vars, (json_t *)kw);
+    bool was_raised = false;
+    nl_status st = jinja_render(t->jinja, vars, render_time(), out, len, &was_raised);
+    json_decref(vars);
+    if (raised) *raised = was_raised;
+    if (st != NL_OK && !was_raised) return nl_error_prefix(st, "chat template: ");
+    return st;
+}
+
+nl_status chat_template_render(const chat_template *t, const nl_chat_message *msgs, size_t n_msgs,
                                bool add_generation_prompt, bool enable_thinking, char **out)
 {
     *out = NULL;
-    chat_template_family family = chat_template_detect(source);
-    if (family == CHAT_TEMPLATE_UNKNOWN)
-        return nl_error(NL_ERR_UNSUPPORTED, "chat: the model's chat_template is not one of the "
-                        "supported families (Qwen3, Qwen2.5, Qwen2 ChatML)");
-    NL_TRY(check_messages(msgs, n_msgs));
-    strbuf b = {0};
-    puts_(&b, "");
-    switch (family) {
-    case CHAT_TEMPLATE_QWEN3:
-        render_qwen3(&b, msgs, n_msgs, add_generation_prompt, enable_thinking);
-        break;
-    case CHAT_TEMPLATE_QWEN2_5:
-        render_chatml(&b, msgs, n_msgs, add_generation_prompt, qwen2_5_system);
-        break;
-    case CHAT_TEMPLATE_QWEN2:
-        render_chatml(&b, msgs, n_msgs, add_generation_prompt, "You are a helpful assistant.");
-        break;
-    case CHAT_TEMPLATE_UNKNOWN:
-        break;
+    if (n_msgs == 0 || !msgs) return nl_error(NL_ERR_INVALID_ARG, "chat: the conversation has no messages");
+    json_t *request = json_object(), *list = json_array(), *kw = json_object();
+    if (!request || !list || !kw) {
+        json_decref(request);
+        json_decref(list);
+        json_decref(kw);
+        return nl_error(NL_ERR_NOMEM, "chat: no memory");
     }
-    if (b.failed) {
-        free(b.s);
-        return nl_error(NL_ERR_NOMEM, "chat: no memory for the rendered conversation");
+    json_object_set_new(request, "messages", list);
+    json_object_set_new(request, "add_generation_prompt", json_boolean(add_generation_prompt));
+    json_object_set_new(kw, "enable_thinking", json_boolean(enable_thinking));
+    json_object_set_new(request, "chat_template_kwargs", kw);
+    nl_status st = NL_OK;
+    for (size_t i = 0; i < n_msgs && st == NL_OK; i++) {
+        if (!msgs[i].role || !msgs[i].content) {
+            st = nl_error(NL_ERR_INVALID_ARG, "chat: message %zu has no %s", i, msgs[i].role ? "content" : "role");
+            break;
+        }
+        json_t *m = json_pack("{s:s, s:s}", "role", msgs[i].role, "content", msgs[i].content);
+        if (!m) st = nl_error(NL_ERR_INVALID_ARG, "chat: message %zu is not valid UTF-8", i);
+        else json_array_append_new(list, m);
     }
-    *out = b.s;
-    return NL_OK;
+    size_t len;
+    if (st == NL_OK) st = chat_template_render_request(t, request, out, &len, NULL);
+    json_decref(request);
+    return st;
 }

@@ -50,7 +50,9 @@ struct tokenizer {
     size_t first_start[257];  /* by_first_byte[first_start[c] .. first_start[c + 1]) start with c */
     int32_t *added_of_id;     /* [vocab_size] index into added, or -1 */
     int32_t vocab_size;
-    char *chat_template;
+    chat_template *chat;      /* NULL when the model has none or it failed to load */
+    nl_status chat_status;    /* why chat is NULL, when loading it failed */
+    char *chat_error;
     int32_t eos[NL_MAX_EOS];
     size_t n_eos;
 };
@@ -228,20 +230,6 @@ static nl_status load_tokenizer_config(tokenizer *t, const char *dir)
     NL_TRY(nl_file_read_json(path, false, &cfg));
     if (!cfg) return NL_OK;
     nl_status st = load_added_tokens_decoder(t, json_object_get(cfg, "added_tokens_decoder"), path);
-    const json_t *tmpl = json_object_get(cfg, "chat_template");
-    if (st == NL_OK && json_is_array(tmpl)) { /* named templates: take "default" */
-        const json_t *chosen = NULL;
-        for (size_t i = 0; i < json_array_size(tmpl); i++) {
-            const json_t *e = json_array_get(tmpl, i);
-            const char *name = json_string_value(json_object_get(e, "name"));
-            if (name && strcmp(name, "default") == 0) chosen = json_object_get(e, "template");
-        }
-        tmpl = chosen;
-    }
-    if (st == NL_OK && json_is_string(tmpl)) {
-        t->chat_template = dup_bytes(json_string_value(tmpl), json_string_length(tmpl));
-        if (!t->chat_template) st = nl_error(NL_ERR_NOMEM, "%s: no memory for chat_template", path);
-    }
     const json_t *eos = json_object_get(cfg, "eos_token");
     if (json_is_object(eos)) eos = json_object_get(eos, "content");
     int32_t id;
@@ -252,17 +240,16 @@ static nl_status load_tokenizer_config(tokenizer *t, const char *dir)
     return st;
 }
 
-/* A chat_template.jinja beside the configs is what newer exports use. */
-static nl_status load_chat_template_file(tokenizer *t, const char *dir)
+/* The chat template is loaded on its own (chat_template.c); a template that
+ * fails to load leaves text prompts working and is reported on chat use. */
+static nl_status load_chat_template(tokenizer *t, const char *dir)
 {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
-    char *text;
-    size_t len;
-    NL_TRY(nl_file_read(path, false, &text, &len));
-    if (!text) return NL_OK;
-    free(t->chat_template);
-    t->chat_template = text;
+    nl_status st = chat_template_load(dir, &t->chat);
+    if (st == NL_OK || st == NL_ERR_NOMEM) return st;
+    t->chat_status = st;
+    t->chat_error = strdup(nl_last_error());
+    if (!t->chat_error) return nl_error(NL_ERR_NOMEM, "tokenizer: no memory");
+    nl_error_clear();
     return NL_OK;
 }
 
@@ -313,7 +300,7 @@ nl_status tokenizer_load(const char *dir, tokenizer **out)
     if (st == NL_OK) st = load_model_eos(t, dir, "config.json");
     if (st == NL_OK) st = load_model_eos(t, dir, "generation_config.json");
     if (st == NL_OK) st = load_tokenizer_config(t, dir);
-    if (st == NL_OK && !t->chat_template) st = load_chat_template_file(t, dir);
+    if (st == NL_OK) st = load_chat_template(t, dir);
     if (st == NL_OK) st = index_added_tokens(t);
     if (st != NL_OK) {
         tokenizer_destroy(t);
@@ -335,7 +322,8 @@ void tokenizer_destroy(tokenizer *t)
     free(t->added);
     free(t->by_first_byte);
     free(t->added_of_id);
-    free(t->chat_template);
+    chat_template_destroy(t->chat);
+    free(t->chat_error);
     free(t);
 }
 
@@ -364,9 +352,9 @@ bool tokenizer_has_token(const tokenizer *t, int32_t id)
     return t->added_of_id[id] >= 0 || bpe_token_bytes(t->model, id, &len) != NULL;
 }
 
-const char *tokenizer_chat_template(const tokenizer *t)
+const chat_template *tokenizer_chat_template(const tokenizer *t)
 {
-    return t->chat_template;
+    return t->chat;
 }
 
 /* ---- encoding ---- */
@@ -576,13 +564,34 @@ nl_status tokenizer_decode_n(const tokenizer *t, const int32_t *ids, size_t n_id
     return NL_OK;
 }
 
+static nl_status chat_available(const tokenizer *t)
+{
+    if (t->chat_error) return nl_error(t->chat_status, "chat: %s", t->chat_error);
+    if (!t->chat)
+        return nl_error(NL_ERR_UNSUPPORTED, "chat: the model has no chat_template (tokenizer_config.json "
+                        "or chat_template.jinja)");
+    return NL_OK;
+}
+
 nl_status tokenizer_apply_chat_template(const tokenizer *t, const nl_chat_message *msgs, size_t n_msgs,
                                         bool add_generation_prompt, bool enable_thinking, char **out)
 {
     *out = NULL;
-    if (!t->chat_template)
-        return nl_error(NL_ERR_UNSUPPORTED, "chat: the model has no chat_template (tokenizer_config.json "
-                        "or chat_template.jinja)");
-    return chat_template_render(t->chat_template, msgs, n_msgs, add_generation_prompt,
-                                enable_thinking, out);
+    NL_TRY(chat_available(t));
+    return chat_template_render(t->chat, msgs, n_msgs, add_generation_prompt, enable_thinking, out);
+}
+
+nl_status tokenizer_apply_chat_request(const tokenizer *t, const char *request_json, char **out, size_t *len)
+{
+    *out = NULL;
+    *len = 0;
+    NL_TRY(chat_available(t));
+    json_error_t jerr;
+    json_t *request = json_loads(request_json, JSON_ALLOW_NUL, &jerr); /* "\u0000" is text like any other */
+    if (!request)
+        return nl_error(NL_ERR_INVALID_ARG, "chat: bad JSON at line %d column %d: %s", jerr.line, jerr.column,
+                        jerr.text);
+    nl_status st = chat_template_render_request(t->chat, request, out, len, NULL);
+    json_decref(request);
+    return st;
 }

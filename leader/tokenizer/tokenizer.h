@@ -30,9 +30,14 @@ nl_status tokenizer_decode(const tokenizer *t, const int32_t *ids, size_t n_ids,
 /* The same, with the text's length in *text_len: the text holds U+0000 when an id stands for it. */
 nl_status tokenizer_decode_n(const tokenizer *t, const int32_t *ids, size_t n_ids, bool skip_special,
                              char **text, size_t *text_len);
-/* Renders messages as the model's chat_template would (supported subset documented in chat_template.c). */
+/* Renders messages with the model's chat template (chat_template.h); enable_thinking is passed as
+ * the template variable of that name. *out malloc'd. */
 nl_status tokenizer_apply_chat_template(const tokenizer *t, const nl_chat_message *msgs, size_t n_msgs,
                                         bool add_generation_prompt, bool enable_thinking, char **out);
+/* The same for a request in vLLM's chat shape, as JSON text: {"messages", "tools",
+ * "add_generation_prompt", "chat_template_kwargs"} (chat_template_render_request); *len the
+ * text's length (it may hold U+0000). */
+nl_status tokenizer_apply_chat_request(const tokenizer *t, const char *request_json, char **out, size_t *len);
 /* EOS/stop ids from config.json, generation_config.json and tokenizer_config.json, deduplicated. */
 size_t tokenizer_eos_ids(const tokenizer *t, int32_t *out, size_t cap);
 bool tokenizer_is_special(const tokenizer *t, int32_t id);

@@ -17,7 +17,8 @@ nl_status tokenizer_token_bytes(const tokenizer *t, int32_t id, bool skip_specia
 nl_status tokenizer_encode_ex(tokenizer *t, const char *text, size_t len, bool match_special,
                               int32_t **ids, size_t *n_ids);
 
-/* The chat template text, or NULL when the model has none. */
-const char *tokenizer_chat_template(const tokenizer *t);
+/* The model's chat template, or NULL when it has none (or it failed to load). */
+typedef struct chat_template chat_template;
+const chat_template *tokenizer_chat_template(const tokenizer *t);
 
 #endif /* NL_LEADER_TOKENIZER_INTERNAL_H */
