@@ -496,7 +496,7 @@ START_TEST(test_cli)
     ck_assert_int_eq(run_cli(args), 2);
     snprintf(args, sizeof args, "--out %s --heads 5", sub("x"));
     ck_assert_int_eq(run_cli(args), 2);
-    snprintf(args, sizeof args, "--out %s --arch llama", sub("x"));
+    snprintf(args, sizeof args, "--out %s --arch mistral", sub("x"));
     ck_assert_int_eq(run_cli(args), 2);
     ck_assert_int_eq(run_cli("--preset tiny"), 2);
     ck_assert_int_eq(run_cli("--bogus 1 --out /tmp/x"), 2);
