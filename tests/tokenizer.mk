@@ -6,7 +6,9 @@ bench_tokenizer_bench_LDADD = libnlleader.la
 EXTRA_DIST += tests/golden/make_tokenizer_golden.py tests/golden/make_tokenizer_corpus.py \
 	tests/golden/make_tokenizer_bench_text.py tests/golden/tokenizer_bench_hf.py \
 	tests/fixtures/tokenizer/corpus.jsonl tests/fixtures/tokenizer/golden_ids.jsonl \
-	tests/fixtures/tokenizer/decode_golden.jsonl tests/fixtures/tokenizer/chat_golden.jsonl
+	tests/fixtures/tokenizer/decode_golden.jsonl tests/fixtures/tokenizer/chat_golden.jsonl \
+	tests/fixtures/tokenizer/bulk.json tests/fixtures/tokenizer-llama3/golden_ids.jsonl \
+	tests/fixtures/tokenizer-llama3/decode_golden.jsonl tests/fixtures/tokenizer-llama3/bulk.json
 
 if HAVE_CHECK
 check_PROGRAMS += tests/test_tokenizer tests/test_chat_template
