@@ -133,6 +133,38 @@ START_TEST(test_presets)
                       (long long)(total - emb));
         if (k == 0) ck_assert_int_eq(total / 1000000, 596);
     }
+
+    /* Llama 3 shapes: total parameters from the model cards (1.24B, 3.21B,
+     * 8.03B, 70.6B; the tied embedding counted once), and the configs'
+     * rope scaling, vocabulary and special ids. */
+    static const struct { const char *name; int64_t centi_b; float factor; bool tie; } llama[] = {
+        {"llama3.2-1b", 124, 32.0f, true}, {"llama3.2-3b", 321, 32.0f, true},
+        {"llama3.1-8b", 803, 8.0f, false}, {"llama3.1-70b", 7055, 8.0f, false},
+    };
+    for (size_t k = 0; k < sizeof llama / sizeof llama[0]; k++) {
+        model_tensor_spec *s;
+        size_t n;
+        int64_t total = 0;
+        ck_assert_int_eq(mkmodel_preset(llama[k].name, &c), NL_OK);
+        ck_assert_int_eq(c.arch, NL_ARCH_LLAMA);
+        ck_assert_int_eq(c.vocab_size, 128256);
+        ck_assert_int_eq(c.num_key_value_heads, 8);
+        ck_assert(c.tie_word_embeddings == llama[k].tie);
+        ck_assert_float_eq(c.rope_theta, 500000.0f);
+        ck_assert_int_eq(c.rope_scaling.type, NL_ROPE_LLAMA3);
+        ck_assert_float_eq(c.rope_scaling.factor, llama[k].factor);
+        ck_assert_int_eq(c.rope_scaling.original_max_position_embeddings, 8192);
+        ck_assert_int_eq(c.bos_token_id, 128000);
+        ck_assert_int_eq(c.n_eos, 3);
+        ck_assert_str_eq(mkmodel_preset_tokenizer(llama[k].name), "tokenizer-llama3");
+        ck_assert_int_eq(model_tensors_list(&c, &s, &n), NL_OK);
+        for (size_t i = 0; i < n; i++) total += s[i].shape[0] * (s[i].n_dims == 2 ? s[i].shape[1] : 1);
+        free(s);
+        ck_assert_msg((total + 5000000) / 10000000 == llama[k].centi_b, "%s: %lld parameters",
+                      llama[k].name, (long long)total);
+    }
+    ck_assert_str_eq(mkmodel_preset_tokenizer("qwen3-8b"), "tokenizer-qwen3");
+    ck_assert_ptr_null(mkmodel_preset_tokenizer("qwen3-9b"));
 }
 END_TEST
 
@@ -452,6 +484,14 @@ START_TEST(test_existing_dir_and_no_leftovers)
 }
 END_TEST
 
+static void write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    fclose(f);
+}
+
 static int run_cli(const char *args)
 {
     char buf[1024], *argv[64];
@@ -490,6 +530,46 @@ START_TEST(test_cli)
     st_close(m);
     ck_assert(exists(sub("c/model.safetensors.index.json")));
 
+    /* Llama: biases and rope scaling from the command line */
+    snprintf(args, sizeof args, "--out %s --arch llama --vocab 256 --hidden 32 --inter 64 "
+             "--layers 1 --heads 4 --kv-heads 2 --head-dim 8 --attention-bias --mlp-bias "
+             "--rope-llama3 16,1,4,256", sub("l"));
+    ck_assert_int_eq(run_cli(args), 0);
+    m = open_checked(sub("l"), &cfg);
+    ck_assert_int_eq(cfg.arch, NL_ARCH_LLAMA);
+    ck_assert(cfg.attention_bias && cfg.mlp_bias);
+    ck_assert_int_eq(cfg.rope_scaling.type, NL_ROPE_LLAMA3);
+    ck_assert_float_eq(cfg.rope_scaling.factor, 16.0f);
+    ck_assert_int_eq(cfg.rope_scaling.original_max_position_embeddings, 256);
+    ck_assert_ptr_nonnull(st_find(m, "model.layers.0.self_attn.o_proj.bias"));
+    ck_assert_ptr_nonnull(st_find(m, "model.layers.0.mlp.up_proj.bias"));
+    st_close(m);
+    snprintf(args, sizeof args, "--out %s --arch llama --rope-llama3 8,1,4", sub("x"));
+    ck_assert_int_eq(run_cli(args), 2);
+    snprintf(args, sizeof args, "--out %s --arch llama --rope-llama3 8,4,1,8192", sub("x"));
+    ck_assert_int_eq(run_cli(args), 2); /* high_freq_factor below low: the config check */
+
+    /* A preset at its own vocabulary takes its tokenizer from the cache. */
+    const char *old_xdg = getenv("XDG_CACHE_HOME");
+    char *saved = old_xdg ? strdup(old_xdg) : NULL;
+    mkdir(sub("cache"), 0755);
+    mkdir(sub("cache/nanollm"), 0755);
+    mkdir(sub("cache/nanollm/tokenizer-llama3"), 0755);
+    write_text(sub("cache/nanollm/tokenizer-llama3/tokenizer.json"), "{\"model\": {}}\n");
+    write_text(sub("cache/nanollm/tokenizer-llama3/tokenizer_config.json"), "{}\n");
+    setenv("XDG_CACHE_HOME", sub("cache"), 1);
+    snprintf(args, sizeof args, "--out %s --preset llama3.2-1b --layers 1 --hidden 16 --inter 16 "
+             "--heads 2 --kv-heads 1 --head-dim 8", sub("lt"));
+    ck_assert_int_eq(run_cli(args), 0);
+    ck_assert(exists(sub("lt/tokenizer.json")));
+    snprintf(args, sizeof args, "--out %s --preset llama3.2-1b --vocab 512 --layers 1 --hidden 16 "
+             "--inter 16 --heads 2 --kv-heads 1 --head-dim 8", sub("lv"));
+    ck_assert_int_eq(run_cli(args), 0);
+    ck_assert(!exists(sub("lv/tokenizer.json"))); /* another vocabulary: none */
+    if (saved) setenv("XDG_CACHE_HOME", saved, 1);
+    else unsetenv("XDG_CACHE_HOME");
+    free(saved);
+
     snprintf(args, sizeof args, "--out %s --preset nope", sub("x"));
     ck_assert_int_eq(run_cli(args), 2);
     snprintf(args, sizeof args, "--out %s --layers zero", sub("x"));
@@ -505,13 +585,6 @@ START_TEST(test_cli)
 }
 END_TEST
 
-static void write_text(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    ck_assert_ptr_nonnull(f);
-    fputs(text, f);
-    fclose(f);
-}
 
 START_TEST(test_demo_model)
 {
