@@ -21,7 +21,15 @@ Reads the corpus (default FIXTURE_DIR/corpus.jsonl) and writes into FIXTURE_DIR:
                        of text built from the corpus (bulk_text below; the C
                        test builds the same text): whole, and line by line
 Needs `tokenizers` (and `transformers` for the chats); runs offline on the
-local directory.
+local directory.  The committed files came from:
+  Qwen3:    make_tokenizer_golden.py TOK_QWEN3 tests/fixtures/tokenizer
+                --bulk tests/fixtures/tokenizer/bulk.json
+  Llama 3:  make_tokenizer_golden.py TOK_LLAMA3 tests/fixtures/tokenizer-llama3
+                --corpus tests/fixtures/tokenizer/corpus.jsonl --no-chat
+                --specials '<|end_of_text|>,<|start_header_id|>,<|eot_id|>'
+                --bulk tests/fixtures/tokenizer-llama3/bulk.json
+(the Qwen3 golden_ids.jsonl predates ids_plain, which equals ids there: its
+post-processor adds nothing).
 """
 import json
 import os
