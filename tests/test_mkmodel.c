@@ -562,6 +562,15 @@ START_TEST(test_cli)
              "--heads 2 --kv-heads 1 --head-dim 8", sub("lt"));
     ck_assert_int_eq(run_cli(args), 0);
     ck_assert(exists(sub("lt/tokenizer.json")));
+    /* Llama 3.2's generation_config: its three end ids, <|begin_of_text|>
+     * neither an end nor a pad */
+    json_t *gen = json_load_file(sub("lt/generation_config.json"), 0, NULL);
+    ck_assert_ptr_nonnull(gen);
+    const json_t *eos = json_object_get(gen, "eos_token_id");
+    ck_assert_uint_eq(json_array_size(eos), 3);
+    for (size_t i = 0; i < 3; i++) ck_assert_int_ne(json_integer_value(json_array_get(eos, i)), 128000);
+    ck_assert_ptr_null(json_object_get(gen, "pad_token_id"));
+    json_decref(gen);
     snprintf(args, sizeof args, "--out %s --preset llama3.2-1b --vocab 512 --layers 1 --hidden 16 "
              "--inter 16 --heads 2 --kv-heads 1 --head-dim 8", sub("lv"));
     ck_assert_int_eq(run_cli(args), 0);

@@ -332,21 +332,25 @@ static nl_status write_json(json_t *root, const char *dir, const char *file)
 
 /* <|endoftext|> (the bos id) also ends generation in Qwen's own
  * generation_config.json, beside the chat's <|im_end|>. */
+/* As the released models ship it.  Qwen's bos id is <|endoftext|>, which
+ * also ends generation and pads; Llama's is <|begin_of_text|>, which does
+ * neither, so Llama's end ids are the config's alone and it has no pad. */
 static nl_status write_generation_config(const nl_model_config *cfg, const char *dir)
 {
+    const bool bos_ends_text = cfg->arch != NL_ARCH_LLAMA;
     json_t *eos = json_array();
     bool has_bos = false;
     for (int i = 0; i < cfg->n_eos; i++) {
         json_array_append_new(eos, json_integer(cfg->eos_token_ids[i]));
         has_bos |= cfg->eos_token_ids[i] == cfg->bos_token_id;
     }
-    if (cfg->bos_token_id >= 0 && !has_bos)
+    if (bos_ends_text && cfg->bos_token_id >= 0 && !has_bos)
         json_array_append_new(eos, json_integer(cfg->bos_token_id));
     json_t *root = json_object();
     json_object_set_new(root, "bos_token_id",
                         cfg->bos_token_id >= 0 ? json_integer(cfg->bos_token_id) : json_null());
     json_object_set_new(root, "eos_token_id", eos);
-    if (cfg->bos_token_id >= 0)
+    if (bos_ends_text && cfg->bos_token_id >= 0)
         json_object_set_new(root, "pad_token_id", json_integer(cfg->bos_token_id));
     return write_json(root, dir, "generation_config.json");
 }
