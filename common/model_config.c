@@ -145,9 +145,10 @@ static nl_status get_rope_num(const json_t *obj, const char *src, const char *fi
         return nl_error(NL_ERR_FORMAT, "%s: field %s.%s must be a number, got %s", src, field,
                         key, json_type_name(v));
     *out = json_number_value(v);
-    if (!isfinite(*out) || *out <= 0 || *out > 1e9)
-        return nl_error(NL_ERR_FORMAT, "%s: field %s.%s = %g must be a positive finite number",
-                        src, field, key, *out);
+    /* kept as a float: it must stay positive as one */
+    if (!((float)*out > 0) || *out > 1e9)
+        return nl_error(NL_ERR_FORMAT, "%s: field %s.%s = %g must be a positive number "
+                        "representable as a float, at most 1e9", src, field, key, *out);
     return NL_OK;
 }
 
@@ -161,9 +162,9 @@ static nl_status parse_llama3_rope(const json_t *obj, const char *src, const cha
     NL_TRY(get_rope_num(obj, src, field, "factor", &factor));
     NL_TRY(get_rope_num(obj, src, field, "low_freq_factor", &low));
     NL_TRY(get_rope_num(obj, src, field, "high_freq_factor", &high));
-    if (!(high > low))
+    if (!((float)high > (float)low))
         return nl_error(NL_ERR_FORMAT, "%s: %s.high_freq_factor = %g must be greater than "
-                        "low_freq_factor = %g", src, field, high, low);
+                        "low_freq_factor = %g (as floats)", src, field, high, low);
     int64_t orig;
     char key[96];
     snprintf(key, sizeof key, "%s.original_max_position_embeddings", field);

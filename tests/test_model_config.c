@@ -512,6 +512,10 @@ START_TEST(test_llama_refusals)
                        " \"high_freq_factor\": 4.0}", NL_ERR_FORMAT, "high_freq_factor = 4", "greater");
     expect_llama_error(field, "{\"rope_type\": \"llama3\", \"factor\": -8.0, \"low_freq_factor\": 1.0,"
                        " \"high_freq_factor\": 4.0}", NL_ERR_FORMAT, "rope_scaling.factor = -8", NULL);
+    expect_llama_error(field, "{\"rope_type\": \"llama3\", \"factor\": 1e-60, \"low_freq_factor\": 1.0,"
+                       " \"high_freq_factor\": 4.0}", NL_ERR_FORMAT, "rope_scaling.factor", "float");
+    expect_llama_error(field, "{\"rope_type\": \"llama3\", \"factor\": 8, \"low_freq_factor\": 1.0,"
+                       " \"high_freq_factor\": 1.00000000001}", NL_ERR_FORMAT, "high_freq_factor", "floats");
     expect_llama_error(field, "{\"rope_type\": \"llama3\", \"factor\": \"8\", \"low_freq_factor\": 1.0,"
                        " \"high_freq_factor\": 4.0}", NL_ERR_FORMAT, "rope_scaling.factor", "a string");
     expect_llama_error(field, "{\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 1.0,"
