@@ -44,26 +44,23 @@ const char *const mkmodel_preset_names[] = {
     "llama3.2-1b", "llama3.2-3b", "llama3.1-8b", "llama3.1-70b", NULL,
 };
 
-/* What the models of one release share: vocabulary, rope, special ids, and
- * the tokenizer cache folder (tools/fetch-tokenizer.sh) that goes with them. */
+/* What the models of one release share: vocabulary, rope, special ids. */
 typedef struct preset_family {
     nl_arch arch;
     int32_t vocab;
     float rope_theta, rms_norm_eps;
     float llama3_factor; /* 0: plain rope; else llama3 scaling from 8192 */
     int32_t bos, n_eos, eos[3];
-    const char *tokenizer;
 } preset_family;
 
 static const preset_family qwen3 = {NL_ARCH_QWEN3, 151936, 1000000.0f, 1e-6f, 0,
-                                    151643 /* <|endoftext|> */, 1, {151645 /* <|im_end|> */},
-                                    "tokenizer-qwen3"};
+                                    151643 /* <|endoftext|> */, 1, {151645 /* <|im_end|> */}};
 /* Llama 3.1 and 3.2 (their config.json files): <|begin_of_text|>, and
  * <|end_of_text|>, <|eom_id|>, <|eot_id|> as end ids. */
 static const preset_family llama31 = {NL_ARCH_LLAMA, 128256, 500000.0f, 1e-5f, 8.0f,
-                                      128000, 3, {128001, 128008, 128009}, "tokenizer-llama3"};
+                                      128000, 3, {128001, 128008, 128009}};
 static const preset_family llama32 = {NL_ARCH_LLAMA, 128256, 500000.0f, 1e-5f, 32.0f,
-                                      128000, 3, {128001, 128008, 128009}, "tokenizer-llama3"};
+                                      128000, 3, {128001, 128008, 128009}};
 
 typedef struct preset {
     const char *name;
@@ -130,12 +127,6 @@ nl_status mkmodel_preset(const char *name, nl_model_config *cfg)
     cfg->n_eos = f->n_eos;
     for (int i = 0; i < f->n_eos; i++) cfg->eos_token_ids[i] = f->eos[i];
     return NL_OK;
-}
-
-const char *mkmodel_preset_tokenizer(const char *name)
-{
-    const preset *p = find_preset(name);
-    return p ? p->family->tokenizer : NULL;
 }
 
 /* ---- the generator --------------------------------------------------------- */

@@ -21,11 +21,6 @@
  * llama3 rope scaling, vocabulary and special ids). */
 nl_status mkmodel_preset(const char *name, nl_model_config *cfg);
 
-/* The tokenizer cache folder that goes with a preset's vocabulary
- * ("tokenizer-qwen3", "tokenizer-llama3"; see tools/fetch-tokenizer.sh),
- * NULL for an unknown preset. */
-const char *mkmodel_preset_tokenizer(const char *name);
-
 /* The preset names, NULL-terminated, for usage messages. */
 extern const char *const mkmodel_preset_names[];
 
