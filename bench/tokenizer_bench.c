@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "leader/tokenizer/tokenizer.h"
+#include "leader/tokenizer/tokenizer_internal.h"
 
 #define RUNS 4
 
@@ -46,7 +47,8 @@ static int encode_all(tokenizer *t, const char *text, size_t len, bool by_line, 
         }
         int32_t *ids;
         size_t n;
-        if (tokenizer_encode(t, text + start, end - start, &ids, &n) != NL_OK) {
+        /* as the Hugging Face side: add_special_tokens=False */
+        if (tokenizer_encode_ex(t, text + start, end - start, true, false, &ids, &n) != NL_OK) {
             fprintf(stderr, "tokenizer_bench: %s\n", nl_last_error());
             return 1;
         }

@@ -89,13 +89,18 @@ nl_status nl_file_read(const char *path, bool required, char **out, size_t *len)
 
 nl_status nl_file_read_json(const char *path, bool required, json_t **out)
 {
+    return nl_file_read_json_ex(path, required, 0, out);
+}
+
+nl_status nl_file_read_json_ex(const char *path, bool required, size_t flags, json_t **out)
+{
     *out = NULL;
     char *text;
     size_t len;
     NL_TRY(nl_file_read(path, required, &text, &len));
     if (!text) return NL_OK;
     json_error_t err;
-    json_t *root = json_loadb(text, len, 0, &err);
+    json_t *root = json_loadb(text, len, flags, &err);
     free(text);
     if (!root)
         return nl_error(NL_ERR_FORMAT, "%s: invalid JSON at line %d column %d: %s", path, err.line,

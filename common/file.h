@@ -29,5 +29,8 @@ nl_status nl_file_read(const char *path, bool required, char **out, size_t *len)
  * !required.  Parse errors name the path, line and column. */
 typedef struct json_t json_t;
 nl_status nl_file_read_json(const char *path, bool required, json_t **out);
+/* The same with jansson decoding flags (JSON_DECODE_INT_AS_REAL for a file
+ * whose integers may not fit 64 bits). */
+nl_status nl_file_read_json_ex(const char *path, bool required, size_t flags, json_t **out);
 
 #endif

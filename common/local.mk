@@ -9,6 +9,7 @@ libnlcommon_la_SOURCES = \
 	common/dtype.c common/dtype.h common/mix64.c common/mix64.h common/futex.h \
 	common/model_config.c common/model_config.h \
 	common/safetensors.c common/safetensors.h \
-	common/model_family.c common/model_family.h common/model_qwen.c \
+	common/model_family.c common/model_family.h common/model_qwen.c common/model_llama.c \
+	common/model_rope.c common/model_rope.h \
 	common/model_tensors.c common/model_tensors.h
 libnlcommon_la_LIBADD = $(JANSSON_LIBS)

@@ -1,8 +1,9 @@
 /* model_config.c — config.json to nl_model_config, and back.
  *
- * Owns the mapping between the Hugging Face config of a Qwen3 / Qwen2 causal
- * LM and the engine's nl_model_config: which fields are read, their defaults
- * (those of transformers' Qwen2Config / Qwen3Config), and the limits every
+ * Owns the mapping between the Hugging Face config of a Qwen3 / Qwen2 /
+ * Llama causal LM and the engine's nl_model_config: which fields are read,
+ * their defaults (those of transformers' config classes), which fields are
+ * refused because they change the numbers, and the limits every
  * value must respect before any allocation is sized from it.  Which
  * architectures exist is the family registry's (model_family.c); the tensor
  * list derived from a config lives in model_tensors.c.
@@ -132,24 +133,132 @@ static nl_status parse_arch(const json_t *root, const char *src, nl_arch *arch)
                     src);
 }
 
-/* rope_scaling (hub form) or rope_parameters (newer form): only the plain
- * rotary embedding is implemented, so anything else is refused by name
- * rather than silently run with the wrong positions. */
-static nl_status check_rope_type(const json_t *obj, const char *src, const char *field)
+/* A number field of a rope object, required and finite; messages name it
+ * as field.key. */
+static nl_status get_rope_num(const json_t *obj, const char *src, const char *field,
+                              const char *key, double *out)
 {
-    if (!obj || json_is_null(obj)) return NL_OK;
-    if (!json_is_object(obj))
-        return nl_error(NL_ERR_FORMAT, "%s: field %s must be an object or null, got %s", src,
-                        field, json_type_name(obj));
+    const json_t *v = json_object_get(obj, key);
+    if (!v || json_is_null(v))
+        return nl_error(NL_ERR_FORMAT, "%s: %s.%s is missing", src, field, key);
+    if (!json_is_number(v))
+        return nl_error(NL_ERR_FORMAT, "%s: field %s.%s must be a number, got %s", src, field,
+                        key, json_type_name(v));
+    *out = json_number_value(v);
+    /* kept as a float: it must stay positive as one */
+    if (!((float)*out > 0) || *out > 1e9)
+        return nl_error(NL_ERR_FORMAT, "%s: field %s.%s = %g must be a positive number "
+                        "representable as a float, at most 1e9", src, field, key, *out);
+    return NL_OK;
+}
+
+/* Llama 3.1's rope_scaling: {"rope_type": "llama3", "factor",
+ * "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}
+ * (the last defaults to max_position_embeddings, as in transformers). */
+static nl_status parse_llama3_rope(const json_t *obj, const char *src, const char *field,
+                                   int32_t max_pos, nl_rope_scaling *r)
+{
+    double factor, low, high;
+    NL_TRY(get_rope_num(obj, src, field, "factor", &factor));
+    NL_TRY(get_rope_num(obj, src, field, "low_freq_factor", &low));
+    NL_TRY(get_rope_num(obj, src, field, "high_freq_factor", &high));
+    if (!((float)high > (float)low))
+        return nl_error(NL_ERR_FORMAT, "%s: %s.high_freq_factor = %g must be greater than "
+                        "low_freq_factor = %g (as floats)", src, field, high, low);
+    int64_t orig;
+    char key[96];
+    snprintf(key, sizeof key, "%s.original_max_position_embeddings", field);
+    const json_t *v = json_object_get(obj, "original_max_position_embeddings");
+    if (!v || json_is_null(v)) {
+        orig = max_pos;
+    } else if (!json_is_integer(v)) {
+        return nl_error(NL_ERR_FORMAT, "%s: field %s must be an integer, got %s", src, key,
+                        json_type_name(v));
+    } else {
+        orig = (int64_t)json_integer_value(v);
+        if (orig < 1 || orig > CFG_MAX_POSITIONS)
+            return nl_error(NL_ERR_FORMAT, "%s: field %s = %" PRId64 " is out of range [1, %d]",
+                            src, key, orig, CFG_MAX_POSITIONS);
+    }
+    *r = (nl_rope_scaling){.type = NL_ROPE_LLAMA3, .factor = (float)factor,
+                           .low_freq_factor = (float)low, .high_freq_factor = (float)high,
+                           .original_max_position_embeddings = (int32_t)orig};
+    return NL_OK;
+}
+
+/* rope_scaling (hub form) or rope_parameters (newer form; rope_scaling wins
+ * when both are set, as transformers reads them).  The plain rotary
+ * embedding and Llama 3's rescaling are implemented; any other type changes
+ * every position's rotation, so it is refused by name rather than run
+ * with the wrong positions.  The theta is parsed by the caller. */
+static nl_status parse_rope_scaling(const json_t *root, const char *src, int32_t max_pos,
+                                    nl_rope_scaling *r)
+{
+    static const char *const fields[] = {"rope_scaling", "rope_parameters"};
+    const json_t *obj = NULL;
+    const char *field = NULL;
+    for (int i = 0; i < 2; i++) {
+        const json_t *o = json_object_get(root, fields[i]);
+        if (!o || json_is_null(o)) continue;
+        if (!json_is_object(o))
+            return nl_error(NL_ERR_FORMAT, "%s: field %s must be an object or null, got %s", src,
+                            fields[i], json_type_name(o));
+        if (!obj && json_object_size(o) > 0) obj = o, field = fields[i];
+    }
+    memset(r, 0, sizeof *r);
+    r->type = NL_ROPE_DEFAULT;
+    const json_t *prf = obj ? json_object_get(obj, "partial_rotary_factor") : NULL;
+    if (!prf) prf = json_object_get(root, "partial_rotary_factor");
+    if (prf && !json_is_null(prf) && !(json_is_number(prf) && json_number_value(prf) == 1.0))
+        return nl_error(NL_ERR_UNSUPPORTED, "%s: partial_rotary_factor other than 1 is not "
+                        "supported (every head dimension is rotated)", src);
+    if (!obj) return NL_OK;
     const json_t *t = json_object_get(obj, "rope_type");
-    if (!t) t = json_object_get(obj, "type");
+    if (!t || json_is_null(t)) t = json_object_get(obj, "type");
     if (!t || json_is_null(t)) return NL_OK;
     if (!json_is_string(t))
         return nl_error(NL_ERR_FORMAT, "%s: field %s.rope_type must be a string, got %s", src,
                         field, json_type_name(t));
-    if (strcmp(json_string_value(t), "default"))
-        return nl_error(NL_ERR_UNSUPPORTED, "%s: %s.rope_type = \"%s\" is not supported "
-                        "(only \"default\")", src, field, json_string_value(t));
+    const char *type = json_string_value(t);
+    if (!strcmp(type, "default")) return NL_OK;
+    if (!strcmp(type, "llama3")) return parse_llama3_rope(obj, src, field, max_pos, r);
+    return nl_error(NL_ERR_UNSUPPORTED, "%s: %s.rope_type = \"%s\" is not supported "
+                    "(supported: \"default\", \"llama3\")", src, field, type);
+}
+
+/* Fields that change the model's numbers in ways the engine does not
+ * implement.  Each is refused by name: running such a checkpoint as a
+ * plain dense model would produce plausible-looking garbage. */
+static nl_status check_unsupported(const json_t *root, const char *src)
+{
+    const json_t *q = json_object_get(root, "quantization_config");
+    if (q && !json_is_null(q)) {
+        const char *method = json_string_value(json_object_get(q, "quant_method"));
+        return nl_error(NL_ERR_UNSUPPORTED, "%s: quantization_config (quant_method \"%s\") is "
+                        "not supported: only unquantized bfloat16, float16 and float32 "
+                        "checkpoints load", src, method ? method : "?");
+    }
+    /* Mixture-of-experts routing (Qwen MoE, Mixtral, DeepSeek names). */
+    static const char *const moe[] = {"num_experts", "num_local_experts", "n_routed_experts",
+                                      "num_experts_per_tok"};
+    for (size_t i = 0; i < sizeof moe / sizeof moe[0]; i++) {
+        const json_t *v = json_object_get(root, moe[i]);
+        if (v && !json_is_null(v) && !(json_is_integer(v) && json_integer_value(v) == 0))
+            return nl_error(NL_ERR_UNSUPPORTED, "%s: %s is set: mixture-of-experts models are "
+                            "not supported", src, moe[i]);
+    }
+    bool sliding;
+    NL_TRY(get_bool(root, src, "use_sliding_window", false, &sliding));
+    if (sliding)
+        return nl_error(NL_ERR_UNSUPPORTED, "%s: use_sliding_window = true (sliding_window "
+                        "attention) is not supported", src);
+    const json_t *act = json_object_get(root, "hidden_act");
+    if (act && !json_is_null(act) &&
+        (!json_is_string(act) || strcmp(json_string_value(act), "silu")))
+        return nl_error(NL_ERR_UNSUPPORTED, "%s: hidden_act = %s%s%s is not supported (only "
+                        "\"silu\")", src, json_is_string(act) ? "\"" : "",
+                        json_is_string(act) ? json_string_value(act) : json_type_name(act),
+                        json_is_string(act) ? "\"" : "");
     return NL_OK;
 }
 
@@ -277,11 +386,11 @@ static nl_status parse_root(const json_t *root, const char *src, nl_model_config
                         "representable as a float", src, eps);
     c->rms_norm_eps = (float)eps;
 
+    NL_TRY(check_unsupported(root, src));
+    NL_TRY(parse_rope_scaling(root, src, c->max_position_embeddings, &c->rope_scaling));
     /* The newer form nests the theta under rope_parameters; it wins when both
      * are present, as it does in transformers. */
     const json_t *rp = json_object_get(root, "rope_parameters");
-    NL_TRY(check_rope_type(rp, src, "rope_parameters"));
-    NL_TRY(check_rope_type(json_object_get(root, "rope_scaling"), src, "rope_scaling"));
     double theta;
     NL_TRY(get_num(root, src, "rope_theta", 10000.0, &theta));
     const char *theta_field = "rope_theta";
@@ -304,15 +413,9 @@ static nl_status parse_root(const json_t *root, const char *src, nl_model_config
     const bool bias_always = model_family_of(c)->bias_always;
     NL_TRY(get_bool(root, src, "attention_bias", bias_always, &c->attention_bias));
     if (bias_always) c->attention_bias = true;
-
-    bool sliding;
-    NL_TRY(get_bool(root, src, "use_sliding_window", false, &sliding));
-    if (sliding)
-        return nl_error(NL_ERR_UNSUPPORTED, "%s: use_sliding_window = true is not supported", src);
-    const json_t *act = json_object_get(root, "hidden_act");
-    if (act && !json_is_null(act) &&
-        (!json_is_string(act) || strcmp(json_string_value(act), "silu")))
-        return nl_error(NL_ERR_UNSUPPORTED, "%s: hidden_act must be \"silu\"", src);
+    /* Llama's gate/up/down biases; families whose modelling code has no
+     * such field have no such tensors in their table either. */
+    NL_TRY(get_bool(root, src, "mlp_bias", false, &c->mlp_bias));
 
     NL_TRY(parse_dtype(root, src, &c->dtype));
     return parse_token_ids(root, src, c);
@@ -382,7 +485,7 @@ nl_status model_config_save(const nl_model_config *cfg, const char *model_dir)
             json_array_append_new(eos, json_integer(cfg->eos_token_ids[i]));
     }
     json_t *root = json_pack(
-        "{s:[s], s:b, s:f, s:o, s:o, s:i, s:s, s:i, s:f, s:i, s:i, s:i, s:s, s:i, s:i, s:i}",
+        "{s:[s], s:b, s:f, s:o, s:o, s:i, s:s, s:i, s:f, s:i, s:i}",
         "architectures", family->architecture,
         "attention_bias", (int)cfg->attention_bias,
         "attention_dropout", 0.0,
@@ -393,21 +496,37 @@ nl_status model_config_save(const nl_model_config *cfg, const char *model_dir)
         "hidden_size", (json_int_t)cfg->hidden_size,
         "initializer_range", 0.02,
         "intermediate_size", (json_int_t)cfg->intermediate_size,
-        "max_position_embeddings", (json_int_t)cfg->max_position_embeddings,
-        "max_window_layers", (json_int_t)cfg->num_hidden_layers,
-        "model_type", family->model_type,
-        "num_attention_heads", (json_int_t)cfg->num_attention_heads,
-        "num_hidden_layers", (json_int_t)cfg->num_hidden_layers,
-        "num_key_value_heads", (json_int_t)cfg->num_key_value_heads);
+        "max_position_embeddings", (json_int_t)cfg->max_position_embeddings);
     if (!root) return nl_error(NL_ERR_NOMEM, "%s: cannot build JSON", path);
+    /* Each family's config class has its own extra fields; writing only
+     * those keeps the file what the hub ships for that family. */
+    const bool qwen = cfg->arch == NL_ARCH_QWEN3 || cfg->arch == NL_ARCH_QWEN2;
+    if (qwen) json_object_set_new(root, "max_window_layers", json_integer(cfg->num_hidden_layers));
+    else json_object_set_new(root, "mlp_bias", json_boolean(cfg->mlp_bias));
+    json_object_set_new(root, "model_type", json_string(family->model_type));
+    json_object_set_new(root, "num_attention_heads", json_integer(cfg->num_attention_heads));
+    json_object_set_new(root, "num_hidden_layers", json_integer(cfg->num_hidden_layers));
+    json_object_set_new(root, "num_key_value_heads", json_integer(cfg->num_key_value_heads));
+    if (!qwen) json_object_set_new(root, "pretraining_tp", json_integer(1));
     json_object_set_new(root, "rms_norm_eps", json_float(cfg->rms_norm_eps));
-    json_object_set_new(root, "rope_scaling", json_null());
+    json_t *scaling = json_null();
+    if (cfg->rope_scaling.type == NL_ROPE_LLAMA3) {
+        const nl_rope_scaling *r = &cfg->rope_scaling;
+        scaling = json_object();
+        json_object_set_new(scaling, "factor", json_float(r->factor));
+        json_object_set_new(scaling, "high_freq_factor", json_float(r->high_freq_factor));
+        json_object_set_new(scaling, "low_freq_factor", json_float(r->low_freq_factor));
+        json_object_set_new(scaling, "original_max_position_embeddings",
+                            json_integer(r->original_max_position_embeddings));
+        json_object_set_new(scaling, "rope_type", json_string("llama3"));
+    }
+    json_object_set_new(root, "rope_scaling", scaling);
     json_object_set_new(root, "rope_theta", json_float(cfg->rope_theta));
-    json_object_set_new(root, "sliding_window", json_null());
+    if (qwen) json_object_set_new(root, "sliding_window", json_null());
     json_object_set_new(root, "tie_word_embeddings", json_boolean(cfg->tie_word_embeddings));
     json_object_set_new(root, "torch_dtype", json_string(dtype_torch_name(cfg->dtype)));
     json_object_set_new(root, "use_cache", json_true());
-    json_object_set_new(root, "use_sliding_window", json_false());
+    if (qwen) json_object_set_new(root, "use_sliding_window", json_false());
     json_object_set_new(root, "vocab_size", json_integer(cfg->vocab_size));
 
     int rc = json_dump_file(root, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER |

@@ -10,12 +10,13 @@
 #include <stdio.h>
 #include <string.h>
 
-extern const model_family model_family_qwen3, model_family_qwen2;
+extern const model_family model_family_qwen3, model_family_qwen2, model_family_llama;
 
 /* In the order messages list them. */
 static const model_family *const registry[] = {
     &model_family_qwen3,
     &model_family_qwen2,
+    &model_family_llama,
 };
 
 #define N_FAMILIES (sizeof registry / sizeof registry[0])
@@ -60,6 +61,8 @@ bool model_tensor_present(const model_family *f, const model_tensor_def *d,
 {
     switch (d->presence) {
     case MODEL_PRESENT_IF_BIAS: return cfg->attention_bias;
+    case MODEL_PRESENT_IF_O_BIAS: return cfg->attention_bias && f->o_proj_bias;
+    case MODEL_PRESENT_IF_MLP_BIAS: return cfg->mlp_bias;
     case MODEL_PRESENT_IF_QK_NORM: return f->qk_norm;
     case MODEL_PRESENT_IF_UNTIED: return !cfg->tie_word_embeddings;
     default: return true;

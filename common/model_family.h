@@ -11,10 +11,11 @@
  *
  * Adding a family: a new common/model_<family>.c defining its table and
  * model_family record, an nl_arch value, and one line in the registry
- * (model_family.c).  The layout is all a family owns so far: the dense
- * decoder forward pass (worker/qwen.c) is shared, and config fields a new
- * family brings (Llama 3's rope scaling) are parsed in model_config.c and
- * need their ops.
+ * (model_family.c).  The layout and a few flags are all a family owns: the
+ * dense decoder forward pass (worker/qwen.c) is shared and runs whatever
+ * slots the table filled (an absent bias or norm is skipped), and config
+ * fields (Llama 3's rope scaling) are parsed in model_config.c for every
+ * family.
  */
 #ifndef NL_COMMON_MODEL_FAMILY_H
 #define NL_COMMON_MODEL_FAMILY_H
@@ -62,6 +63,9 @@ typedef enum model_slot {
     MODEL_SLOT_POST_NORM,
     MODEL_SLOT_GATE_UP,
     MODEL_SLOT_DOWN,
+    MODEL_SLOT_O_BIAS,      /* row-parallel biases: added once, by rank 0 */
+    MODEL_SLOT_GATE_UP_BIAS,
+    MODEL_SLOT_DOWN_BIAS,
     MODEL_SLOT_COUNT,
 } model_slot;
 
@@ -76,7 +80,10 @@ typedef enum model_tensor_kind {
 /* When a table entry is part of a checkpoint. */
 typedef enum model_presence {
     MODEL_PRESENT_ALWAYS = 0,
-    MODEL_PRESENT_IF_BIAS,    /* config's attention_bias                    */
+    MODEL_PRESENT_IF_BIAS,    /* q/k/v biases: config's attention_bias      */
+    MODEL_PRESENT_IF_O_BIAS,  /* o_proj bias: attention_bias in a family
+                                 whose o_proj follows it (o_proj_bias)     */
+    MODEL_PRESENT_IF_MLP_BIAS,/* config's mlp_bias                          */
     MODEL_PRESENT_IF_QK_NORM, /* the family normalises q and k heads        */
     MODEL_PRESENT_IF_UNTIED,  /* not tie_word_embeddings; when tied the slot
                                  is the tied_to slot, and a checkpoint may
@@ -100,6 +107,7 @@ typedef struct model_family {
     const char *model_type;   /* config.json model_type                  */
     bool qk_norm;             /* per-head RMSNorm of q and k before RoPE   */
     bool bias_always;         /* q/k/v biases whatever attention_bias says */
+    bool o_proj_bias;         /* attention_bias also gives o_proj a bias   */
     /* In checkpoint order; the per-layer entries are contiguous. */
     const model_tensor_def *tensors;
     size_t n_tensors;

@@ -5,7 +5,8 @@
  * its checkpoints store them, so a hub checkpoint loads and a written one
  * loads in transformers.  The families differ in two rules only: Qwen3
  * normalises each query and key head (q_norm, k_norm), and Qwen2 always has
- * q/k/v biases, which Qwen3 has only when its config sets attention_bias.
+ * q/k/v biases (never an o_proj bias), which Qwen3 has only when its config
+ * sets attention_bias, and then on o_proj too.
  *
  * Sharding follows vLLM (nano-vllm's packed_modules_mapping is the same
  * fusion): q/k/v and gate/up are column-parallel and each fused into one
@@ -32,6 +33,7 @@ static const model_tensor_def qwen_tensors[] = {
     T(LAYER "self_attn.v_proj.weight", KV, HIDDEN, COLUMN, QKV, 2, MATRIX, ALWAYS),
     T(LAYER "self_attn.v_proj.bias", KV, NONE, COLUMN, QKV_BIAS, 2, BIAS, IF_BIAS),
     T(LAYER "self_attn.o_proj.weight", HIDDEN, Q, ROW, O_PROJ, 0, MATRIX, ALWAYS),
+    T(LAYER "self_attn.o_proj.bias", HIDDEN, NONE, REPLICATED, O_BIAS, 0, BIAS, IF_O_BIAS),
     T(LAYER "self_attn.q_norm.weight", HEAD, NONE, REPLICATED, Q_NORM, 0, NORM, IF_QK_NORM),
     T(LAYER "self_attn.k_norm.weight", HEAD, NONE, REPLICATED, K_NORM, 0, NORM, IF_QK_NORM),
     T(LAYER "post_attention_layernorm.weight", HIDDEN, NONE, REPLICATED, POST_NORM, 0, NORM, ALWAYS),
@@ -48,6 +50,7 @@ const model_family model_family_qwen3 = {
     .model_type = "qwen3",
     .qk_norm = true,
     .bias_always = false,
+    .o_proj_bias = true,
     .tensors = qwen_tensors,
     .n_tensors = sizeof qwen_tensors / sizeof qwen_tensors[0],
 };
@@ -58,6 +61,7 @@ const model_family model_family_qwen2 = {
     .model_type = "qwen2",
     .qk_norm = false,
     .bias_always = true,
+    .o_proj_bias = false,
     .tensors = qwen_tensors,
     .n_tensors = sizeof qwen_tensors / sizeof qwen_tensors[0],
 };

@@ -260,10 +260,15 @@ typedef enum nl_encode_flags {
     /* Invalid UTF-8 becomes U+FFFD (as Hugging Face decodes bytes) instead
      * of failing with NL_ERR_INVALID_ARG naming the byte offset. */
     NL_ENCODE_REPLACE_INVALID = 1 << 1,
+    /* The post-processor's special tokens (Llama 3's <|begin_of_text|>)
+     * are not added: Hugging Face's add_special_tokens=False, for text
+     * that already holds them, such as a rendered chat. */
+    NL_ENCODE_NO_ADD_SPECIAL = 1 << 2,
 } nl_encode_flags;
 
 /* Encodes len bytes of UTF-8 text (which may hold U+0000) exactly as
- * Hugging Face `tokenizers` does.  *ids is malloc'd, *n_ids long (an empty
+ * Hugging Face `tokenizers` does (with add_special_tokens=True unless
+ * NL_ENCODE_NO_ADD_SPECIAL).  *ids is malloc'd, *n_ids long (an empty
  * text gives a valid empty array), and the caller frees it with free(). */
 nl_status nl_tokenizer_encode(nl_tokenizer *tokenizer, const char *text,
                               size_t len, uint32_t flags, int32_t **ids,

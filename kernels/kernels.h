@@ -94,11 +94,14 @@ typedef struct nl_backend_ops {
                             int32_t n);
     /* In place on qkv[n, (hq + 2 hk) * hd]: optional per-head RMSNorm of q and
      * k (Qwen3; weights [1, hd]), then NeoX rotary embedding (rotate half) of
-     * q and k at positions[n] with base rope_theta. */
+     * q and k at positions[n]: pair (i, i + hd/2) turns by the angle
+     * positions[t] * inv_freq[i].  inv_freq [hd / 2] is fp32 backend memory
+     * the host filled once (common/model_rope.h), so every rope type is the
+     * same op. */
     nl_status (*qk_norm_rope)(nl_backend *be, void *qkv, const int32_t *positions,
                               const nl_weight *q_norm, const nl_weight *k_norm,
-                              int32_t n, int32_t hq, int32_t hk, int32_t hd,
-                              float eps, float rope_theta);
+                              const float *inv_freq, int32_t n, int32_t hq, int32_t hk,
+                              int32_t hd, float eps);
     /* Copies the k and v parts of qkv into the paged cache at slots[n];
      * a negative slot is skipped (padding). */
     nl_status (*store_kv)(nl_backend *be, void *k_cache, void *v_cache, const void *qkv,

@@ -26,7 +26,9 @@ endif
 EXTRA_DIST += \
 	tests/golden/make_model_golden.py tests/golden/make_model_golden.sh \
 	tests/fixtures/golden/qwen3_tied_gqa.json tests/fixtures/golden/qwen3_untied_mqa.json \
-	tests/fixtures/golden/qwen2_bias.json tests/fixtures/golden/qwen3_sharded_mha.json
+	tests/fixtures/golden/qwen2_bias.json tests/fixtures/golden/qwen3_sharded_mha.json \
+	tests/fixtures/golden/llama_tied_gqa.json tests/fixtures/golden/llama_untied_rope3.json \
+	tests/fixtures/golden/llama_bias_mqa.json
 
 # The CPU shared-memory all-reduce on its own.
 if HAVE_CHECK

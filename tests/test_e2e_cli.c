@@ -7,6 +7,8 @@
  *   Face transformers generated.
  * - generate on the demo model says that its weights are random;
  *   tokenize/detokenize round-trip; exit codes 0, 1 and 2 (DESIGN.md).
+ * - a Llama 3.2-shaped model with the Llama 3 tokenizer: text prompts get
+ *   <|begin_of_text|>, the output carries text.
  * - kills: kill -9 of a worker ends the leader within about a second with
  *   a message naming the rank; kill -9 of the leader takes its workers down
  *   within about a second; SIGINT ends the leader with 130.  In every case
@@ -342,6 +344,52 @@ START_TEST(test_tokenize_round_trip)
 }
 END_TEST
 
+/* A small model of the llama3.2-1b preset's vocabulary, with the real
+ * Llama 3 tokenizer: the tokenizer's template adds <|begin_of_text|> to a
+ * text prompt, and its ids reach the model. */
+START_TEST(test_llama_text_prompt)
+{
+    char tok[4096], tok_file[4200], dir[400], in_path[300];
+    const char *env = getenv("NANOLLM_LLAMA3_TOKENIZER_DIR");
+    if (env) snprintf(tok, sizeof tok, "%s", env);
+    else snprintf(tok, sizeof tok, "%s/.cache/nanollm/tokenizer-llama3", getenv("HOME"));
+    snprintf(tok_file, sizeof tok_file, "%s/tokenizer.json", tok);
+    if (access(tok_file, R_OK) != 0) {
+        fprintf(stderr, "test_llama_text_prompt: no Llama 3 tokenizer, skipped\n");
+        return;
+    }
+    snprintf(dir, sizeof dir, "%s/llama", tmp_root);
+    int rc = launch((const char *[]){"mkmodel", "--preset", "llama3.2-1b", "--layers", "1", "--hidden",
+                                     "32", "--inter", "64", "--heads", "4", "--kv-heads", "2",
+                                     "--head-dim", "8", "--tokenizer", tok, "--out", dir, NULL},
+                    NULL);
+    ck_assert_msg(rc == 0, "mkmodel exit %d: %s", rc, err_text);
+
+    snprintf(in_path, sizeof in_path, "%s/text.txt", tmp_root);
+    write_file(in_path, "Hello, world");
+    ck_assert_int_eq(launch((const char *[]){"--model", dir, "tokenize", NULL}, in_path), 0);
+    ck_assert_str_eq(out_text, "[128000, 9906, 11, 1917]\n");
+
+    snprintf(in_path, sizeof in_path, "%s/llama.jsonl", tmp_root);
+    write_file(in_path, "{\"prompt\": \"The capital of France is\", \"max_tokens\": 2, "
+                        "\"temperature\": 0, \"ignore_eos\": true}\n");
+    char out_path[300];
+    snprintf(out_path, sizeof out_path, "%s/llama_out.jsonl", tmp_root);
+    rc = launch((const char *[]){"--model", dir, "--device", "cpu", "--num-kv-blocks", "8",
+                                 "--max-model-len", "64", "batch", "--input", in_path, "--output",
+                                 out_path, NULL},
+                NULL);
+    ck_assert_msg(rc == 0, "batch exit %d: %s", rc, err_text);
+    json_error_t e;
+    json_t *got = json_load_file(out_path, 0, &e);
+    ck_assert_msg(got != NULL, "%s: %s", out_path, e.text);
+    ck_assert_int_eq(json_integer_value(json_object_get(got, "prompt_tokens")), 6); /* BOS + 5 */
+    ck_assert_int_eq((int)json_array_size(json_object_get(got, "token_ids")), 2);
+    ck_assert(json_is_string(json_object_get(got, "text")));
+    json_decref(got);
+}
+END_TEST
+
 /* 0 success, 1 runtime failure, 2 bad usage or bad input files. */
 START_TEST(test_exit_codes)
 {
@@ -637,6 +685,7 @@ int main(void)
     tcase_add_test(tc, test_batch_mixed_lines);
     tcase_add_test(tc, test_generate_demo_notice);
     tcase_add_test(tc, test_tokenize_round_trip);
+    tcase_add_test(tc, test_llama_text_prompt);
     tcase_add_test(tc, test_exit_codes);
     tcase_add_loop_test(tc, test_kill_worker, 0, KILL_TP);
     tcase_add_test(tc, test_kill_leader);

@@ -133,6 +133,36 @@ START_TEST(test_presets)
                       (long long)(total - emb));
         if (k == 0) ck_assert_int_eq(total / 1000000, 596);
     }
+
+    /* Llama 3 shapes: total parameters from the model cards (1.24B, 3.21B,
+     * 8.03B, 70.6B; the tied embedding counted once), and the configs'
+     * rope scaling, vocabulary and special ids. */
+    static const struct { const char *name; int64_t centi_b; float factor; bool tie; } llama[] = {
+        {"llama3.2-1b", 124, 32.0f, true}, {"llama3.2-3b", 321, 32.0f, true},
+        {"llama3.1-8b", 803, 8.0f, false}, {"llama3.1-70b", 7055, 8.0f, false},
+    };
+    for (size_t k = 0; k < sizeof llama / sizeof llama[0]; k++) {
+        model_tensor_spec *s;
+        size_t n;
+        int64_t total = 0;
+        ck_assert_int_eq(mkmodel_preset(llama[k].name, &c), NL_OK);
+        ck_assert_int_eq(c.arch, NL_ARCH_LLAMA);
+        ck_assert_int_eq(c.vocab_size, 128256);
+        ck_assert_int_eq(c.num_key_value_heads, 8);
+        ck_assert(c.tie_word_embeddings == llama[k].tie);
+        ck_assert_float_eq(c.rope_theta, 500000.0f);
+        ck_assert_int_eq(c.rope_scaling.type, NL_ROPE_LLAMA3);
+        ck_assert_float_eq(c.rope_scaling.factor, llama[k].factor);
+        ck_assert_int_eq(c.rope_scaling.original_max_position_embeddings, 8192);
+        ck_assert_int_eq(c.bos_token_id, 128000);
+        ck_assert_int_eq(c.n_eos, 3);
+        ck_assert_int_eq(model_tensors_list(&c, &s, &n), NL_OK);
+        for (size_t i = 0; i < n; i++) total += s[i].shape[0] * (s[i].n_dims == 2 ? s[i].shape[1] : 1);
+        free(s);
+        ck_assert_msg((total + 5000000) / 10000000 == llama[k].centi_b, "%s: %lld parameters",
+                      llama[k].name, (long long)total);
+    }
+
 }
 END_TEST
 
@@ -452,6 +482,14 @@ START_TEST(test_existing_dir_and_no_leftovers)
 }
 END_TEST
 
+static void write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    fclose(f);
+}
+
 static int run_cli(const char *args)
 {
     char buf[1024], *argv[64];
@@ -490,13 +528,63 @@ START_TEST(test_cli)
     st_close(m);
     ck_assert(exists(sub("c/model.safetensors.index.json")));
 
+    /* Llama: biases and rope scaling from the command line */
+    snprintf(args, sizeof args, "--out %s --arch llama --vocab 256 --hidden 32 --inter 64 "
+             "--layers 1 --heads 4 --kv-heads 2 --head-dim 8 --attention-bias --mlp-bias "
+             "--rope-llama3 16,1,4,256", sub("l"));
+    ck_assert_int_eq(run_cli(args), 0);
+    m = open_checked(sub("l"), &cfg);
+    ck_assert_int_eq(cfg.arch, NL_ARCH_LLAMA);
+    ck_assert(cfg.attention_bias && cfg.mlp_bias);
+    ck_assert_int_eq(cfg.rope_scaling.type, NL_ROPE_LLAMA3);
+    ck_assert_float_eq(cfg.rope_scaling.factor, 16.0f);
+    ck_assert_int_eq(cfg.rope_scaling.original_max_position_embeddings, 256);
+    ck_assert_ptr_nonnull(st_find(m, "model.layers.0.self_attn.o_proj.bias"));
+    ck_assert_ptr_nonnull(st_find(m, "model.layers.0.mlp.up_proj.bias"));
+    st_close(m);
+    snprintf(args, sizeof args, "--out %s --arch llama --rope-llama3 8,1,4", sub("x"));
+    ck_assert_int_eq(run_cli(args), 2);
+    snprintf(args, sizeof args, "--out %s --arch llama --rope-llama3 8,4,1,8192", sub("x"));
+    ck_assert_int_eq(run_cli(args), 2); /* high_freq_factor below low: the config check */
+
+    /* A Llama model takes the Llama 3 tokenizer when it fits the vocabulary. */
+    char tok[4096], tok_file[4200];
+    const char *env = getenv("NANOLLM_LLAMA3_TOKENIZER_DIR");
+    if (env) snprintf(tok, sizeof tok, "%s", env);
+    else snprintf(tok, sizeof tok, "%s/.cache/nanollm/tokenizer-llama3", getenv("HOME"));
+    snprintf(tok_file, sizeof tok_file, "%s/tokenizer.json", tok);
+    const char *old = getenv("NANOLLM_LLAMA3_TOKENIZER_DIR");
+    char *saved = old ? strdup(old) : NULL;
+    setenv("NANOLLM_LLAMA3_TOKENIZER_DIR", tok, 1);
+    snprintf(args, sizeof args, "--out %s --preset llama3.2-1b --layers 1 --hidden 16 --inter 16 "
+             "--heads 2 --kv-heads 1 --head-dim 8", sub("lt"));
+    ck_assert_int_eq(run_cli(args), 0);
+    if (access(tok_file, R_OK) == 0) ck_assert(exists(sub("lt/tokenizer.json")));
+    else fprintf(stderr, "test_cli: no Llama 3 tokenizer in %s, its copy unchecked\n", tok);
+    /* Llama 3.2's generation_config: its three end ids, <|begin_of_text|>
+     * neither an end nor a pad */
+    json_t *gen = json_load_file(sub("lt/generation_config.json"), 0, NULL);
+    ck_assert_ptr_nonnull(gen);
+    const json_t *eos = json_object_get(gen, "eos_token_id");
+    ck_assert_uint_eq(json_array_size(eos), 3);
+    for (size_t i = 0; i < 3; i++) ck_assert_int_ne(json_integer_value(json_array_get(eos, i)), 128000);
+    ck_assert_ptr_null(json_object_get(gen, "pad_token_id"));
+    json_decref(gen);
+    snprintf(args, sizeof args, "--out %s --preset llama3.2-1b --vocab 512 --layers 1 --hidden 16 "
+             "--inter 16 --heads 2 --kv-heads 1 --head-dim 8", sub("lv"));
+    ck_assert_int_eq(run_cli(args), 0);
+    ck_assert(!exists(sub("lv/tokenizer.json"))); /* 128,256 ids do not fit 512 */
+    if (saved) setenv("NANOLLM_LLAMA3_TOKENIZER_DIR", saved, 1);
+    else unsetenv("NANOLLM_LLAMA3_TOKENIZER_DIR");
+    free(saved);
+
     snprintf(args, sizeof args, "--out %s --preset nope", sub("x"));
     ck_assert_int_eq(run_cli(args), 2);
     snprintf(args, sizeof args, "--out %s --layers zero", sub("x"));
     ck_assert_int_eq(run_cli(args), 2);
     snprintf(args, sizeof args, "--out %s --heads 5", sub("x"));
     ck_assert_int_eq(run_cli(args), 2);
-    snprintf(args, sizeof args, "--out %s --arch llama", sub("x"));
+    snprintf(args, sizeof args, "--out %s --arch mistral", sub("x"));
     ck_assert_int_eq(run_cli(args), 2);
     ck_assert_int_eq(run_cli("--preset tiny"), 2);
     ck_assert_int_eq(run_cli("--bogus 1 --out /tmp/x"), 2);
@@ -505,13 +593,6 @@ START_TEST(test_cli)
 }
 END_TEST
 
-static void write_text(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    ck_assert_ptr_nonnull(f);
-    fputs(text, f);
-    fclose(f);
-}
 
 START_TEST(test_demo_model)
 {

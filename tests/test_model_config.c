@@ -1,8 +1,11 @@
 /* test_model_config.c — config.json parsing, validation and writing.
  *
- * The good cases are the configs published with Qwen3-0.6B and
- * Qwen2.5-0.5B-Instruct (their numbers are the reference); each bad case
- * changes one field of the Qwen3 config and checks the error names it.
+ * The good cases are the configs published with Qwen3-0.6B,
+ * Qwen2.5-0.5B-Instruct, Llama-3.1-8B-Instruct and Llama-3.2-1B (their
+ * numbers are the reference); each bad case changes one field of the Qwen3
+ * or Llama config and checks the error names it.  The rotary tables are
+ * checked against an independent double-precision reading of transformers'
+ * formulas.
  */
 #define _GNU_SOURCE
 #include <check.h>
@@ -16,6 +19,7 @@
 #include <unistd.h>
 
 #include "common/model_config.h"
+#include "common/model_rope.h"
 #include "tests/check_run.h"
 
 /* config.json of Qwen/Qwen3-0.6B on the hub. */
@@ -42,6 +46,54 @@ static const char *qwen25_05b =
     " \"tie_word_embeddings\": true, \"torch_dtype\": \"bfloat16\","
     " \"transformers_version\": \"4.43.1\", \"use_cache\": true, \"use_sliding_window\": false,"
     " \"vocab_size\": 151936}";
+
+/* config.json of meta-llama/Llama-3.1-8B-Instruct. */
+static const char *llama31_8b =
+    "{\"architectures\": [\"LlamaForCausalLM\"], \"attention_bias\": false,"
+    " \"attention_dropout\": 0.0, \"bos_token_id\": 128000,"
+    " \"eos_token_id\": [128001, 128008, 128009], \"hidden_act\": \"silu\","
+    " \"hidden_size\": 4096, \"initializer_range\": 0.02, \"intermediate_size\": 14336,"
+    " \"max_position_embeddings\": 131072, \"mlp_bias\": false, \"model_type\": \"llama\","
+    " \"num_attention_heads\": 32, \"num_hidden_layers\": 32, \"num_key_value_heads\": 8,"
+    " \"pretraining_tp\": 1, \"rms_norm_eps\": 1e-05, \"rope_scaling\": {\"factor\": 8.0,"
+    " \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0,"
+    " \"original_max_position_embeddings\": 8192, \"rope_type\": \"llama3\"},"
+    " \"rope_theta\": 500000.0, \"tie_word_embeddings\": false, \"torch_dtype\": \"bfloat16\","
+    " \"transformers_version\": \"4.42.3\", \"use_cache\": true, \"vocab_size\": 128256}";
+
+/* config.json of meta-llama/Llama-3.2-1B: tied, head_dim 64. */
+static const char *llama32_1b =
+    "{\"architectures\": [\"LlamaForCausalLM\"], \"attention_bias\": false,"
+    " \"attention_dropout\": 0.0, \"bos_token_id\": 128000, \"eos_token_id\": 128001,"
+    " \"head_dim\": 64, \"hidden_act\": \"silu\", \"hidden_size\": 2048,"
+    " \"initializer_range\": 0.02, \"intermediate_size\": 8192,"
+    " \"max_position_embeddings\": 131072, \"mlp_bias\": false, \"model_type\": \"llama\","
+    " \"num_attention_heads\": 32, \"num_hidden_layers\": 16, \"num_key_value_heads\": 8,"
+    " \"pretraining_tp\": 1, \"rms_norm_eps\": 1e-05, \"rope_scaling\": {\"factor\": 32.0,"
+    " \"high_freq_factor\": 4.0, \"low_freq_factor\": 1.0,"
+    " \"original_max_position_embeddings\": 8192, \"rope_type\": \"llama3\"},"
+    " \"rope_theta\": 500000.0, \"tie_word_embeddings\": true, \"torch_dtype\": \"bfloat16\","
+    " \"transformers_version\": \"4.45.0.dev0\", \"use_cache\": true, \"vocab_size\": 128256}";
+
+/* Parses text after one edit of field (JSON text value; NULL deletes). */
+static nl_status parse_text_edited(const char *base, const char *field, const char *value,
+                                   nl_model_config *cfg)
+{
+    json_t *root = json_loads(base, 0, NULL);
+    ck_assert_ptr_nonnull(root);
+    if (value) {
+        json_t *v = json_loads(value, JSON_DECODE_ANY, NULL);
+        ck_assert_msg(v != NULL, "bad test value %s", value);
+        json_object_set_new(root, field, v);
+    } else {
+        json_object_del(root, field);
+    }
+    char *text = json_dumps(root, 0);
+    json_decref(root);
+    nl_status st = model_config_parse(text, "test/config.json", cfg);
+    free(text);
+    return st;
+}
 
 /* Parses the Qwen3 config after one edit: set field to value (JSON text),
  * or delete it when value is NULL. */
@@ -233,7 +285,21 @@ START_TEST(test_bad_fields)
     expect_error("rope_scaling", "{\"type\": \"linear\"}", NL_ERR_UNSUPPORTED, "rope_scaling",
                  "linear");
     expect_error("rope_parameters", "{\"rope_type\": \"llama3\", \"rope_theta\": 10000}",
-                 NL_ERR_UNSUPPORTED, "rope_parameters", "llama3");
+                 NL_ERR_FORMAT, "rope_parameters.factor", "missing");
+    expect_error("rope_scaling", "{\"type\": \"dynamic\", \"factor\": 2.0}", NL_ERR_UNSUPPORTED,
+                 "rope_scaling.rope_type", "\"dynamic\"");
+    expect_error("rope_scaling", "{\"rope_type\": \"longrope\"}", NL_ERR_UNSUPPORTED,
+                 "rope_scaling", "longrope");
+    expect_error("rope_scaling", "[8]", NL_ERR_FORMAT, "rope_scaling", "an array");
+    expect_error("partial_rotary_factor", "0.5", NL_ERR_UNSUPPORTED, "partial_rotary_factor",
+                 NULL);
+    expect_error("quantization_config", "{\"quant_method\": \"awq\", \"bits\": 4}",
+                 NL_ERR_UNSUPPORTED, "quantization_config", "awq");
+    expect_error("quantization_config", "{\"quant_method\": \"fp8\"}", NL_ERR_UNSUPPORTED,
+                 "quantization_config", "fp8");
+    expect_error("num_experts", "64", NL_ERR_UNSUPPORTED, "num_experts", "mixture-of-experts");
+    expect_error("num_local_experts", "8", NL_ERR_UNSUPPORTED, "num_local_experts", NULL);
+    expect_error("n_routed_experts", "256", NL_ERR_UNSUPPORTED, "n_routed_experts", NULL);
     expect_error("rope_parameters", "{\"rope_theta\": \"big\"}", NL_ERR_FORMAT,
                  "rope_parameters.rope_theta", NULL);
     expect_error("eos_token_id", "\"</s>\"", NL_ERR_FORMAT, "eos_token_id", "a string");
@@ -242,10 +308,14 @@ START_TEST(test_bad_fields)
                  "eos_token_id", "17");
     expect_error("bos_token_id", "151936", NL_ERR_FORMAT, "bos_token_id", "151936");
     expect_error("tie_word_embeddings", "1", NL_ERR_FORMAT, "tie_word_embeddings", "true or false");
-    expect_error("architectures", "[\"LlamaForCausalLM\"]", NL_ERR_UNSUPPORTED,
-                 "LlamaForCausalLM", NULL);
+    expect_error("architectures", "[\"MistralForCausalLM\"]", NL_ERR_UNSUPPORTED,
+                 "MistralForCausalLM", "LlamaForCausalLM");
     expect_error("use_sliding_window", "true", NL_ERR_UNSUPPORTED, "use_sliding_window", NULL);
-    expect_error("hidden_act", "\"gelu\"", NL_ERR_UNSUPPORTED, "hidden_act", NULL);
+    expect_error("hidden_act", "\"gelu\"", NL_ERR_UNSUPPORTED, "hidden_act", "\"gelu\"");
+    /* zero experts and a disabled quantization are plain dense models */
+    nl_model_config c;
+    ck_assert_int_eq(parse_edited("num_experts", "0", &c), NL_OK);
+    ck_assert_int_eq(parse_edited("quantization_config", "null", &c), NL_OK);
 }
 END_TEST
 
@@ -360,6 +430,177 @@ START_TEST(test_save_roundtrip)
 }
 END_TEST
 
+START_TEST(test_llama31_hub)
+{
+    nl_model_config c;
+    ck_assert_int_eq(model_config_parse(llama31_8b, "l31", &c), NL_OK);
+    ck_assert_int_eq(c.arch, NL_ARCH_LLAMA);
+    ck_assert_int_eq(c.vocab_size, 128256);
+    ck_assert_int_eq(c.hidden_size, 4096);
+    ck_assert_int_eq(c.intermediate_size, 14336);
+    ck_assert_int_eq(c.num_key_value_heads, 8);
+    ck_assert_int_eq(c.head_dim, 128); /* hidden / heads */
+    ck_assert_float_eq(c.rms_norm_eps, 1e-5f);
+    ck_assert_float_eq(c.rope_theta, 5e5f);
+    ck_assert_int_eq(c.rope_scaling.type, NL_ROPE_LLAMA3);
+    ck_assert_float_eq(c.rope_scaling.factor, 8.0f);
+    ck_assert_float_eq(c.rope_scaling.low_freq_factor, 1.0f);
+    ck_assert_float_eq(c.rope_scaling.high_freq_factor, 4.0f);
+    ck_assert_int_eq(c.rope_scaling.original_max_position_embeddings, 8192);
+    ck_assert(!c.attention_bias && !c.mlp_bias && !c.tie_word_embeddings);
+    ck_assert_int_eq(c.bos_token_id, 128000);
+    ck_assert_int_eq(c.n_eos, 3);
+    ck_assert_int_eq(c.eos_token_ids[2], 128009);
+
+    ck_assert_int_eq(model_config_parse(llama32_1b, "l32", &c), NL_OK);
+    ck_assert_int_eq(c.head_dim, 64);
+    ck_assert(c.tie_word_embeddings);
+    ck_assert_float_eq(c.rope_scaling.factor, 32.0f);
+
+    /* Llama's optional biases, and its hub config without rope scaling */
+    ck_assert_int_eq(parse_text_edited(llama31_8b, "mlp_bias", "true", &c), NL_OK);
+    ck_assert(c.mlp_bias && !c.attention_bias);
+    ck_assert_int_eq(parse_text_edited(llama31_8b, "attention_bias", "true", &c), NL_OK);
+    ck_assert(c.attention_bias);
+    ck_assert_int_eq(parse_text_edited(llama31_8b, "rope_scaling", "null", &c), NL_OK);
+    ck_assert_int_eq(c.rope_scaling.type, NL_ROPE_DEFAULT);
+    /* the newer form, original_max_position_embeddings defaulting to
+     * max_position_embeddings as transformers does */
+    json_t *root = json_loads(llama32_1b, 0, NULL);
+    json_object_del(root, "rope_scaling");
+    json_object_del(root, "rope_theta");
+    json_object_set_new(root, "rope_parameters",
+                        json_pack("{s:s, s:i, s:i, s:i, s:f}", "rope_type", "llama3", "factor", 4,
+                                  "low_freq_factor", 1, "high_freq_factor", 2, "rope_theta", 1e4));
+    char *text = json_dumps(root, 0);
+    json_decref(root);
+    ck_assert_int_eq(model_config_parse(text, "newer", &c), NL_OK);
+    free(text);
+    ck_assert_int_eq(c.rope_scaling.type, NL_ROPE_LLAMA3);
+    ck_assert_float_eq(c.rope_scaling.factor, 4.0f);
+    ck_assert_float_eq(c.rope_scaling.high_freq_factor, 2.0f);
+    ck_assert_int_eq(c.rope_scaling.original_max_position_embeddings, 131072);
+    ck_assert_float_eq(c.rope_theta, 1e4f);
+}
+END_TEST
+
+/* Each refusal names the file, the field and the value. */
+static void expect_llama_error(const char *field, const char *value, nl_status status,
+                               const char *frag1, const char *frag2)
+{
+    nl_model_config c;
+    nl_status st = parse_text_edited(llama31_8b, field, value, &c);
+    ck_assert_msg(st == status, "%s=%s: status %d, want %d (%s)", field, value ? value : "(del)",
+                  st, status, nl_last_error());
+    const char *msg = nl_last_error();
+    ck_assert_msg(strstr(msg, "test/config.json") && strstr(msg, frag1) &&
+                  (!frag2 || strstr(msg, frag2)), "%s=%s: %s", field, value, msg);
+}
+
+START_TEST(test_llama_refusals)
+{
+    const char *field = "rope_scaling";
+    expect_llama_error(field, "{\"rope_type\": \"linear\", \"factor\": 2.0}", NL_ERR_UNSUPPORTED,
+                       "rope_scaling.rope_type = \"linear\"", "llama3");
+    expect_llama_error(field, "{\"type\": \"dynamic\", \"factor\": 2.0}", NL_ERR_UNSUPPORTED,
+                       "\"dynamic\"", NULL);
+    expect_llama_error(field, "{\"rope_type\": \"yarn\", \"factor\": 4.0}", NL_ERR_UNSUPPORTED,
+                       "\"yarn\"", NULL);
+    expect_llama_error(field, "{\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 1.0}",
+                       NL_ERR_FORMAT, "rope_scaling.high_freq_factor", "missing");
+    expect_llama_error(field, "{\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 4.0,"
+                       " \"high_freq_factor\": 4.0}", NL_ERR_FORMAT, "high_freq_factor = 4", "greater");
+    expect_llama_error(field, "{\"rope_type\": \"llama3\", \"factor\": -8.0, \"low_freq_factor\": 1.0,"
+                       " \"high_freq_factor\": 4.0}", NL_ERR_FORMAT, "rope_scaling.factor = -8", NULL);
+    expect_llama_error(field, "{\"rope_type\": \"llama3\", \"factor\": 1e-60, \"low_freq_factor\": 1.0,"
+                       " \"high_freq_factor\": 4.0}", NL_ERR_FORMAT, "rope_scaling.factor", "float");
+    expect_llama_error(field, "{\"rope_type\": \"llama3\", \"factor\": 8, \"low_freq_factor\": 1.0,"
+                       " \"high_freq_factor\": 1.00000000001}", NL_ERR_FORMAT, "high_freq_factor", "floats");
+    expect_llama_error(field, "{\"rope_type\": \"llama3\", \"factor\": \"8\", \"low_freq_factor\": 1.0,"
+                       " \"high_freq_factor\": 4.0}", NL_ERR_FORMAT, "rope_scaling.factor", "a string");
+    expect_llama_error(field, "{\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 1.0,"
+                       " \"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 0}",
+                       NL_ERR_FORMAT, "rope_scaling.original_max_position_embeddings = 0", NULL);
+    expect_llama_error("quantization_config", "{\"quant_method\": \"gptq\", \"bits\": 4}",
+                       NL_ERR_UNSUPPORTED, "quantization_config", "gptq");
+    expect_llama_error("num_local_experts", "8", NL_ERR_UNSUPPORTED, "num_local_experts", NULL);
+    expect_llama_error("hidden_act", "\"gelu_pytorch_tanh\"", NL_ERR_UNSUPPORTED, "hidden_act",
+                       "gelu_pytorch_tanh");
+    expect_llama_error("use_sliding_window", "true", NL_ERR_UNSUPPORTED, "use_sliding_window", NULL);
+    expect_llama_error("mlp_bias", "\"yes\"", NL_ERR_FORMAT, "mlp_bias", "true or false");
+}
+END_TEST
+
+/* transformers' default table: 1 / theta^(2i/d) in float32. */
+static double ref_default(double theta, int i, int d)
+{
+    return 1.0 / pow(theta, 2.0 * i / d);
+}
+
+/* _compute_llama3_parameters, read independently in double. */
+static double ref_llama3(double inv, double factor, double low, double high, double old)
+{
+    double wavelen = 2 * M_PI / inv;
+    if (wavelen < old / high) return inv;
+    if (wavelen > old / low) return inv / factor;
+    double smooth = (old / wavelen - low) / (high - low);
+    return (1 - smooth) * inv / factor + smooth * inv;
+}
+
+START_TEST(test_rope_tables)
+{
+    nl_model_config c;
+    ck_assert_int_eq(model_config_parse(llama31_8b, "l31", &c), NL_OK);
+    float inv[64];
+    model_rope_inv_freq(&c, inv);
+    int kept = 0, scaled = 0, smoothed = 0;
+    for (int i = 0; i < 64; i++) {
+        double plain = ref_default(5e5, i, 128), want = ref_llama3(plain, 8, 1, 4, 8192);
+        /* float32 steps, as transformers takes them: a few ulps off double */
+        ck_assert_msg(fabs(inv[i] - want) <= 1e-6 * want, "inv_freq[%d] = %.9g, want %.9g", i,
+                      inv[i], want);
+        double wavelen = 2 * M_PI / plain;
+        kept += wavelen < 2048, scaled += wavelen > 8192;
+        smoothed += wavelen >= 2048 && wavelen <= 8192;
+    }
+    /* The 8B table has all three regions; the first pair is untouched and
+     * the last is divided by the factor. */
+    ck_assert(kept > 0 && scaled > 0 && smoothed > 0);
+    ck_assert_float_eq(inv[0], 1.0f);
+    ck_assert(fabs(inv[63] * 8.0 - ref_default(5e5, 63, 128)) <= 2e-7 * ref_default(5e5, 63, 128));
+
+    /* Without scaling the table is the plain one. */
+    ck_assert_int_eq(model_config_parse(qwen3_06b, "q3", &c), NL_OK);
+    model_rope_inv_freq(&c, inv);
+    for (int i = 0; i < 64; i++)
+        ck_assert(fabs(inv[i] - ref_default(1e6, i, 128)) <= 2e-7 * ref_default(1e6, i, 128));
+}
+END_TEST
+
+START_TEST(test_llama_save_roundtrip)
+{
+    char dir[] = "/tmp/nl_cfg_XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    nl_model_config a, b;
+    ck_assert_int_eq(parse_text_edited(llama31_8b, "mlp_bias", "true", &a), NL_OK);
+    ck_assert_int_eq(model_config_save(&a, dir), NL_OK);
+    ck_assert_int_eq(model_config_load(dir, &b), NL_OK);
+    ck_assert_mem_eq(&a, &b, sizeof a);
+    char path[256];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    json_t *root = json_load_file(path, 0, NULL);
+    ck_assert_str_eq(json_string_value(json_object_get(root, "model_type")), "llama");
+    ck_assert(json_is_true(json_object_get(root, "mlp_bias")));
+    ck_assert_ptr_null(json_object_get(root, "use_sliding_window")); /* a Qwen field */
+    const json_t *rs = json_object_get(root, "rope_scaling");
+    ck_assert_str_eq(json_string_value(json_object_get(rs, "rope_type")), "llama3");
+    ck_assert(json_number_value(json_object_get(rs, "factor")) == 8.0);
+    ck_assert_int_eq(json_integer_value(json_object_get(rs, "original_max_position_embeddings")), 8192);
+    json_decref(root);
+    nftw(dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+}
+END_TEST
+
 static Suite *model_config_suite(void)
 {
     Suite *s = suite_create("model_config");
@@ -377,6 +618,10 @@ static Suite *model_config_suite(void)
     tcase_add_test(tc, test_bad_json);
     tcase_add_test(tc, test_load_missing_file);
     tcase_add_test(tc, test_save_roundtrip);
+    tcase_add_test(tc, test_llama31_hub);
+    tcase_add_test(tc, test_llama_refusals);
+    tcase_add_test(tc, test_rope_tables);
+    tcase_add_test(tc, test_llama_save_roundtrip);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -15,12 +15,13 @@
 #include "common/model_tensors.h"
 #include "tests/check_run.h"
 
-static nl_model_config cfg_of(const model_family *f, bool bias, bool tied)
+static nl_model_config cfg_of(const model_family *f, bool bias, bool tied, bool mlp_bias)
 {
     nl_model_config c = {.arch = f->arch, .vocab_size = 1000, .hidden_size = 64,
                          .intermediate_size = 96, .num_hidden_layers = 2,
                          .num_attention_heads = 4, .num_key_value_heads = 2, .head_dim = 16,
-                         .attention_bias = bias || f->bias_always, .tie_word_embeddings = tied};
+                         .attention_bias = bias || f->bias_always, .tie_word_embeddings = tied,
+                         .mlp_bias = mlp_bias};
     return c;
 }
 
@@ -39,22 +40,26 @@ START_TEST(test_registry_lookups)
     ck_assert(model_family_by_architecture("Qwen2ForCausalLM")->bias_always);
     ck_assert(!model_family_by_model_type("qwen2")->qk_norm);
     ck_assert(model_family_by_model_type("qwen3")->qk_norm);
-    ck_assert_ptr_null(model_family_by_architecture("LlamaForCausalLM"));
+    ck_assert_str_eq(model_family_by_architecture("LlamaForCausalLM")->model_type, "llama");
+    ck_assert(!model_family_by_model_type("llama")->qk_norm);
+    ck_assert(!model_family_by_model_type("llama")->bias_always);
+    ck_assert_ptr_null(model_family_by_architecture("MistralForCausalLM"));
     ck_assert_ptr_null(model_family_by_model_type("Qwen3ForCausalLM"));
     nl_model_config bad = {.arch = (nl_arch)99};
     ck_assert_ptr_null(model_family_of(&bad));
 
     char names[128];
     model_family_names(false, names, sizeof names);
-    ck_assert_str_eq(names, "Qwen3ForCausalLM, Qwen2ForCausalLM");
+    ck_assert_str_eq(names, "Qwen3ForCausalLM, Qwen2ForCausalLM, LlamaForCausalLM");
     model_family_names(true, names, sizeof names);
-    ck_assert_str_eq(names, "qwen3, qwen2");
+    ck_assert_str_eq(names, "qwen3, qwen2, llama");
     model_family_names(true, names, 4); /* truncated, still a string */
     ck_assert_str_eq(names, "qwe");
 }
 END_TEST
 
-/* Checks the table of every family under every bias / tie combination. */
+/* Checks the table of every family under every bias / tie / MLP-bias
+ * combination. */
 START_TEST(test_tables_are_loadable)
 {
     for (size_t fi = 0; model_family_get(fi); fi++) {
@@ -77,8 +82,8 @@ START_TEST(test_tables_are_loadable)
             ck_assert_msg(model_tensor_per_layer(&f->tensors[i]), "%s: per-layer rows split",
                           f->tensors[i].name);
 
-        for (int combo = 0; combo < 4; combo++) {
-            nl_model_config c = cfg_of(f, combo & 1, combo & 2);
+        for (int combo = 0; combo < 8; combo++) {
+            nl_model_config c = cfg_of(f, combo & 1, combo & 2, combo & 4);
             for (int slot = 0; slot < MODEL_SLOT_COUNT; slot++) {
                 int parts = 0, max_part = -1;
                 const model_tensor_def *p0 = NULL;
@@ -99,20 +104,73 @@ START_TEST(test_tables_are_loadable)
                 ck_assert_int_eq(max_part + 1, parts);
                 /* What the forward pass cannot run without. */
                 bool optional = slot == MODEL_SLOT_QKV_BIAS || slot == MODEL_SLOT_Q_NORM ||
-                                slot == MODEL_SLOT_K_NORM || (slot == MODEL_SLOT_LM_HEAD && (combo & 2));
+                                slot == MODEL_SLOT_K_NORM || slot == MODEL_SLOT_O_BIAS ||
+                                slot == MODEL_SLOT_GATE_UP_BIAS || slot == MODEL_SLOT_DOWN_BIAS ||
+                                (slot == MODEL_SLOT_LM_HEAD && (combo & 2));
                 if (!optional) ck_assert_msg(parts > 0, "%s: slot %d empty", f->model_type, slot);
                 if (slot == MODEL_SLOT_QKV_BIAS) ck_assert_int_eq(parts > 0, c.attention_bias);
+                if (slot == MODEL_SLOT_O_BIAS)
+                    ck_assert_int_eq(parts > 0, c.attention_bias && f->o_proj_bias);
                 if (slot == MODEL_SLOT_Q_NORM) ck_assert_int_eq(parts > 0, f->qk_norm);
+                /* only Llama's MLP has biases (transformers' mlp_bias) */
+                if (slot == MODEL_SLOT_GATE_UP_BIAS || slot == MODEL_SLOT_DOWN_BIAS)
+                    ck_assert_int_eq(parts > 0, c.mlp_bias && f->arch == NL_ARCH_LLAMA);
             }
         }
     }
 }
 END_TEST
 
+static bool lists(const nl_model_config *c, const char *name, size_t *count)
+{
+    model_tensor_spec *s;
+    size_t n;
+    ck_assert_int_eq(model_tensors_list(c, &s, &n), NL_OK);
+    bool found = false;
+    for (size_t i = 0; i < n; i++) found |= !strcmp(s[i].name, name);
+    free(s);
+    if (count) *count = n;
+    return found;
+}
+
+/* transformers: Qwen3 and Llama give o_proj a bias with attention_bias,
+ * Qwen2 (biases always on q/k/v) never does; mlp_bias is Llama's alone. */
+START_TEST(test_bias_tensors)
+{
+    const char *o_bias = "model.layers.1.self_attn.o_proj.bias";
+    const char *down_bias = "model.layers.0.mlp.down_proj.bias";
+    const model_family *q3 = model_family_by_model_type("qwen3");
+    const model_family *q2 = model_family_by_model_type("qwen2");
+    const model_family *ll = model_family_by_model_type("llama");
+    nl_model_config c = cfg_of(q3, true, true, false);
+    ck_assert(lists(&c, o_bias, NULL));
+    ck_assert(lists(&c, "model.layers.1.self_attn.k_proj.bias", NULL));
+    c = cfg_of(q3, false, true, false);
+    ck_assert(!lists(&c, o_bias, NULL));
+    c = cfg_of(q2, false, true, true);
+    ck_assert(lists(&c, "model.layers.1.self_attn.v_proj.bias", NULL));
+    ck_assert(!lists(&c, o_bias, NULL));
+    ck_assert(!lists(&c, down_bias, NULL));
+
+    size_t n;
+    c = cfg_of(ll, false, true, false); /* embed, norm, 9 per layer */
+    ck_assert(!lists(&c, "model.layers.0.self_attn.q_norm.weight", &n));
+    ck_assert_uint_eq(n, 2 + 2 * 9);
+    c = cfg_of(ll, false, false, false);
+    ck_assert(lists(&c, "lm_head.weight", &n));
+    ck_assert_uint_eq(n, 3 + 2 * 9);
+    c = cfg_of(ll, true, true, true); /* + q, k, v, o and gate, up, down biases */
+    ck_assert(lists(&c, o_bias, &n));
+    ck_assert(lists(&c, down_bias, NULL));
+    ck_assert(lists(&c, "model.layers.1.mlp.gate_proj.bias", NULL));
+    ck_assert_uint_eq(n, 2 + 2 * 16);
+}
+END_TEST
+
 START_TEST(test_dims_and_names)
 {
     const model_family *q3 = model_family_by_model_type("qwen3");
-    nl_model_config c = cfg_of(q3, false, true);
+    nl_model_config c = cfg_of(q3, false, true, false);
     ck_assert_int_eq(model_dim_size(MODEL_DIM_Q, &c), 64);
     ck_assert_int_eq(model_dim_size(MODEL_DIM_KV, &c), 32);
     ck_assert_int_eq(model_dim_size(MODEL_DIM_HEAD, &c), 16);
@@ -147,6 +205,7 @@ int main(void)
     tcase_add_test(tc, test_registry_lookups);
     tcase_add_test(tc, test_tables_are_loadable);
     tcase_add_test(tc, test_dims_and_names);
+    tcase_add_test(tc, test_bias_tensors);
     suite_add_tcase(s, tc);
     return check_run(s);
 }

@@ -1,7 +1,10 @@
 /* test_model_golden.c — the model runner on the CPU against Hugging Face.
  *
  * Tiny random-weight checkpoints (Qwen3 tied and untied, Qwen2 with
- * biases, GQA, MQA, MHA, heads * head_dim != hidden, a sharded checkpoint)
+ * biases, GQA, MQA, MHA, heads * head_dim != hidden, a sharded checkpoint;
+ * Llama tied and untied, with attention and MLP biases, and with llama3
+ * rope scaling from an original context short enough that all three of
+ * its frequency bands occur at head_dim 16 and 32)
  * are written with the mkmodel command, then driven through the model
  * runner with hand-built RUN commands: one ragged prefill that also chunks
  * the longest prompt, a mixed step (that chunk's rest plus decodes), then
@@ -64,6 +67,18 @@ static const golden_model models[] = {
      {"--arch", "qwen3", "--vocab", "1024", "--hidden", "64", "--inter", "192", "--layers", "2",
       "--heads", "8", "--kv-heads", "8", "--head-dim", "16", "--no-tie", "--max-pos", "512",
       "--shard-size", "0.2", "--seed", "14", NULL}},
+    {"llama_tied_gqa", /* plain rope */
+     {"--arch", "llama", "--vocab", "1024", "--hidden", "64", "--inter", "128", "--layers", "2",
+      "--heads", "4", "--kv-heads", "2", "--head-dim", "16", "--tie", "--max-pos", "512",
+      "--seed", "21", NULL}},
+    {"llama_untied_rope3", /* wavelengths 6 (kept), 35 (smoothed), 199.. (scaled) */
+     {"--arch", "llama", "--vocab", "768", "--hidden", "96", "--inter", "192", "--layers", "2",
+      "--heads", "8", "--kv-heads", "2", "--head-dim", "16", "--no-tie", "--max-pos", "2048",
+      "--rope-llama3", "8,1,4,64", "--seed", "22", NULL}},
+    {"llama_bias_mqa", /* q/k/v/o and gate/up/down biases, llama3 rope, 1 kv head */
+     {"--arch", "llama", "--attention-bias", "--mlp-bias", "--vocab", "512", "--hidden", "128",
+      "--inter", "256", "--layers", "2", "--heads", "4", "--kv-heads", "1", "--head-dim", "32",
+      "--tie", "--max-pos", "1024", "--rope-llama3", "32,1,4,128", "--seed", "23", NULL}},
 };
 #define N_MODELS (int)(sizeof models / sizeof models[0])
 
@@ -363,7 +378,11 @@ START_TEST(test_golden)
 END_TEST
 
 /* tp 2 for every model (MQA: the kv head replicated), tp 4 where the
- * shapes allow (kv heads 2 < tp 4: replicated; 8 kv heads: split). */
+ * shapes allow (kv heads 2 < tp 4: replicated; 8 kv heads: split; Llama's
+ * row-parallel biases added once). */
+static const int tp4_models[] = {0, 3, 4, 5, 6};
+#define N_TP4 (int)(sizeof tp4_models / sizeof tp4_models[0])
+
 START_TEST(test_golden_tp2)
 {
     run_model_tp(&models[_i], 2);
@@ -372,7 +391,7 @@ END_TEST
 
 START_TEST(test_golden_tp4)
 {
-    run_model_tp(&models[_i == 0 ? 0 : 3], 4);
+    run_model_tp(&models[tp4_models[_i]], 4);
 }
 END_TEST
 
@@ -489,7 +508,7 @@ int main(int argc, char **argv)
     tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, test_golden, 0, N_MODELS);
     tcase_add_loop_test(tc, test_golden_tp2, 0, N_MODELS);
-    tcase_add_loop_test(tc, test_golden_tp4, 0, 2);
+    tcase_add_loop_test(tc, test_golden_tp4, 0, N_TP4);
     tcase_add_test(tc, test_rejects_bad_commands);
     tcase_add_test(tc, test_rejects_tp_not_dividing);
     tcase_add_test(tc, test_tiny_temperature_is_greedy);

@@ -20,9 +20,23 @@
 #include "leader/tokenizer/tokenizer_internal.h"
 #include "leader/tokenizer/tokenizer_utf8.h"
 
-static tokenizer *qwen; /* loaded once in main; forked tests share it */
-static char qwen_dir[4096];
+static tokenizer *qwen, *llama; /* loaded once in main; forked tests share them */
+static char qwen_dir[4096], llama_dir[4096];
 static char fixtures[4096];
+
+/* The Hugging Face parity cases run on both real tokenizers: the corpus is
+ * shared, each has its golden folder under tests/fixtures. */
+typedef struct tok_case {
+    const char *name;
+    tokenizer **tok;
+    const char *golden; /* folder of golden_ids.jsonl, decode_golden.jsonl, bulk.json */
+} tok_case;
+
+static const tok_case tok_cases[] = {
+    {"qwen3", &qwen, "tokenizer"},
+    {"llama3", &llama, "tokenizer-llama3"},
+};
+#define N_TOK_CASES (int)(sizeof tok_cases / sizeof tok_cases[0])
 
 /* ---- helpers ---- */
 
@@ -31,10 +45,11 @@ typedef struct jsonl {
     size_t n;
 } jsonl;
 
-static jsonl read_jsonl(const char *name)
+/* name: a file of the golden folder dir (under tests/fixtures). */
+static jsonl read_jsonl_in(const char *dir, const char *name)
 {
     char path[8192];
-    snprintf(path, sizeof path, "%s/tokenizer/%s", fixtures, name);
+    snprintf(path, sizeof path, "%s/%s/%s", fixtures, dir, name);
     FILE *f = fopen(path, "r");
     ck_assert_msg(f != NULL, "cannot open %s", path);
     jsonl j = {0};
@@ -51,6 +66,11 @@ static jsonl read_jsonl(const char *name)
     fclose(f);
     ck_assert_msg(j.n > 0, "%s is empty", path);
     return j;
+}
+
+static jsonl read_jsonl(const char *name)
+{
+    return read_jsonl_in("tokenizer", name);
 }
 
 static void free_jsonl(jsonl *j)
@@ -79,11 +99,11 @@ static void assert_ids_equal(const char *name, const int32_t *got, size_t n_got,
 
 /* Streams ids through a detokenizer; every delta must be valid UTF-8 and the
  * whole must equal want. */
-static void assert_stream_equals(const char *name, const int32_t *ids, size_t n, bool skip,
-                                 const char *want, size_t want_len)
+static void assert_stream_equals_with(tokenizer *t, const char *name, const int32_t *ids,
+                                      size_t n, bool skip, const char *want, size_t want_len)
 {
     detokenizer *d;
-    ck_assert_int_eq(detokenizer_create(qwen, skip, &d), NL_OK);
+    ck_assert_int_eq(detokenizer_create(t, skip, &d), NL_OK);
     char *all = malloc(want_len * 3 + 64);
     size_t total = 0, bad;
     for (size_t i = 0; i <= n; i++) {
@@ -106,7 +126,9 @@ static void assert_stream_equals(const char *name, const int32_t *ids, size_t n,
 
 START_TEST(test_encode_matches_hf)
 {
-    jsonl corpus = read_jsonl("corpus.jsonl"), golden = read_jsonl("golden_ids.jsonl");
+    const tok_case *tc = &tok_cases[_i];
+    tokenizer *tok = *tc->tok;
+    jsonl corpus = read_jsonl("corpus.jsonl"), golden = read_jsonl_in(tc->golden, "golden_ids.jsonl");
     ck_assert_uint_eq(corpus.n, golden.n);
     ck_assert_uint_ge(corpus.n, 100);
     for (size_t i = 0; i < corpus.n; i++) {
@@ -115,11 +137,21 @@ START_TEST(test_encode_matches_hf)
         ck_assert_str_eq(name, json_string_value(json_object_get(golden.rows[i], "name")));
         size_t n_want, n_got;
         int32_t *want = ids_of(json_object_get(golden.rows[i], "ids"), &n_want), *got;
-        nl_status st = tokenizer_encode(qwen, json_string_value(text), json_string_length(text), &got, &n_got);
+        nl_status st = tokenizer_encode(tok, json_string_value(text), json_string_length(text), &got, &n_got);
         ck_assert_msg(st == NL_OK, "%s: %s", name, nl_last_error());
         assert_ids_equal(name, got, n_got, want, n_want);
         free(got);
         free(want);
+        /* add_special_tokens=False: no <|begin_of_text|>, as a chat encodes */
+        const json_t *plain = json_object_get(golden.rows[i], "ids_plain");
+        if (plain) {
+            want = ids_of(plain, &n_want);
+            st = tokenizer_encode_chat(tok, json_string_value(text), json_string_length(text), &got, &n_got);
+            ck_assert_msg(st == NL_OK, "%s: %s", name, nl_last_error());
+            assert_ids_equal(name, got, n_got, want, n_want);
+            free(got);
+            free(want);
+        }
     }
     free_jsonl(&corpus);
     free_jsonl(&golden);
@@ -128,7 +160,9 @@ END_TEST
 
 START_TEST(test_decode_matches_hf)
 {
-    jsonl golden = read_jsonl("golden_ids.jsonl");
+    const tok_case *tc = &tok_cases[_i];
+    tokenizer *tok = *tc->tok;
+    jsonl golden = read_jsonl_in(tc->golden, "golden_ids.jsonl");
     for (size_t i = 0; i < golden.n; i++) {
         const char *name = json_string_value(json_object_get(golden.rows[i], "name"));
         size_t n;
@@ -136,14 +170,15 @@ START_TEST(test_decode_matches_hf)
         for (int skip = 0; skip <= 1; skip++) {
             const json_t *want = json_object_get(golden.rows[i], skip ? "decoded_skip" : "decoded");
             char *text;
-            ck_assert_int_eq(tokenizer_decode(qwen, ids, n, skip, &text), NL_OK);
+            ck_assert_int_eq(tokenizer_decode(tok, ids, n, skip, &text), NL_OK);
             /* decode's result is NUL-terminated: compare up to the first NUL;
              * the stream below compares every byte */
             size_t len = strlen(text);
             ck_assert_msg(len == strnlen(json_string_value(want), json_string_length(want)) &&
                               memcmp(text, json_string_value(want), len) == 0,
                           "%s (skip_special %d): decode differs", name, skip);
-            assert_stream_equals(name, ids, n, skip, json_string_value(want), json_string_length(want));
+            assert_stream_equals_with(tok, name, ids, n, skip, json_string_value(want),
+                                      json_string_length(want));
             free(text);
         }
         free(ids);
@@ -154,7 +189,9 @@ END_TEST
 
 START_TEST(test_decode_broken_utf8_matches_hf)
 {
-    jsonl golden = read_jsonl("decode_golden.jsonl");
+    const tok_case *tc = &tok_cases[_i];
+    tokenizer *tok = *tc->tok;
+    jsonl golden = read_jsonl_in(tc->golden, "decode_golden.jsonl");
     for (size_t i = 0; i < golden.n; i++) {
         const char *name = json_string_value(json_object_get(golden.rows[i], "name"));
         bool skip = json_is_true(json_object_get(golden.rows[i], "skip_special"));
@@ -162,10 +199,11 @@ START_TEST(test_decode_broken_utf8_matches_hf)
         size_t n;
         int32_t *ids = ids_of(json_object_get(golden.rows[i], "ids"), &n);
         char *text;
-        ck_assert_int_eq(tokenizer_decode(qwen, ids, n, skip, &text), NL_OK);
+        ck_assert_int_eq(tokenizer_decode(tok, ids, n, skip, &text), NL_OK);
         ck_assert_msg(strcmp(text, json_string_value(want)) == 0, "%s: decode gives \"%s\", want \"%s\"",
                       name, text, json_string_value(want));
-        assert_stream_equals(name, ids, n, skip, json_string_value(want), json_string_length(want));
+        assert_stream_equals_with(tok, name, ids, n, skip, json_string_value(want),
+                                  json_string_length(want));
         free(text);
         free(ids);
     }
@@ -209,6 +247,115 @@ END_TEST
 
 /* ---- facts of the Qwen3 tokenizer (from its tokenizer.json) ---- */
 
+/* About 1 MB of the corpus texts in the order and with the separators of
+ * make_tokenizer_golden.py's bulk_text (the same 64-bit LCG), encoded
+ * whole (with the post-processor's tokens) and line by line (without),
+ * against the count and checksum Hugging Face gave for the same bytes. */
+#define BULK_BYTES 1000000
+
+static uint64_t ids_checksum(const int32_t *ids, size_t n, uint64_t *index)
+{
+    uint64_t sum = 0;
+    for (size_t i = 0; i < n; i++) sum += (++*index) * (uint64_t)ids[i];
+    return sum;
+}
+
+START_TEST(test_bulk_matches_hf)
+{
+    const tok_case *tc = &tok_cases[_i];
+    tokenizer *tok = *tc->tok;
+    jsonl corpus = read_jsonl("corpus.jsonl");
+    static const char *const sep[4] = {"", " ", "\n", "\n\n"};
+    char *text = malloc(BULK_BYTES + 65536);
+    size_t len = 0;
+    uint64_t state = 1;
+    while (len < BULK_BYTES) {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        const json_t *t = json_object_get(corpus.rows[(state >> 33) % corpus.n], "text");
+        const char *s = sep[(state >> 20) & 3];
+        memcpy(text + len, json_string_value(t), json_string_length(t));
+        len += json_string_length(t);
+        memcpy(text + len, s, strlen(s));
+        len += strlen(s);
+    }
+    free_jsonl(&corpus);
+
+    char path[8192];
+    snprintf(path, sizeof path, "%s/%s/bulk.json", fixtures, tc->golden);
+    json_error_t err;
+    json_t *want = json_load_file(path, 0, &err);
+    ck_assert_msg(want != NULL, "%s: %s", path, err.text);
+    ck_assert_uint_eq(len, json_integer_value(json_object_get(want, "bytes")));
+
+    int32_t *ids;
+    size_t n;
+    uint64_t index = 0;
+    ck_assert_int_eq(tokenizer_encode(tok, text, len, &ids, &n), NL_OK);
+    const json_t *whole = json_object_get(want, "whole");
+    ck_assert_uint_eq(n, json_integer_value(json_object_get(whole, "n_ids")));
+    ck_assert_msg(ids_checksum(ids, n, &index) ==
+                      (uint64_t)json_integer_value(json_object_get(whole, "checksum")),
+                  "%s: whole-text checksum differs", tc->name);
+    free(ids);
+
+    size_t total = 0;
+    uint64_t sum = 0;
+    index = 0;
+    for (size_t start = 0; start < len;) {
+        const char *nl = memchr(text + start, '\n', len - start);
+        size_t end = nl ? (size_t)(nl - text) + 1 : len;
+        ck_assert_int_eq(tokenizer_encode_ex(tok, text + start, end - start, true, false, &ids, &n), NL_OK);
+        sum += ids_checksum(ids, n, &index);
+        total += n;
+        free(ids);
+        start = end;
+    }
+    const json_t *lines = json_object_get(want, "lines");
+    ck_assert_uint_eq(total, json_integer_value(json_object_get(lines, "n_ids")));
+    ck_assert_msg(sum == (uint64_t)json_integer_value(json_object_get(lines, "checksum")),
+                  "%s: line-by-line checksum differs", tc->name);
+    json_decref(want);
+    free(text);
+}
+END_TEST
+
+/* Llama 3.1's tokenizer: 128,000 BPE tokens and 256 special ones, no
+ * normaliser, its own split pattern, ignore_merges, and a template that
+ * starts every encoding with <|begin_of_text|>. */
+START_TEST(test_llama3_facts)
+{
+    ck_assert_int_eq(tokenizer_vocab_size(llama), 128256);
+    ck_assert(tokenizer_is_special(llama, 128000)); /* <|begin_of_text|> */
+    ck_assert(tokenizer_is_special(llama, 128009)); /* <|eot_id|> */
+    ck_assert(!tokenizer_is_special(llama, 791));
+    int32_t eos[4];
+    ck_assert_uint_eq(tokenizer_eos_ids(llama, eos, 4), 1); /* tokenizer_config eos_token */
+    ck_assert_int_eq(eos[0], 128009);
+    int32_t *ids;
+    size_t n;
+    ck_assert_int_eq(tokenizer_encode(llama, "", 0, &ids, &n), NL_OK);
+    ck_assert_uint_eq(n, 1);
+    ck_assert_int_eq(ids[0], 128000);
+    free(ids);
+    ck_assert_int_eq(tokenizer_encode_chat(llama, "", 0, &ids, &n), NL_OK);
+    ck_assert_uint_eq(n, 0);
+    free(ids);
+    /* a chat rendered with its own <|begin_of_text|> keeps exactly one */
+    const char chat[] = "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>";
+    ck_assert_int_eq(tokenizer_encode_chat(llama, chat, sizeof chat - 1, &ids, &n), NL_OK);
+    ck_assert_uint_eq(n, 7);
+    ck_assert_int_eq(ids[0], 128000);
+    ck_assert_int_eq(ids[1], 128006);
+    ck_assert_int_eq(ids[3], 128007);
+    ck_assert_int_eq(ids[6], 128009);
+    free(ids);
+    /* Qwen's post-processor adds nothing */
+    ck_assert_int_eq(tokenizer_encode(qwen, "", 0, &ids, &n), NL_OK);
+    ck_assert_uint_eq(n, 0);
+    free(ids);
+}
+END_TEST
+
 START_TEST(test_qwen3_facts)
 {
     ck_assert_int_eq(tokenizer_vocab_size(qwen), 151669); /* 151643 BPE tokens + 26 added */
@@ -247,7 +394,7 @@ START_TEST(test_special_tokens_as_text)
     static const char text[] = "<|im_end|><think>";
     int32_t *ids;
     size_t n;
-    ck_assert_int_eq(tokenizer_encode_ex(qwen, text, sizeof text - 1, false, &ids, &n), NL_OK);
+    ck_assert_int_eq(tokenizer_encode_ex(qwen, text, sizeof text - 1, false, true, &ids, &n), NL_OK);
     ck_assert_uint_gt(n, 2);
     for (size_t i = 0; i + 1 < n; i++) ck_assert_int_ne(ids[i], 151645);
     ck_assert_int_eq(ids[n - 1], 151667); /* <think> is not special: still matched */
@@ -515,6 +662,65 @@ START_TEST(test_load_errors)
 END_TEST
 
 
+/* The tiny tokenizer with a post_processor (JSON text) spliced in. */
+static nl_status load_tiny_post(const char *post, tokenizer **t)
+{
+    char *json = tiny_tokenizer_json("{}", "[]", "[{\"id\": 300, \"content\": \"<s>\", \"special\": true},"
+                                     " {\"id\": 301, \"content\": \"</s>\", \"special\": true}]", "null");
+    const char *at = strstr(json, "\"decoder\"");
+    size_t cap = strlen(json) + strlen(post) + 64;
+    char *spliced = malloc(cap);
+    snprintf(spliced, cap, "%.*s\"post_processor\": %s, %s", (int)(at - json), json, post, at);
+    char dir[8192];
+    snprintf(dir, sizeof dir, "%s/post", tmp_dir);
+    mkdir(dir, 0700);
+    write_file(dir, "tokenizer.json", spliced);
+    free(json);
+    free(spliced);
+    return tokenizer_load(dir, t);
+}
+
+#define TEMPLATE(single)                                                                  \
+    "{\"type\": \"TemplateProcessing\", \"single\": " single ", \"pair\": [],"              \
+    " \"special_tokens\": {\"<s>\": {\"id\": \"<s>\", \"ids\": [300], \"tokens\": [\"<s>\"]},"   \
+    " \"</s>\": {\"id\": \"</s>\", \"ids\": [301], \"tokens\": [\"</s>\"]}}}"
+#define SPECIAL(name) "{\"SpecialToken\": {\"id\": \"" name "\", \"type_id\": 0}}"
+#define SEQ_A "{\"Sequence\": {\"id\": \"A\", \"type_id\": 0}}"
+
+/* TemplateProcessing adds its special tokens around the text's ids (only
+ * when special tokens are added), inside a Sequence too; other
+ * post-processors and broken templates are refused by name. */
+START_TEST(test_post_processor)
+{
+    tokenizer *t;
+    int32_t *ids;
+    size_t n;
+    ck_assert_int_eq(load_tiny_post(TEMPLATE("[" SPECIAL("<s>") ", " SEQ_A ", " SPECIAL("</s>") "]"), &t), NL_OK);
+    ENCODES(t, "ab", 300, 'a', 'b', 301);
+    ENCODES(t, "", 300, 301);
+    ck_assert_int_eq(tokenizer_encode_chat(t, "ab", 2, &ids, &n), NL_OK);
+    ck_assert_uint_eq(n, 2);
+    free(ids);
+    tokenizer_destroy(t);
+
+    ck_assert_int_eq(load_tiny_post("{\"type\": \"Sequence\", \"processors\": [{\"type\": \"ByteLevel\","
+                                    " \"trim_offsets\": false}, " TEMPLATE("[" SPECIAL("<s>") ", " SEQ_A "]") "]}", &t),
+                     NL_OK);
+    ENCODES(t, "a b", 300, 'a', ' ', 'b');
+    tokenizer_destroy(t);
+
+    ck_assert_int_eq(load_tiny_post("{\"type\": \"RobertaProcessing\"}", &t), NL_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(nl_last_error(), "RobertaProcessing"));
+    ck_assert_int_eq(load_tiny_post(TEMPLATE("[" SPECIAL("<unk>") ", " SEQ_A "]"), &t), NL_ERR_FORMAT);
+    ck_assert_ptr_nonnull(strstr(nl_last_error(), "<unk>"));
+    ck_assert_int_eq(load_tiny_post(TEMPLATE("[" SPECIAL("<s>") "]"), &t), NL_ERR_FORMAT);
+    ck_assert_ptr_nonnull(strstr(nl_last_error(), "no Sequence"));
+    ck_assert_int_eq(load_tiny_post("{\"type\": \"TemplateProcessing\", \"single\": [" SPECIAL("<s>") ", " SEQ_A
+                                    "], \"special_tokens\": {\"<s>\": {\"ids\": [999]}}}", &t), NL_ERR_FORMAT);
+    ck_assert_ptr_nonnull(strstr(nl_last_error(), "999"));
+}
+END_TEST
+
 /* Sizes come from the file: an id or a merge past the limits is refused by
  * name, before anything is allocated or copied for it. */
 START_TEST(test_load_limits)
@@ -644,7 +850,10 @@ int main(void)
     else snprintf(qwen_dir, sizeof qwen_dir, "%s/.cache/nanollm/tokenizer-qwen3", getenv("HOME"));
     env = getenv("NL_FIXTURES");
     snprintf(fixtures, sizeof fixtures, "%s", env ? env : "tests/fixtures");
-    if (tokenizer_load(qwen_dir, &qwen) != NL_OK) {
+    env = getenv("NANOLLM_LLAMA3_TOKENIZER_DIR");
+    if (env) snprintf(llama_dir, sizeof llama_dir, "%s", env);
+    else snprintf(llama_dir, sizeof llama_dir, "%s/.cache/nanollm/tokenizer-llama3", getenv("HOME"));
+    if (tokenizer_load(qwen_dir, &qwen) != NL_OK || tokenizer_load(llama_dir, &llama) != NL_OK) {
         fprintf(stderr, "test_tokenizer: %s (run tools/fetch-tokenizer.sh)\n", nl_last_error());
         return 1;
     }
@@ -656,9 +865,11 @@ int main(void)
     Suite *s = suite_create("tokenizer");
     TCase *hf = tcase_create("hugging_face_parity");
     tcase_set_timeout(hf, 120);
-    tcase_add_test(hf, test_encode_matches_hf);
-    tcase_add_test(hf, test_decode_matches_hf);
-    tcase_add_test(hf, test_decode_broken_utf8_matches_hf);
+    tcase_add_loop_test(hf, test_encode_matches_hf, 0, N_TOK_CASES);
+    tcase_add_loop_test(hf, test_decode_matches_hf, 0, N_TOK_CASES);
+    tcase_add_loop_test(hf, test_decode_broken_utf8_matches_hf, 0, N_TOK_CASES);
+    tcase_add_loop_test(hf, test_bulk_matches_hf, 0, N_TOK_CASES);
+    tcase_add_test(hf, test_llama3_facts);
     tcase_add_test(hf, test_chat_template_matches_hf);
     suite_add_tcase(s, hf);
     TCase *core = tcase_create("core");
@@ -671,6 +882,7 @@ int main(void)
     tcase_add_test(core, test_added_token_options);
     tcase_add_test(core, test_eos_from_configs);
     tcase_add_test(core, test_load_errors);
+    tcase_add_test(core, test_post_processor);
     tcase_add_test(core, test_load_limits);
     suite_add_tcase(s, core);
     TCase *cli = tcase_create("cli");
@@ -682,6 +894,7 @@ int main(void)
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);
     tokenizer_destroy(qwen);
+    tokenizer_destroy(llama);
     char cmd[8192];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_dir);
     if (system(cmd) != 0) fprintf(stderr, "test_tokenizer: could not remove %s\n", tmp_dir);

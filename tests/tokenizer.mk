@@ -13,7 +13,9 @@ EXTRA_DIST += tests/golden/make_tokenizer_golden.py tests/golden/make_tokenizer_
 	tests/fixtures/chat_templates/mistral_nemo/chat_template.jinja \
 	tests/fixtures/chat_templates/mistral_nemo/tokenizer_config.json \
 	tests/fixtures/chat_templates/deepseek_v3_1/chat_template.jinja \
-	tests/fixtures/chat_templates/deepseek_v3_1/tokenizer_config.json
+	tests/fixtures/chat_templates/deepseek_v3_1/tokenizer_config.json \
+	tests/fixtures/tokenizer/bulk.json tests/fixtures/tokenizer-llama3/golden_ids.jsonl \
+	tests/fixtures/tokenizer-llama3/decode_golden.jsonl tests/fixtures/tokenizer-llama3/bulk.json
 
 if HAVE_CHECK
 check_PROGRAMS += tests/test_tokenizer tests/test_chat_template tests/test_chat_parity

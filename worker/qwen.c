@@ -1,13 +1,15 @@
-/* qwen.c — the Qwen3 / Qwen2 forward pass, written once against the op
- * interface so the CPU and CUDA backends run the same model code.
+/* qwen.c — the dense decoder forward pass of every registered family
+ * (Qwen3, Qwen2, Llama), written once against the op interface so the CPU
+ * and CUDA backends run the same model code.
  *
- * The two architectures differ in two places only: Qwen3 normalises each
- * query and key head (q_norm, k_norm) before RoPE, and Qwen2 adds biases to
- * q, k and v (so may Qwen3 when its config sets attention_bias).  Which of
- * them a model has is the family table's business (common/model_qwen.c):
- * this file reads the weights it filled, and an absent one is NULL, which
- * the ops skip.  Both follow one token through the same steps, top to
- * bottom in qwen_forward.
+ * The families differ only in which weights exist: Qwen3 normalises each
+ * query and key head (q_norm, k_norm) before RoPE, Qwen2 adds biases to q,
+ * k and v, Llama is the plain decoder with optional attention and MLP
+ * biases.  Which of them a model has is the family table's business
+ * (common/model_<family>.c): this file reads the weights it filled, and an
+ * absent one is NULL, which the ops skip.  The rotary frequencies (plain
+ * or Llama 3 scaled) are a table the loader computed.  Every family
+ * follows one token through the same steps, top to bottom in qwen_forward.
  */
 #include "worker/qwen.h"
 
@@ -165,20 +167,22 @@ nl_status qwen_forward(nl_backend *be, nl_comm *comm, const qwen_weights *w, qwe
         /* attention block: residual += x; xn = norm(residual) */
         NL_TRY(op->rmsnorm(be, s->xn, s->x, s->residual, L->input_norm, n, hidden, eps));
         NL_TRY(op->linear(be, qkv, s->xn, L->qkv, L->qkv_bias, n)); /* [n, (hq + 2 hk) hd] */
-        NL_TRY(op->qk_norm_rope(be, qkv, in->positions, L->q_norm, L->k_norm, n, hq, hk, hd, eps,
-                                cfg->rope_theta));
+        NL_TRY(op->qk_norm_rope(be, qkv, in->positions, L->q_norm, L->k_norm, w->rope_inv_freq,
+                                n, hq, hk, hd, eps));
         NL_TRY(op->store_kv(be, s->k_cache[l], s->v_cache[l], qkv, in->slots, n, hq, hk, hd,
                             s->block_size));
         NL_TRY(op->attention(be, attn, qkv, s->k_cache[l], s->v_cache[l], &in->attn, hq, hk, hd,
                              scale)); /* [n, hq hd] */
-        NL_TRY(op->linear(be, s->x, attn, L->o_proj, NULL, n)); /* row-parallel partial sums */
+        /* row-parallel partial sums; rank 0 alone adds the bias, so the
+         * all-reduce adds it once (vLLM's RowParallelLinear) */
+        NL_TRY(op->linear(be, s->x, attn, L->o_proj, sh->rank == 0 ? L->o_bias : NULL, n));
         NL_TRY(all_reduce(comm, be, s->x, (size_t)n * hidden));
 
         /* MLP block */
         NL_TRY(op->rmsnorm(be, s->xn, s->x, s->residual, L->post_norm, n, hidden, eps));
-        NL_TRY(op->linear(be, gate_up, s->xn, L->gate_up, NULL, n)); /* [n, 2 inter] */
-        NL_TRY(op->silu_mul(be, mlp, gate_up, n, inter));             /* [n, inter] */
-        NL_TRY(op->linear(be, s->x, mlp, L->down, NULL, n));         /* row-parallel */
+        NL_TRY(op->linear(be, gate_up, s->xn, L->gate_up, L->gate_up_bias, n)); /* [n, 2 inter] */
+        NL_TRY(op->silu_mul(be, mlp, gate_up, n, inter));                        /* [n, inter] */
+        NL_TRY(op->linear(be, s->x, mlp, L->down, sh->rank == 0 ? L->down_bias : NULL, n));
         NL_TRY(all_reduce(comm, be, s->x, (size_t)n * hidden));
     }
 

@@ -1,4 +1,5 @@
-/* qwen.h — the Qwen3 / Qwen2 forward pass over the op interface.
+/* qwen.h — the dense decoder forward pass (Qwen3, Qwen2, Llama) over the
+ * op interface.
  *
  * qwen_state holds everything the forward pass writes: activations sized
  * for the step maxima and the paged KV cache.  All of it is allocated once,

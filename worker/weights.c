@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "common/model_rope.h"
 #include "common/model_tensors.h"
 
 nl_status weights_plan_shard(const nl_model_config *cfg, int32_t rank, int32_t tp, qwen_shard *out)
@@ -64,6 +65,9 @@ static nl_weight **slot_field(qwen_weights *w, int layer, model_slot slot)
     case MODEL_SLOT_POST_NORM: return &L->post_norm;
     case MODEL_SLOT_GATE_UP: return &L->gate_up;
     case MODEL_SLOT_DOWN: return &L->down;
+    case MODEL_SLOT_O_BIAS: return &L->o_bias;
+    case MODEL_SLOT_GATE_UP_BIAS: return &L->gate_up_bias;
+    case MODEL_SLOT_DOWN_BIAS: return &L->down_bias;
     case MODEL_SLOT_COUNT: break;
     }
     return NULL;
@@ -106,6 +110,20 @@ static part_plan plan_part(const model_tensor_def *d, const nl_model_config *cfg
     else if (d->shard == MODEL_SHARD_ROW)
         split_range(d->dims[1], cfg, s, &p.col0, &p.cols);
     return p;
+}
+
+/* The rotary frequencies, computed once on the host and uploaded: the rope
+ * op of every backend reads this table, whatever the rope type. */
+static nl_status upload_inv_freq(nl_backend *be, qwen_weights *w)
+{
+    size_t half = (size_t)w->cfg.head_dim / 2, bytes = half * sizeof(float);
+    float *host = malloc(bytes);
+    if (!host) return nl_error(NL_ERR_NOMEM, "weights: no memory for the rotary table");
+    model_rope_inv_freq(&w->cfg, host);
+    nl_status st = be->ops->alloc(be, bytes, (void **)&w->rope_inv_freq);
+    if (st == NL_OK) st = be->ops->upload(be, w->rope_inv_freq, host, bytes);
+    free(host);
+    return st == NL_OK ? NL_OK : nl_error_prefix(st, "weights: rotary table: ");
 }
 
 /* Loads one tensor (spec) into its slot, creating the slot's weight, sized
@@ -160,6 +178,7 @@ nl_status weights_load(nl_backend *be, const nl_model_config *cfg, const st_mode
         w->layers = calloc((size_t)cfg->num_hidden_layers, sizeof *w->layers);
         if (!w->layers) st = nl_error(NL_ERR_NOMEM, "weights: no memory for %d layers", cfg->num_hidden_layers);
     }
+    if (st == NL_OK) st = upload_inv_freq(be, w);
     if (st == NL_OK) st = model_tensors_list(cfg, &specs, &n_specs);
     for (size_t i = 0; st == NL_OK && i < n_specs; i++) st = load_part(be, f, &specs[i], m, w);
     free(specs);
@@ -192,6 +211,7 @@ void weights_destroy(nl_backend *be, qwen_weights *w)
         for (int k = 0; k < slot; k++) seen |= *slot_field(w, 0, (model_slot)k) == p;
         if (p && !seen) be->ops->weight_destroy(be, p);
     }
+    if (w->rope_inv_freq) be->ops->free(be, w->rope_inv_freq);
     free(w->layers);
     free(w);
 }

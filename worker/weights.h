@@ -4,7 +4,8 @@
  * The family's tensor table (common/model_family.h) says which checkpoint
  * tensor fills which field below, which tensors are fused into one field
  * and along which dimension each is split; a field the table leaves empty
- * for a config (q_norm in Qwen2, qkv_bias without attention_bias) is NULL.
+ * for a config (q_norm in Qwen2 and Llama, biases the config does not ask
+ * for) is NULL.
  *
  * Sharding (rank r of tp):
  *   query heads      hq = heads / tp, rank's heads [r hq, (r+1) hq)
@@ -41,9 +42,12 @@ typedef struct qwen_layer {
     nl_weight *q_norm;       /* [1, hd], Qwen3 only                       */
     nl_weight *k_norm;       /* [1, hd], Qwen3 only                       */
     nl_weight *o_proj;       /* [hidden, hq hd]: this shard's columns     */
+    nl_weight *o_bias;       /* [1, hidden], every rank; NULL without     */
     nl_weight *post_norm;    /* [1, hidden]                               */
     nl_weight *gate_up;      /* [2 inter, hidden]: gate rows; up rows     */
+    nl_weight *gate_up_bias; /* [2 inter, 1], NULL without mlp_bias       */
     nl_weight *down;         /* [hidden, inter]: this shard's columns     */
+    nl_weight *down_bias;    /* [1, hidden], every rank; NULL without     */
 } qwen_layer;
 
 typedef struct qwen_weights {
@@ -53,6 +57,8 @@ typedef struct qwen_weights {
     qwen_layer *layers;      /* [num_hidden_layers]                       */
     nl_weight *final_norm;   /* [1, hidden]                               */
     nl_weight *lm_head;      /* [vocab_shard, hidden]; == embed when tied */
+    float *rope_inv_freq;    /* [hd / 2] fp32 backend memory: the rotary
+                                frequencies of cfg (common/model_rope.h)  */
 } qwen_weights;
 
 /* Works out rank's shard of cfg; refuses a tp the shapes do not divide,

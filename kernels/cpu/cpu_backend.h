@@ -53,8 +53,8 @@ nl_status cpu_linear(nl_backend *be, void *out, const void *x, const nl_weight *
 nl_status cpu_linear_f32(nl_backend *be, float *out, const void *x, const nl_weight *w,
                          int32_t n);
 nl_status cpu_qk_norm_rope(nl_backend *be, void *qkv, const int32_t *positions,
-                           const nl_weight *q_norm, const nl_weight *k_norm, int32_t n,
-                           int32_t hq, int32_t hk, int32_t hd, float eps, float rope_theta);
+                           const nl_weight *q_norm, const nl_weight *k_norm, const float *inv_freq,
+                           int32_t n, int32_t hq, int32_t hk, int32_t hd, float eps);
 nl_status cpu_store_kv(nl_backend *be, void *k_cache, void *v_cache, const void *qkv,
                        const int32_t *slots, int32_t n, int32_t hq, int32_t hk, int32_t hd,
                        int32_t block_size);

@@ -120,12 +120,14 @@ struct rope_ctx {
     float *qkv;
     const int32_t *positions;
     const float *q_norm, *k_norm;
+    const float *inv_freq; /* [hd / 2] */
     int32_t hq, hk, hd;
     float eps;
-    double theta;
     atomic_bool failed; /* a thread had no memory for its table */
 };
 
+/* The angle is formed in double from the fp32 frequency, so a large
+ * position loses nothing beyond the reference's own fp32 product. */
 static void rope_task(void *ctx_, int64_t begin, int64_t end)
 {
     struct rope_ctx *c = ctx_;
@@ -139,7 +141,7 @@ static void rope_task(void *ctx_, int64_t begin, int64_t end)
     for (int64_t t = begin; t < end; t++) {
         double pos = c->positions[t];
         for (int32_t i = 0; i < half; i++) {
-            double angle = pos * pow(c->theta, -2.0 * i / c->hd);
+            double angle = pos * (double)c->inv_freq[i];
             cs[i] = (float)cos(angle);
             sn[i] = (float)sin(angle);
         }
@@ -159,15 +161,16 @@ static void rope_task(void *ctx_, int64_t begin, int64_t end)
 }
 
 nl_status cpu_qk_norm_rope(nl_backend *be, void *qkv, const int32_t *positions,
-                           const nl_weight *q_norm, const nl_weight *k_norm, int32_t n,
-                           int32_t hq, int32_t hk, int32_t hd, float eps, float rope_theta)
+                           const nl_weight *q_norm, const nl_weight *k_norm, const float *inv_freq,
+                           int32_t n, int32_t hq, int32_t hk, int32_t hd, float eps)
 {
     if (hd <= 0 || hd % 2)
         return nl_error(NL_ERR_INVALID_ARG, "qk_norm_rope: head_dim %d must be even", hd);
     if ((q_norm && q_norm->rows * q_norm->cols != hd) || (k_norm && k_norm->rows * k_norm->cols != hd))
         return nl_error(NL_ERR_INVALID_ARG, "qk_norm_rope: q/k norm weights must have %d elements", hd);
+    if (!inv_freq) return nl_error(NL_ERR_INVALID_ARG, "qk_norm_rope: no inv_freq table");
     struct rope_ctx c = {qkv, positions, q_norm ? q_norm->data : NULL,
-                         k_norm ? k_norm->data : NULL, hq, hk, hd, eps, rope_theta, false};
+                         k_norm ? k_norm->data : NULL, inv_freq, hq, hk, hd, eps, false};
     cpu_parallel_for(CPU(be), n, ROWS_MIN_PARALLEL, rope_task, &c);
     if (atomic_load(&c.failed))
         return nl_error(NL_ERR_NOMEM, "qk_norm_rope: no memory for the rotary table of head_dim %d", hd);

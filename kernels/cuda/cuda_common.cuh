@@ -101,8 +101,9 @@ nl_status cuda_embedding(nl_backend *b, void *out, const nl_weight *table, const
 nl_status cuda_rmsnorm(nl_backend *b, void *out, const void *x, void *residual,
                        const nl_weight *w, int32_t n, int32_t dim, float eps);
 nl_status cuda_qk_norm_rope(nl_backend *b, void *qkv, const int32_t *positions,
-                            const nl_weight *q_norm, const nl_weight *k_norm, int32_t n,
-                            int32_t hq, int32_t hk, int32_t hd, float eps, float rope_theta);
+                            const nl_weight *q_norm, const nl_weight *k_norm,
+                            const float *inv_freq, int32_t n, int32_t hq, int32_t hk,
+                            int32_t hd, float eps);
 /* Slots are absolute, so block_size is not needed here. */
 nl_status cuda_store_kv(nl_backend *b, void *k_cache, void *v_cache, const void *qkv,
                         const int32_t *slots, int32_t n, int32_t hq, int32_t hk, int32_t hd,

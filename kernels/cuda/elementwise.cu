@@ -176,11 +176,12 @@ nl_status cuda_rmsnorm(nl_backend *b, void *out, const void *x, void *residual,
 /* ---- QK-norm + RoPE: one warp per (token, head) of q and k ---------------------- */
 
 /* Lane l owns the rotary pairs (i, i + hd/2) for i = l, l + 32, ...; the
- * frequencies are fp32 as in the reference, and sincosf (not the fast
- * intrinsic) keeps large positions accurate. */
+ * frequencies come from the host's fp32 table (common/model_rope.h), the
+ * angle is their fp32 product with the position as in the reference, and
+ * sincosf (not the fast intrinsic) keeps large positions accurate. */
 __global__ void kernel_qk_norm_rope(bf16 *qkv, const int32_t *positions, const bf16 *q_norm,
-                                    const bf16 *k_norm, int n, int hq, int hk, int hd, float eps,
-                                    float theta)
+                                    const bf16 *k_norm, const float *inv_freq, int n, int hq,
+                                    int hk, int hd, float eps)
 {
     int warps = blockDim.x >> 5;
     int head = blockIdx.y * warps + (threadIdx.x >> 5);
@@ -207,17 +208,17 @@ __global__ void kernel_qk_norm_rope(bf16 *qkv, const int32_t *positions, const b
             a = round_bf16(__bfloat162float(w[i]) * round_bf16(a * inv));
             b = round_bf16(__bfloat162float(w[i + half]) * round_bf16(b * inv));
         }
-        float inv_freq = 1.0f / powf(theta, (float)(2 * i) / (float)hd);
         float s, c;
-        sincosf(pos * inv_freq, &s, &c);
+        sincosf(pos * inv_freq[i], &s, &c);
         x[i] = __float2bfloat16(a * c - b * s);
         x[i + half] = __float2bfloat16(b * c + a * s);
     }
 }
 
 nl_status cuda_qk_norm_rope(nl_backend *b, void *qkv, const int32_t *positions,
-                            const nl_weight *q_norm, const nl_weight *k_norm, int32_t n,
-                            int32_t hq, int32_t hk, int32_t hd, float eps, float rope_theta)
+                            const nl_weight *q_norm, const nl_weight *k_norm,
+                            const float *inv_freq, int32_t n, int32_t hq, int32_t hk,
+                            int32_t hd, float eps)
 {
     cuda_backend *be = cuda_be(b);
     if (n <= 0) return NL_OK;
@@ -227,11 +228,12 @@ nl_status cuda_qk_norm_rope(nl_backend *b, void *qkv, const int32_t *positions,
         (k_norm && k_norm->rows * k_norm->cols != hd))
         return nl_error(NL_ERR_INVALID_ARG, "cuda: q/k norm weights must have head_dim %d values",
                         hd);
+    if (!inv_freq) return nl_error(NL_ERR_INVALID_ARG, "cuda: rope has no inv_freq table");
     const int warps = 8;
     dim3 grid(n, (hq + hk + warps - 1) / warps);
     kernel_qk_norm_rope<<<grid, warps * 32, 0, be->stream>>>(
-        (bf16 *)qkv, positions, q_norm ? q_norm->data : NULL, k_norm ? k_norm->data : NULL, n,
-        hq, hk, hd, eps, rope_theta);
+        (bf16 *)qkv, positions, q_norm ? q_norm->data : NULL, k_norm ? k_norm->data : NULL,
+        inv_freq, n, hq, hk, hd, eps);
     NL_CUDA_CHECK_LAUNCH();
     return NL_OK;
 }

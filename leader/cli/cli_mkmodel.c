@@ -1,8 +1,9 @@
 /* cli_mkmodel.c — `nanollm-launch mkmodel`: a random-weight model on disk.
  *
  * Starts from a preset and applies shape overrides, so tests can make many
- * small variants (Qwen2 biases, untied heads, odd head counts) with one
- * command.  The writing itself is mkmodel.c's.
+ * small variants (Qwen2 biases, Llama biases and rope scaling, untied
+ * heads, odd head counts) with one command.  The writing itself is
+ * mkmodel.c's.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -18,7 +19,7 @@
 
 enum {
     OPT_OUT = CLI_OWN, OPT_PRESET, OPT_SEED, OPT_TOKENIZER, OPT_NO_TOKENIZER, OPT_SHARD_SIZE, OPT_ARCH,
-    OPT_TIE, OPT_NO_TIE,
+    OPT_TIE, OPT_NO_TIE, OPT_ATTENTION_BIAS, OPT_MLP_BIAS, OPT_ROPE_LLAMA3,
     OPT_VOCAB, OPT_HIDDEN, OPT_INTER, OPT_LAYERS, OPT_HEADS, OPT_KV, OPT_HEAD_DIM, OPT_MAX_POS, /* shapes */
 };
 #define N_SHAPES (OPT_MAX_POS - OPT_VOCAB + 1)
@@ -33,6 +34,9 @@ static const struct option options[] = {
     {"arch", required_argument, NULL, OPT_ARCH},
     {"tie", no_argument, NULL, OPT_TIE},
     {"no-tie", no_argument, NULL, OPT_NO_TIE},
+    {"attention-bias", no_argument, NULL, OPT_ATTENTION_BIAS},
+    {"mlp-bias", no_argument, NULL, OPT_MLP_BIAS},
+    {"rope-llama3", required_argument, NULL, OPT_ROPE_LLAMA3},
     {"vocab", required_argument, NULL, OPT_VOCAB},
     {"hidden", required_argument, NULL, OPT_HIDDEN},
     {"inter", required_argument, NULL, OPT_INTER},
@@ -57,23 +61,38 @@ const cli_command cli_mkmodel_command = {
     .help =
     "usage: nanollm-launch mkmodel --out DIR [--preset NAME] [--seed N]\n"
     "         [--tokenizer DIR | --no-tokenizer] [--shard-size MB]\n"
-    "         [--arch qwen2|qwen3] [--vocab N] [--hidden N] [--inter N] [--layers N]\n"
+    "         [--arch qwen2|qwen3|llama] [--vocab N] [--hidden N] [--inter N] [--layers N]\n"
     "         [--heads N] [--kv-heads N] [--head-dim N] [--tie|--no-tie] [--max-pos N]\n"
+    "         [--attention-bias] [--mlp-bias] [--rope-llama3 FACTOR,LOW,HIGH,ORIGINAL_MAX]\n"
     "\n"
     "Writes a random-weight model directory (deterministic in --seed) into DIR, which must\n"
     "not exist or be empty.  The shape options override the preset's (below).\n"
     "The tokenizer files come from --tokenizer DIR, else from where the demo model's come\n"
     "from ($NANOLLM_TOKENIZER_DIR or the cache) when that tokenizer fits the vocabulary;\n"
+    "a Llama model takes the Llama 3 tokenizer instead ($NANOLLM_LLAMA3_TOKENIZER_DIR or\n"
+    "the cache's tokenizer-llama3, see tools/fetch-tokenizer.sh);\n"
     "--no-tokenizer writes a model that takes token ids only.\n",
     .help_more = print_presets,
 };
 
-/* The demo model's tokenizer folder when it is there and fits a vocabulary of
- * vocab ids (copied into *dir), else a note on stderr and false. */
-static bool default_tokenizer(int32_t vocab, char *dir, size_t cap)
+/* Where a Llama model's tokenizer comes from: $NANOLLM_LLAMA3_TOKENIZER_DIR,
+ * else the cache folder tools/fetch-tokenizer.sh fills. */
+static void llama_tokenizer_dir(char *out, size_t cap)
+{
+    const char *env = getenv("NANOLLM_LLAMA3_TOKENIZER_DIR"), *xdg = getenv("XDG_CACHE_HOME");
+    const char *home = getenv("HOME");
+    if (env && env[0]) snprintf(out, cap, "%s", env);
+    else if (xdg && xdg[0]) snprintf(out, cap, "%s/nanollm/tokenizer-llama3", xdg);
+    else snprintf(out, cap, "%s/.cache/nanollm/tokenizer-llama3", home ? home : ".");
+}
+
+/* The tokenizer folder from (NULL: the demo model's) when it is there and
+ * fits a vocabulary of vocab ids (copied into *dir), else a note on stderr
+ * and false. */
+static bool default_tokenizer(const char *from, int32_t vocab, char *dir, size_t cap)
 {
     nl_tokenizer *t;
-    if (nl_tokenizer_open(NULL, &t) != NL_OK) {
+    if (nl_tokenizer_open(from, &t) != NL_OK) {
         fprintf(stderr, "nanollm-launch mkmodel: note: no tokenizer copied (%s); the model takes token "
                 "ids only\n", nl_last_error());
         return false;
@@ -114,10 +133,10 @@ static bool occupied(const char *path)
 
 int cli_mkmodel(int argc, char **argv)
 {
-    const char *preset = "tiny", *out = NULL, *arch = NULL;
+    const char *preset = "tiny", *out = NULL, *arch = NULL, *rope_llama3 = NULL;
     mkmodel_options opt = {0};
     int tie = -1;
-    bool no_tokenizer = false;
+    bool no_tokenizer = false, attention_bias = false, mlp_bias = false;
     int64_t shape[N_SHAPES];
     bool shape_set[N_SHAPES] = {false};
     cli_parser p;
@@ -134,6 +153,9 @@ int cli_mkmodel(int argc, char **argv)
         case OPT_ARCH: arch = v; break;
         case OPT_TIE: tie = 1; break;
         case OPT_NO_TIE: tie = 0; break;
+        case OPT_ATTENTION_BIAS: attention_bias = true; break;
+        case OPT_MLP_BIAS: mlp_bias = true; break;
+        case OPT_ROPE_LLAMA3: rope_llama3 = v; break;
         case OPT_SEED: {
             char *end;
             errno = 0;
@@ -192,10 +214,24 @@ int cli_mkmodel(int argc, char **argv)
     if (arch) {
         if (!strcmp(arch, "qwen3")) cfg.arch = NL_ARCH_QWEN3, cfg.attention_bias = false;
         else if (!strcmp(arch, "qwen2")) cfg.arch = NL_ARCH_QWEN2, cfg.attention_bias = true;
+        else if (!strcmp(arch, "llama")) cfg.arch = NL_ARCH_LLAMA, cfg.attention_bias = false;
         else {
-            cli_usage_error(&p, "--arch: '%s' is not qwen2 or qwen3", arch);
+            cli_usage_error(&p, "--arch: '%s' is not qwen2, qwen3 or llama", arch);
             return p.exit;
         }
+    }
+    if (attention_bias) cfg.attention_bias = true;
+    if (mlp_bias) cfg.mlp_bias = true;
+    if (rope_llama3) {
+        nl_rope_scaling *r = &cfg.rope_scaling;
+        int orig, used = 0;
+        if (sscanf(rope_llama3, "%f,%f,%f,%d%n", &r->factor, &r->low_freq_factor,
+                   &r->high_freq_factor, &orig, &used) != 4 || rope_llama3[used] != '\0') {
+            cli_usage_error(&p, "--rope-llama3: '%s' is not FACTOR,LOW,HIGH,ORIGINAL_MAX", rope_llama3);
+            return p.exit;
+        }
+        r->type = NL_ROPE_LLAMA3;
+        r->original_max_position_embeddings = orig;
     }
     int32_t *fields[N_SHAPES] = {
         &cfg.vocab_size, &cfg.hidden_size, &cfg.intermediate_size, &cfg.num_hidden_layers,
@@ -210,8 +246,11 @@ int cli_mkmodel(int argc, char **argv)
     if (cfg.bos_token_id >= cfg.vocab_size) cfg.bos_token_id = -1;
     for (int i = 0; i < cfg.n_eos; i++)
         if (cfg.eos_token_ids[i] >= cfg.vocab_size) cfg.eos_token_ids[i] = cfg.vocab_size - 1;
-    char tok_dir[4096];
-    if (!opt.tokenizer_dir && !no_tokenizer && default_tokenizer(cfg.vocab_size, tok_dir, sizeof tok_dir))
+    char tok_dir[4096], llama_dir[4096];
+    llama_tokenizer_dir(llama_dir, sizeof llama_dir);
+    const char *from = cfg.arch == NL_ARCH_LLAMA ? llama_dir : NULL;
+    if (!opt.tokenizer_dir && !no_tokenizer &&
+        default_tokenizer(from, cfg.vocab_size, tok_dir, sizeof tok_dir))
         opt.tokenizer_dir = tok_dir;
 
     nl_status st = mkmodel_write(&cfg, &opt, out);

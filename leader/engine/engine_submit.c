@@ -99,7 +99,12 @@ static nl_status prompt_ids(nl_engine *e, const nl_prompt *prompt, int32_t **ids
         text = chat_text;
     }
     size_t n_ids = 0;
-    nl_status st = tokenizer_encode(e->tok, text, chat_text ? chat_len : strlen(text), ids, &n_ids);
+    /* A rendered chat holds its own <|begin_of_text|>; plain text gets the
+     * tokenizer's (vLLM's add_special_tokens rule). */
+    size_t len = chat_text ? chat_len : strlen(text);
+    nl_status st = prompt->kind == NL_PROMPT_CHAT
+        ? tokenizer_encode_chat(e->tok, text, len, ids, &n_ids)
+        : tokenizer_encode(e->tok, text, len, ids, &n_ids);
     free(chat_text);
     if (st != NL_OK) return nl_error_prefix(st, "prompt: ");
     if (n_ids > INT32_MAX / 2) {

@@ -40,53 +40,93 @@
 #define MAX_THREADS 16
 
 const char *const mkmodel_preset_names[] = {
-    "tiny", "qwen3-0.6b", "qwen3-1.7b", "qwen3-4b", "qwen3-8b", "qwen3-14b", "qwen3-32b", NULL,
+    "tiny", "qwen3-0.6b", "qwen3-1.7b", "qwen3-4b", "qwen3-8b", "qwen3-14b", "qwen3-32b",
+    "llama3.2-1b", "llama3.2-3b", "llama3.1-8b", "llama3.1-70b", NULL,
 };
+
+/* What the models of one release share: vocabulary, rope, special ids. */
+typedef struct preset_family {
+    nl_arch arch;
+    int32_t vocab;
+    float rope_theta, rms_norm_eps;
+    float llama3_factor; /* 0: plain rope; else llama3 scaling from 8192 */
+    int32_t bos, n_eos, eos[3];
+} preset_family;
+
+static const preset_family qwen3 = {NL_ARCH_QWEN3, 151936, 1000000.0f, 1e-6f, 0,
+                                    151643 /* <|endoftext|> */, 1, {151645 /* <|im_end|> */}};
+/* Llama 3.1 and 3.2 (their config.json files): <|begin_of_text|>, and
+ * <|end_of_text|>, <|eom_id|>, <|eot_id|> as end ids. */
+static const preset_family llama31 = {NL_ARCH_LLAMA, 128256, 500000.0f, 1e-5f, 8.0f,
+                                      128000, 3, {128001, 128008, 128009}};
+static const preset_family llama32 = {NL_ARCH_LLAMA, 128256, 500000.0f, 1e-5f, 32.0f,
+                                      128000, 3, {128001, 128008, 128009}};
 
 typedef struct preset {
     const char *name;
+    const preset_family *family;
     int32_t hidden, inter, layers, heads, kv_heads, head_dim, max_pos;
     bool tie;
 } preset;
 
-/* The shapes of the released Qwen3 dense models (their config.json files). */
+/* The shapes of the released models (their config.json files); the 70B
+ * one is for sizing runs. */
 static const preset presets[] = {
-    {"tiny", 64, 128, 2, 4, 2, 32, 4096, true},
-    {"qwen3-0.6b", 1024, 3072, 28, 16, 8, 128, 40960, true},
-    {"qwen3-1.7b", 2048, 6144, 28, 16, 8, 128, 40960, true},
-    {"qwen3-4b", 2560, 9728, 36, 32, 8, 128, 40960, true},
-    {"qwen3-8b", 4096, 12288, 36, 32, 8, 128, 40960, false},
-    {"qwen3-14b", 5120, 17408, 40, 40, 8, 128, 40960, false},
-    {"qwen3-32b", 5120, 25600, 64, 64, 8, 128, 40960, false},
+    {"tiny", &qwen3, 64, 128, 2, 4, 2, 32, 4096, true},
+    {"qwen3-0.6b", &qwen3, 1024, 3072, 28, 16, 8, 128, 40960, true},
+    {"qwen3-1.7b", &qwen3, 2048, 6144, 28, 16, 8, 128, 40960, true},
+    {"qwen3-4b", &qwen3, 2560, 9728, 36, 32, 8, 128, 40960, true},
+    {"qwen3-8b", &qwen3, 4096, 12288, 36, 32, 8, 128, 40960, false},
+    {"qwen3-14b", &qwen3, 5120, 17408, 40, 40, 8, 128, 40960, false},
+    {"qwen3-32b", &qwen3, 5120, 25600, 64, 64, 8, 128, 40960, false},
+    {"llama3.2-1b", &llama32, 2048, 8192, 16, 32, 8, 64, 131072, true},
+    {"llama3.2-3b", &llama32, 3072, 8192, 28, 24, 8, 128, 131072, true},
+    {"llama3.1-8b", &llama31, 4096, 14336, 32, 32, 8, 128, 131072, false},
+    {"llama3.1-70b", &llama31, 8192, 28672, 80, 64, 8, 128, 131072, false},
 };
+
+static const preset *find_preset(const char *name)
+{
+    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
+        if (!strcmp(name, presets[i].name)) return &presets[i];
+    return NULL;
+}
 
 nl_status mkmodel_preset(const char *name, nl_model_config *cfg)
 {
-    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
-        const preset *p = &presets[i];
-        if (strcmp(name, p->name)) continue;
-        memset(cfg, 0, sizeof *cfg);
-        cfg->arch = NL_ARCH_QWEN3;
-        cfg->vocab_size = 151936;
-        cfg->hidden_size = p->hidden;
-        cfg->intermediate_size = p->inter;
-        cfg->num_hidden_layers = p->layers;
-        cfg->num_attention_heads = p->heads;
-        cfg->num_key_value_heads = p->kv_heads;
-        cfg->head_dim = p->head_dim;
-        cfg->max_position_embeddings = p->max_pos;
-        cfg->rms_norm_eps = 1e-6f;
-        cfg->rope_theta = 1000000.0f;
-        cfg->tie_word_embeddings = p->tie;
-        cfg->attention_bias = false;
-        cfg->dtype = NL_DTYPE_BF16;
-        cfg->bos_token_id = 151643; /* <|endoftext|> */
-        cfg->n_eos = 1;
-        cfg->eos_token_ids[0] = 151645; /* <|im_end|> */
-        return NL_OK;
+    const preset *p = find_preset(name);
+    if (!p) {
+        char names[512];
+        size_t o = 0;
+        for (const char *const *n = mkmodel_preset_names; *n && o < sizeof names; n++)
+            o += (size_t)snprintf(names + o, sizeof names - o, "%s%s", o ? ", " : "", *n);
+        return nl_error(NL_ERR_INVALID_ARG, "unknown model preset \"%s\" (%s)", name, names);
     }
-    return nl_error(NL_ERR_INVALID_ARG, "unknown model preset \"%s\" (tiny, qwen3-0.6b, "
-                    "qwen3-1.7b, qwen3-4b, qwen3-8b, qwen3-14b, qwen3-32b)", name);
+    const preset_family *f = p->family;
+    memset(cfg, 0, sizeof *cfg);
+    cfg->arch = f->arch;
+    cfg->vocab_size = f->vocab;
+    cfg->hidden_size = p->hidden;
+    cfg->intermediate_size = p->inter;
+    cfg->num_hidden_layers = p->layers;
+    cfg->num_attention_heads = p->heads;
+    cfg->num_key_value_heads = p->kv_heads;
+    cfg->head_dim = p->head_dim;
+    cfg->max_position_embeddings = p->max_pos;
+    cfg->rms_norm_eps = f->rms_norm_eps;
+    cfg->rope_theta = f->rope_theta;
+    if (f->llama3_factor > 0)
+        cfg->rope_scaling = (nl_rope_scaling){.type = NL_ROPE_LLAMA3, .factor = f->llama3_factor,
+                                              .low_freq_factor = 1.0f, .high_freq_factor = 4.0f,
+                                              .original_max_position_embeddings = 8192};
+    cfg->tie_word_embeddings = p->tie;
+    cfg->attention_bias = false;
+    cfg->mlp_bias = false;
+    cfg->dtype = NL_DTYPE_BF16;
+    cfg->bos_token_id = f->bos;
+    cfg->n_eos = f->n_eos;
+    for (int i = 0; i < f->n_eos; i++) cfg->eos_token_ids[i] = f->eos[i];
+    return NL_OK;
 }
 
 /* ---- the generator --------------------------------------------------------- */
@@ -283,21 +323,25 @@ static nl_status write_json(json_t *root, const char *dir, const char *file)
 
 /* <|endoftext|> (the bos id) also ends generation in Qwen's own
  * generation_config.json, beside the chat's <|im_end|>. */
+/* As the released models ship it.  Qwen's bos id is <|endoftext|>, which
+ * also ends generation and pads; Llama's is <|begin_of_text|>, which does
+ * neither, so Llama's end ids are the config's alone and it has no pad. */
 static nl_status write_generation_config(const nl_model_config *cfg, const char *dir)
 {
+    const bool bos_ends_text = cfg->arch != NL_ARCH_LLAMA;
     json_t *eos = json_array();
     bool has_bos = false;
     for (int i = 0; i < cfg->n_eos; i++) {
         json_array_append_new(eos, json_integer(cfg->eos_token_ids[i]));
         has_bos |= cfg->eos_token_ids[i] == cfg->bos_token_id;
     }
-    if (cfg->bos_token_id >= 0 && !has_bos)
+    if (bos_ends_text && cfg->bos_token_id >= 0 && !has_bos)
         json_array_append_new(eos, json_integer(cfg->bos_token_id));
     json_t *root = json_object();
     json_object_set_new(root, "bos_token_id",
                         cfg->bos_token_id >= 0 ? json_integer(cfg->bos_token_id) : json_null());
     json_object_set_new(root, "eos_token_id", eos);
-    if (cfg->bos_token_id >= 0)
+    if (bos_ends_text && cfg->bos_token_id >= 0)
         json_object_set_new(root, "pad_token_id", json_integer(cfg->bos_token_id));
     return write_json(root, dir, "generation_config.json");
 }

@@ -1,4 +1,4 @@
-/* mkmodel.h — writes random-weight Qwen3 / Qwen2 checkpoints.
+/* mkmodel.h — writes random-weight Qwen3 / Qwen2 / Llama checkpoints.
  *
  * The checkpoint is a complete Hugging Face model directory (config.json,
  * generation_config.json, safetensors, optionally the tokenizer) whose
@@ -15,8 +15,10 @@
 #include "common/status.h"
 
 /* Fills cfg with a named shape: "tiny" (Qwen3 layout with the real vocab,
- * a few MB), or the real Qwen3 sizes "qwen3-0.6b", "qwen3-1.7b", "qwen3-4b",
- * "qwen3-8b", "qwen3-14b", "qwen3-32b". */
+ * a few MB), the real Qwen3 sizes "qwen3-0.6b", "qwen3-1.7b", "qwen3-4b",
+ * "qwen3-8b", "qwen3-14b", "qwen3-32b", or the Llama 3 sizes
+ * "llama3.2-1b", "llama3.2-3b", "llama3.1-8b", "llama3.1-70b" (with their
+ * llama3 rope scaling, vocabulary and special ids). */
 nl_status mkmodel_preset(const char *name, nl_model_config *cfg);
 
 /* The preset names, NULL-terminated, for usage messages. */

@@ -61,6 +61,7 @@ nl_status bpe_ids_push(bpe_ids *ids, int32_t id)
 
 nl_status bpe_ids_append(bpe_ids *ids, const int32_t *src, size_t n)
 {
+    if (n == 0) return NL_OK; /* src may be NULL then, which memcpy may not get */
     if (ids->n + n > ids->cap) {
         size_t cap = ids->cap ? ids->cap : 64;
         while (cap < ids->n + n) cap *= 2;

@@ -4,7 +4,9 @@
  * Encoding follows the order of Hugging Face `tokenizers`: added tokens are
  * found in the raw text first (leftmost, then longest), each stretch of text
  * between them is normalised, split into words by the pre-tokenizer and each
- * word is merged by the BPE model.  Decoding concatenates the bytes of the
+ * word is merged by the BPE model; last, the post-processor's template
+ * (Llama 3's TemplateProcessing: <|begin_of_text|> first) wraps the ids
+ * when special tokens are to be added.  Decoding concatenates the bytes of the
  * tokens and renders invalid UTF-8 as U+FFFD.  The normalisation and regex
  * stages live in pretokenize.c, the merges in bpe.c, the chat template in
  * chat_template.c.
@@ -53,6 +55,10 @@ struct tokenizer {
     chat_template *chat;      /* NULL when the model has none or it failed to load */
     nl_status chat_status;    /* why chat is NULL, when loading it failed */
     char *chat_error;
+    /* The post-processor's single-sequence template: these ids before and
+     * after the text's when special tokens are added. */
+    int32_t *post_prefix, *post_suffix;
+    size_t n_post_prefix, n_post_suffix;
     int32_t eos[NL_MAX_EOS];
     size_t n_eos;
 };
@@ -227,7 +233,9 @@ static nl_status load_tokenizer_config(tokenizer *t, const char *dir)
     char path[4096];
     json_t *cfg;
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-    NL_TRY(nl_file_read_json(path, false, &cfg));
+    /* Numbers here are never ids, and some do not fit 64 bits (Llama 3's
+     * model_max_length is 1e30 written as an integer): read them as reals. */
+    NL_TRY(nl_file_read_json_ex(path, false, JSON_DECODE_INT_AS_REAL, &cfg));
     if (!cfg) return NL_OK;
     nl_status st = load_added_tokens_decoder(t, json_object_get(cfg, "added_tokens_decoder"), path);
     const json_t *eos = json_object_get(cfg, "eos_token");
@@ -275,6 +283,119 @@ static nl_status check_decoder(const json_t *decoder, const char *path)
     return NL_OK;
 }
 
+/* Appends the ids of one template piece {"SpecialToken": {"id": NAME}} to
+ * *list, as the template's special_tokens map gives them. */
+static nl_status append_template_ids(const json_t *specials, const char *name, int32_t **list,
+                                     size_t *n, const char *path)
+{
+    const json_t *ids = json_object_get(json_object_get(specials, name), "ids");
+    if (!json_is_array(ids))
+        return nl_error(NL_ERR_FORMAT, "%s: post_processor TemplateProcessing names special "
+                        "token \"%s\" but special_tokens gives it no \"ids\"", path, name);
+    size_t k = json_array_size(ids);
+    int32_t *grown = realloc(*list, (*n + k + 1) * sizeof *grown);
+    if (!grown) return nl_error(NL_ERR_NOMEM, "%s: no memory for the post-processor", path);
+    *list = grown;
+    for (size_t i = 0; i < k; i++) {
+        const json_t *v = json_array_get(ids, i);
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= BPE_ID_LIMIT)
+            return nl_error(NL_ERR_FORMAT, "%s: post_processor special token \"%s\": ids[%zu] is "
+                            "not a token id in [0, %d)", path, name, i, BPE_ID_LIMIT);
+        (*list)[(*n)++] = (int32_t)json_integer_value(v);
+    }
+    return NL_OK;
+}
+
+/* TemplateProcessing's "single" template: special tokens around one
+ * {"Sequence": {"id": "A"}}; the pair template is never used here. */
+static nl_status load_template(tokenizer *t, const json_t *pp, const char *path)
+{
+    const json_t *single = json_object_get(pp, "single");
+    const json_t *specials = json_object_get(pp, "special_tokens");
+    if (!json_is_array(single))
+        return nl_error(NL_ERR_FORMAT, "%s: post_processor TemplateProcessing has no \"single\" "
+                        "array", path);
+    int32_t *before = NULL, *after = NULL;
+    size_t n_before = 0, n_after = 0;
+    bool seen_sequence = false;
+    nl_status st = NL_OK;
+    for (size_t i = 0; st == NL_OK && i < json_array_size(single); i++) {
+        const json_t *item = json_array_get(single, i);
+        const json_t *seq = json_object_get(item, "Sequence");
+        const char *name = json_string_value(json_object_get(json_object_get(item, "SpecialToken"), "id"));
+        if (seq && !seen_sequence) {
+            seen_sequence = true;
+        } else if (name) {
+            st = seen_sequence ? append_template_ids(specials, name, &after, &n_after, path)
+                               : append_template_ids(specials, name, &before, &n_before, path);
+        } else {
+            st = nl_error(NL_ERR_UNSUPPORTED, "%s: post_processor TemplateProcessing single[%zu] is "
+                          "neither one Sequence nor a SpecialToken", path, i);
+        }
+    }
+    if (st == NL_OK && !seen_sequence)
+        st = nl_error(NL_ERR_FORMAT, "%s: post_processor TemplateProcessing single template has no "
+                      "Sequence", path);
+    /* A template inside a Sequence of processors wraps what came before. */
+    if (st == NL_OK && n_before) {
+        int32_t *p = realloc(before, (n_before + t->n_post_prefix + 1) * sizeof *p);
+        if (!p) st = nl_error(NL_ERR_NOMEM, "%s: no memory for the post-processor", path);
+        else {
+            if (t->n_post_prefix) memcpy(p + n_before, t->post_prefix, t->n_post_prefix * sizeof *p);
+            before = p;
+            free(t->post_prefix);
+            t->post_prefix = before, before = NULL;
+            t->n_post_prefix += n_before;
+        }
+    }
+    if (st == NL_OK && n_after) {
+        int32_t *p = realloc(t->post_suffix, (t->n_post_suffix + n_after + 1) * sizeof *p);
+        if (!p) st = nl_error(NL_ERR_NOMEM, "%s: no memory for the post-processor", path);
+        else {
+            memcpy(p + t->n_post_suffix, after, n_after * sizeof *p);
+            t->post_suffix = p;
+            t->n_post_suffix += n_after;
+        }
+    }
+    free(before);
+    free(after);
+    return st;
+}
+
+/* post_processor: null, ByteLevel (it moves offsets only, which are not
+ * kept), TemplateProcessing, or a Sequence of those. */
+static nl_status load_post_processor(tokenizer *t, const json_t *pp, const char *path)
+{
+    if (!pp || json_is_null(pp)) return NL_OK;
+    const char *type = json_string_value(json_object_get(pp, "type"));
+    if (!type) return nl_error(NL_ERR_FORMAT, "%s: post_processor has no \"type\"", path);
+    if (!strcmp(type, "ByteLevel")) return NL_OK;
+    if (!strcmp(type, "TemplateProcessing")) return load_template(t, pp, path);
+    if (!strcmp(type, "Sequence")) {
+        const json_t *list = json_object_get(pp, "processors");
+        if (!json_is_array(list))
+            return nl_error(NL_ERR_FORMAT, "%s: post_processor Sequence has no \"processors\" "
+                            "array", path);
+        for (size_t i = 0; i < json_array_size(list); i++)
+            NL_TRY(load_post_processor(t, json_array_get(list, i), path));
+        return NL_OK;
+    }
+    return nl_error(NL_ERR_UNSUPPORTED, "%s: post_processor type \"%s\" is not supported "
+                    "(supported: ByteLevel, TemplateProcessing, Sequence)", path, type);
+}
+
+/* Every id the template adds must be a token of the vocabulary. */
+static nl_status check_post_ids(const tokenizer *t)
+{
+    for (size_t k = 0; k < t->n_post_prefix + t->n_post_suffix; k++) {
+        int32_t id = k < t->n_post_prefix ? t->post_prefix[k] : t->post_suffix[k - t->n_post_prefix];
+        if (!tokenizer_has_token(t, id))
+            return nl_error(NL_ERR_FORMAT, "tokenizer.json: post_processor adds token id %d, which "
+                            "is not in the vocabulary", id);
+    }
+    return NL_OK;
+}
+
 static nl_status load_tokenizer_json(tokenizer *t, const char *dir)
 {
     char path[4096];
@@ -287,6 +408,7 @@ static nl_status load_tokenizer_json(tokenizer *t, const char *dir)
         st = pretokenizer_create(json_object_get(root, "normalizer"),
                                  json_object_get(root, "pre_tokenizer"), path, &t->pre);
     if (st == NL_OK) st = load_added_tokens(t, json_object_get(root, "added_tokens"), path);
+    if (st == NL_OK) st = load_post_processor(t, json_object_get(root, "post_processor"), path);
     json_decref(root);
     return st;
 }
@@ -302,6 +424,7 @@ nl_status tokenizer_load(const char *dir, tokenizer **out)
     if (st == NL_OK) st = load_tokenizer_config(t, dir);
     if (st == NL_OK) st = load_chat_template(t, dir);
     if (st == NL_OK) st = index_added_tokens(t);
+    if (st == NL_OK) st = check_post_ids(t);
     if (st != NL_OK) {
         tokenizer_destroy(t);
         return st;
@@ -324,6 +447,8 @@ void tokenizer_destroy(tokenizer *t)
     free(t->added_of_id);
     chat_template_destroy(t->chat);
     free(t->chat_error);
+    free(t->post_prefix);
+    free(t->post_suffix);
     free(t);
 }
 
@@ -476,7 +601,7 @@ static nl_status encode_raw_text(encode_ctx *ctx, const char *text, size_t len)
 }
 
 nl_status tokenizer_encode_ex(tokenizer *t, const char *text, size_t len, bool match_special,
-                              int32_t **ids, size_t *n_ids)
+                              bool add_special, int32_t **ids, size_t *n_ids)
 {
     *ids = NULL;
     *n_ids = 0;
@@ -487,7 +612,9 @@ nl_status tokenizer_encode_ex(tokenizer *t, const char *text, size_t len, bool m
     encode_ctx ctx = {.t = t, .match_special = match_special};
     NL_TRY(bpe_ids_push(&ctx.ids, 0)); /* so that an empty result is still a malloc'd array */
     ctx.ids.n = 0;
-    nl_status st = split_added(&ctx, text, len, false, encode_raw_text);
+    nl_status st = add_special ? bpe_ids_append(&ctx.ids, t->post_prefix, t->n_post_prefix) : NL_OK;
+    if (st == NL_OK) st = split_added(&ctx, text, len, false, encode_raw_text);
+    if (st == NL_OK && add_special) st = bpe_ids_append(&ctx.ids, t->post_suffix, t->n_post_suffix);
     if (st != NL_OK) {
         free(ctx.ids.v);
         return st;
@@ -499,7 +626,12 @@ nl_status tokenizer_encode_ex(tokenizer *t, const char *text, size_t len, bool m
 
 nl_status tokenizer_encode(tokenizer *t, const char *text, size_t len, int32_t **ids, size_t *n_ids)
 {
-    return tokenizer_encode_ex(t, text, len, true, ids, n_ids);
+    return tokenizer_encode_ex(t, text, len, true, true, ids, n_ids);
+}
+
+nl_status tokenizer_encode_chat(tokenizer *t, const char *text, size_t len, int32_t **ids, size_t *n_ids)
+{
+    return tokenizer_encode_ex(t, text, len, true, false, ids, n_ids);
 }
 
 /* ---- decoding ---- */

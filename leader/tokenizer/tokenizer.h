@@ -1,11 +1,15 @@
-/* tokenizer.h — text <-> token ids for Qwen3 / Qwen2 models in the Hugging
- * Face layout: byte-level BPE read from tokenizer.json, added/special tokens,
- * the chat template and a streaming detokenizer.
+/* tokenizer.h — text <-> token ids for Qwen3 / Qwen2 / Llama 3 models in the
+ * Hugging Face layout: byte-level BPE read from tokenizer.json, added/special
+ * tokens, the post-processor's template, the chat template and a streaming
+ * detokenizer.
  *
  * Encoding matches Hugging Face `tokenizers` exactly: added tokens are split
- * out of the raw text first, the rest is NFC-normalised, split by the
- * pre-tokenizer regex (PCRE2), mapped to byte-level symbols and merged by BPE
- * rank.  The engine uses this module only through the functions below.
+ * out of the raw text first, the rest is normalised as the file says (NFC for
+ * Qwen, nothing for Llama 3), split by the file's pre-tokenizer regex
+ * (PCRE2), mapped to byte-level symbols and merged by BPE rank (or taken
+ * whole with ignore_merges), then wrapped by the post-processor (Llama 3's
+ * <|begin_of_text|>).  The engine uses this module only through the
+ * functions below.
  */
 #ifndef NL_LEADER_TOKENIZER_H
 #define NL_LEADER_TOKENIZER_H
@@ -23,8 +27,13 @@ nl_status tokenizer_load(const char *dir, tokenizer **out);
 void tokenizer_destroy(tokenizer *t);
 int32_t tokenizer_vocab_size(const tokenizer *t);          /* highest id + 1, added tokens included */
 /* Encodes UTF-8 text (len bytes; invalid UTF-8 -> NL_ERR_INVALID_ARG naming the byte offset).
- * *ids is malloc'd. Special/added tokens in the text are recognised as HF does. Not thread-safe (cache). */
+ * *ids is malloc'd. Special/added tokens in the text are recognised as HF does, and the
+ * post-processor's special tokens are added (HF encode's add_special_tokens=True: Llama 3's
+ * <|begin_of_text|>, nothing for Qwen). Not thread-safe (cache). */
 nl_status tokenizer_encode(tokenizer *t, const char *text, size_t len, int32_t **ids, size_t *n_ids);
+/* As tokenizer_encode without the post-processor's tokens, for a rendered chat template,
+ * which writes its own <|begin_of_text|> (as vLLM encodes chats: add_special_tokens=False). */
+nl_status tokenizer_encode_chat(tokenizer *t, const char *text, size_t len, int32_t **ids, size_t *n_ids);
 /* *text malloc'd, NUL-terminated. Unknown id -> NL_ERR_INVALID_ARG naming it. */
 nl_status tokenizer_decode(const tokenizer *t, const int32_t *ids, size_t n_ids, bool skip_special, char **text);
 /* The same, with the text's length in *text_len: the text holds U+0000 when an id stands for it. */

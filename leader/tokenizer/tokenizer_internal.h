@@ -13,9 +13,11 @@ nl_status tokenizer_token_bytes(const tokenizer *t, int32_t id, bool skip_specia
 
 /* tokenizer_encode, where match_special false leaves special-token strings in
  * the text to the BPE like any other text (Hugging Face's
- * split_special_tokens); non-special added tokens are still matched. */
+ * split_special_tokens); non-special added tokens are still matched.
+ * add_special false leaves out the post-processor's tokens (Hugging Face's
+ * add_special_tokens=False). */
 nl_status tokenizer_encode_ex(tokenizer *t, const char *text, size_t len, bool match_special,
-                              int32_t **ids, size_t *n_ids);
+                              bool add_special, int32_t **ids, size_t *n_ids);
 
 /* The model's chat template, or NULL when it has none (or it failed to load). */
 typedef struct chat_template chat_template;

@@ -2,16 +2,34 @@
 """Writes the tokenizer golden files from Hugging Face's own libraries.
 
 Usage: make_tokenizer_golden.py TOKENIZER_DIR FIXTURE_DIR
+           [--corpus FILE] [--specials EOT,START,END] [--no-chat] [--bulk FILE]
 
-Reads FIXTURE_DIR/corpus.jsonl and writes into FIXTURE_DIR:
-  golden_ids.jsonl     {"name", "ids", "decoded", "decoded_skip"}: tokenizers
-                       Tokenizer.encode / decode (with and without special tokens)
+Reads the corpus (default FIXTURE_DIR/corpus.jsonl) and writes into FIXTURE_DIR:
+  golden_ids.jsonl     {"name", "ids", "ids_plain", "decoded", "decoded_skip"}:
+                       tokenizers Tokenizer.encode (with the post-processor's
+                       special tokens, and without: ids_plain) / decode (with
+                       and without special tokens)
   decode_golden.jsonl  {"name", "ids", "skip_special", "text"}: decode of id
-                       sequences that split or break UTF-8 characters
+                       sequences that split or break UTF-8 characters; the
+                       three special tokens named by --specials (default the
+                       Qwen ones) are mixed in
   chat_golden.jsonl    {"name", "messages", "add_generation_prompt",
                        "enable_thinking", "text", "ids"}: transformers
                        AutoTokenizer.apply_chat_template, then encode
-Needs `tokenizers` and `transformers`; runs offline on the local directory.
+                       (Qwen's template; skipped with --no-chat)
+  --bulk FILE          {"bytes", "n_ids", "checksum"} of encoding about 1 MB
+                       of text built from the corpus (bulk_text below; the C
+                       test builds the same text): whole, and line by line
+Needs `tokenizers` (and `transformers` for the chats); runs offline on the
+local directory.  The committed files came from:
+  Qwen3:    make_tokenizer_golden.py TOK_QWEN3 tests/fixtures/tokenizer
+                --bulk tests/fixtures/tokenizer/bulk.json
+  Llama 3:  make_tokenizer_golden.py TOK_LLAMA3 tests/fixtures/tokenizer-llama3
+                --corpus tests/fixtures/tokenizer/corpus.jsonl --no-chat
+                --specials '<|end_of_text|>,<|start_header_id|>,<|eot_id|>'
+                --bulk tests/fixtures/tokenizer-llama3/bulk.json
+(the Qwen3 golden_ids.jsonl predates ids_plain, which equals ids there: its
+post-processor adds nothing).
 """
 import json
 import os
@@ -20,7 +38,6 @@ import sys
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from tokenizers import Tokenizer  # noqa: E402
-from transformers import AutoTokenizer  # noqa: E402
 
 
 def byte_level_alphabet():
@@ -114,27 +131,83 @@ def decode_cases(vocab, alphabet, special_ids):
     ]
 
 
+BULK_BYTES = 1_000_000
+SEPARATORS = ["", " ", "\n", "\n\n"]
+
+
+def bulk_text(corpus):
+    """About 1 MB of the corpus texts in a pseudo-random order with random
+    separators (a 64-bit LCG, so that C can build the same bytes):
+    state = state * 6364136223846793005 + 1442695040888963407 mod 2^64;
+    text (state >> 33) % n, then separator (state >> 20) & 3."""
+    texts = [c["text"].encode("utf-8") for c in corpus]
+    state, parts, n = 1, [], 0
+    while n < BULK_BYTES:
+        state = (state * 6364136223846793005 + 1442695040888963407) % (1 << 64)
+        piece = texts[(state >> 33) % len(texts)] + SEPARATORS[(state >> 20) & 3].encode()
+        parts.append(piece)
+        n += len(piece)
+    return b"".join(parts).decode("utf-8")
+
+
+def checksum(ids):
+    return sum((i + 1) * x for i, x in enumerate(ids)) % (1 << 64)
+
+
+def write_bulk(tok, corpus, path):
+    text = bulk_text(corpus)
+    whole = tok.encode(text).ids
+    parts = text.split("\n")
+    lines = [p + "\n" for p in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
+    by_line = []
+    for line in lines:
+        by_line.extend(tok.encode(line, add_special_tokens=False).ids)
+    with open(path, "w") as f:
+        json.dump({"bytes": len(text.encode()), "whole": {"n_ids": len(whole), "checksum": checksum(whole)},
+                   "lines": {"n_ids": len(by_line), "checksum": checksum(by_line)}}, f, indent=1)
+        f.write("\n")
+
+
 def main():
-    tok_dir, fix_dir = sys.argv[1], sys.argv[2]
+    args = sys.argv[1:]
+    opt = {"--corpus": None, "--specials": "<|endoftext|>,<|im_start|>,<|im_end|>", "--bulk": None}
+    chat = "--no-chat" not in args
+    args = [a for a in args if a != "--no-chat"]
+    pos = []
+    while args:
+        a = args.pop(0)
+        if a in opt:
+            opt[a] = args.pop(0)
+        else:
+            pos.append(a)
+    tok_dir, fix_dir = pos
     tok = Tokenizer.from_file(os.path.join(tok_dir, "tokenizer.json"))
-    with open(os.path.join(fix_dir, "corpus.jsonl"), encoding="utf-8") as f:
+    with open(opt["--corpus"] or os.path.join(fix_dir, "corpus.jsonl"), encoding="utf-8") as f:
         corpus = [json.loads(line) for line in f]
     with open(os.path.join(fix_dir, "golden_ids.jsonl"), "w", encoding="utf-8") as out:
         for case in corpus:
             ids = tok.encode(case["text"]).ids
             out.write(json.dumps({
                 "name": case["name"], "ids": ids,
+                "ids_plain": tok.encode(case["text"], add_special_tokens=False).ids,
                 "decoded": tok.decode(ids, skip_special_tokens=False),
                 "decoded_skip": tok.decode(ids, skip_special_tokens=True),
             }, ensure_ascii=True) + "\n")
+    if opt["--bulk"]:
+        write_bulk(tok, corpus, opt["--bulk"])
 
     vocab = tok.get_vocab(with_added_tokens=True)
-    specials = [vocab["<|endoftext|>"], vocab["<|im_start|>"], vocab["<|im_end|>"]]
+    specials = [vocab[name] for name in opt["--specials"].split(",")]
     with open(os.path.join(fix_dir, "decode_golden.jsonl"), "w", encoding="utf-8") as out:
         for name, ids, skip in decode_cases(vocab, byte_level_alphabet(), specials):
             out.write(json.dumps({"name": name, "ids": ids, "skip_special": skip,
                                   "text": tok.decode(ids, skip_special_tokens=skip)},
                                  ensure_ascii=True) + "\n")
+
+    if not chat:
+        print(f"golden: {len(corpus)} encode cases")
+        return
+    from transformers import AutoTokenizer
 
     hf = AutoTokenizer.from_pretrained(tok_dir)
     with open(os.path.join(fix_dir, "chat_golden.jsonl"), "w", encoding="utf-8") as out:
