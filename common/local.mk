@@ -3,7 +3,7 @@
 # settings).
 noinst_LTLIBRARIES += libnlcommon.la
 libnlcommon_la_SOURCES = \
-	common/status.c common/status.h common/limits.h \
+	common/status.c common/status.h common/log.c common/log.h common/limits.h \
 	common/file.c common/file.h \
 	common/sampling.c common/sampling.h common/engine_settings.c common/engine_settings.h \
 	common/dtype.c common/dtype.h common/mix64.c common/mix64.h common/futex.h \

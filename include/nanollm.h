@@ -3,12 +3,36 @@
  * An engine owns a tokenizer, a scheduler with its paged-KV block manager, and
  * a pool of worker processes (one per GPU, or per CPU shard) that it forks when
  * it opens.  The calling process never initialises CUDA.  Requests are
- * submitted, then advanced by nl_engine_step() (or all at once with
- * nl_engine_generate()); results are read back per request id.
+ * submitted with nl_engine_submit(), advanced by nl_engine_step() (or
+ * nl_engine_run_until_done(), or by the engine's own thread after
+ * nl_engine_start()), and their results read back per request id or handed
+ * to a final callback.
  *
- * Every function that can fail returns an nl_status; nl_last_error() then
- * holds a message naming what was wrong (file, field, value, limit).  The
- * message is per thread and valid until the next failing call on that thread.
+ * Errors: every function that can fail returns an nl_status; nl_last_error()
+ * then holds a message naming what was wrong (file, field, value, limit).
+ * The message is per thread and valid until the next failing call on that
+ * thread.
+ *
+ * Threads.  One thread at a time steps the engine: the "stepping thread" is
+ * the one calling nl_engine_step()/nl_engine_run_until_done(), or, after
+ * nl_engine_start(), the engine's own thread.
+ *   - Any thread, at any time: nl_engine_submit(), nl_engine_submit_user(),
+ *     nl_engine_abort(), nl_engine_get_stats(), nl_engine_has_unfinished(),
+ *     nl_engine_get_result(), nl_engine_release(), nl_engine_get_info(),
+ *     nl_engine_encode(), nl_engine_decode().  A submission or an abort from
+ *     a thread other than the stepping thread goes through an inbox that the
+ *     stepping thread takes at the start of its next step.
+ *   - The stepping thread only (or any one thread while none steps):
+ *     nl_engine_step(), nl_engine_run_until_done(), the callback setters.
+ *   - nl_engine_start()/nl_engine_stop()/nl_engine_close(): one thread, not
+ *     from inside a callback.
+ * Callbacks (stream, final) run on the stepping thread, one at a time.
+ * They may call any function of the first group, but not step, start, stop
+ * or close.
+ *
+ * Memory: every pointer the library returns points into the engine and
+ * stays valid as stated at its function, except where a function says the
+ * caller frees it (with free()).
  */
 #ifndef NANOLLM_H
 #define NANOLLM_H
@@ -36,8 +60,34 @@ typedef enum nl_status {
 /* "MAJOR.MINOR.PATCH" of the library. */
 const char *nl_version(void);
 
+/* Static strings: never freed. */
 const char *nl_status_name(nl_status status);
 const char *nl_last_error(void);
+
+/* ---- logging --------------------------------------------------------------
+ * The library writes nothing to stderr by itself: it hands messages at or
+ * above the log level to the log callback, which by default prints
+ * "nanollm: <level>: <message>" to stderr.  The level starts as
+ * $NANOLLM_LOG_LEVEL (error, warn, info or debug) or WARN.  Worker processes
+ * cannot call back into the host: they print to their stderr, filtered by
+ * the level the leader had when it opened the engine.  Both settings are
+ * process-wide and may be changed from any thread; the callback may run on
+ * any thread and must not call back into the library. */
+typedef enum nl_log_level {
+    NL_LOG_ERROR = 0,
+    NL_LOG_WARN,
+    NL_LOG_INFO,
+    NL_LOG_DEBUG,
+} nl_log_level;
+
+/* message is NUL-terminated, without a trailing newline, valid during the
+ * call. */
+typedef void (*nl_log_callback)(void *user, nl_log_level level, const char *message);
+
+/* cb NULL restores the stderr default. */
+void nl_set_log_callback(nl_log_callback cb, void *user);
+void nl_set_log_level(nl_log_level level);
+nl_log_level nl_get_log_level(void);
 
 typedef enum nl_device {
     NL_DEVICE_AUTO = 0, /* CUDA when built with it and a GPU is visible */
@@ -126,8 +176,14 @@ typedef struct nl_token_logprob {
     float top_logprobs[20];
 } nl_token_logprob;
 
-/* A finished (or aborted) request, owned by the engine until it is closed or
- * the result is released with nl_engine_release(). */
+/* A finished request (finished, aborted or failed), owned by the engine:
+ * it and everything it points to stay valid and unchanged until
+ * nl_engine_release() of its id or nl_engine_close().
+ *
+ * Times are seconds on CLOCK_MONOTONIC: arrival_time at submission,
+ * first_token_time when the first output token came back (0 if none did),
+ * finish_time when it ended.  time_to_first_token = first_token_time -
+ * arrival_time (0 without a token), latency = finish_time - arrival_time. */
 typedef struct nl_result {
     uint64_t request_id;
     const int32_t *token_ids;           /* generated ids, n_tokens of them  */
@@ -138,17 +194,39 @@ typedef struct nl_result {
     int32_t cached_tokens;              /* prompt tokens served from cache  */
     const nl_token_logprob *logprobs;   /* n_tokens entries when requested  */
     const char *error;                  /* set when finish_reason is ERROR  */
+    void *user;                         /* nl_engine_submit_user()'s user   */
+    double arrival_time;
+    double first_token_time;
+    double finish_time;
+    double time_to_first_token;
+    double latency;
 } nl_result;
 
 typedef struct nl_engine nl_engine;
 
 /* Called once a step for each request that produced tokens.  text_delta
- * holds only complete UTF-8 (a token ending mid-character waits).  The
- * callback may call nl_engine_abort(), but not step, submit or release. */
+ * holds only complete UTF-8 (a token ending mid-character waits); new_ids and
+ * text_delta are valid during the call.  finished is true on a request's
+ * last delta when it stops by itself (stop, length); an aborted or failed
+ * request gets no further delta, only its final callback.  See "Threads"
+ * above for what the callback may call. */
 typedef void (*nl_stream_callback)(void *user, uint64_t request_id,
                                    const int32_t *new_ids, int32_t n_new,
                                    const char *text_delta, bool finished);
 
+/* Called exactly once for every request that was accepted by a submit, when
+ * it ends: finished by itself (STOP, LENGTH), aborted (ABORT) or failed
+ * (ERROR, e.g. a worker died).  result (with its logprobs, text, error and
+ * the request's user pointer) is the same object nl_engine_get_result()
+ * returns, valid until the request is released; the callback may release
+ * it.  Requests that are still unfinished when the engine closes get no
+ * final callback. */
+typedef void (*nl_final_callback)(void *user, const nl_result *result);
+
+/* Opens an engine: forks the workers and waits until they are ready.  The
+ * workers live as long as the engine, whichever thread opened it; if the
+ * host process dies they exit by themselves.  Close with nl_engine_close(),
+ * which stops the engine's thread (nl_engine_stop) first. */
 nl_status nl_engine_open(const nl_engine_config *config, nl_engine **out);
 void nl_engine_close(nl_engine *engine);
 
@@ -161,58 +239,103 @@ typedef struct nl_engine_info {
     int32_t tp;
     bool has_tokenizer;
     bool is_demo_model;
-    const char *device_name;
+    const char *device_name;            /* owned by the engine            */
 } nl_engine_info;
 
 void nl_engine_get_info(const nl_engine *engine, nl_engine_info *info);
 
+/* Counters and gauges for monitoring (a front-end's /metrics), from any
+ * thread.  The counters count since the engine opened; the KV blocks in use
+ * are num_kv_blocks - num_free_kv_blocks. */
+typedef struct nl_engine_stats {
+    int32_t num_running;        /* requests holding KV blocks               */
+    int32_t num_waiting;        /* submitted, not yet (or again) running    */
+    int32_t num_kv_blocks;      /* the KV pool                              */
+    int32_t num_free_kv_blocks; /* unreferenced (cached prefixes included)  */
+    int64_t prompt_tokens;      /* prompt tokens of all submissions         */
+    int64_t cached_tokens;      /* prompt tokens served from the prefix cache */
+    int64_t output_tokens;      /* generated tokens                         */
+    int64_t steps;
+    int64_t preemptions;
+    double prefix_cache_hit_rate; /* cached_tokens / prompt tokens of the
+                                   * requests that started generating, 0..1 */
+    int64_t num_finished;       /* requests ended (any reason)              */
+    int64_t prefill_steps;      /* steps that computed prompt tokens        */
+    int64_t decode_steps;       /* steps of one token per running seq       */
+    double prefill_seconds;     /* wall time of those steps                 */
+    double decode_seconds;
+} nl_engine_stats;
+
+void nl_engine_get_stats(const nl_engine *engine, nl_engine_stats *stats);
+
+/* Set before the first step (or while nl_engine_stop()ped); NULL turns the
+ * callback off. */
 void nl_engine_set_stream_callback(nl_engine *engine, nl_stream_callback cb,
                                    void *user);
+void nl_engine_set_final_callback(nl_engine *engine, nl_final_callback cb,
+                                  void *user);
 
+/* Checks and queues a request; *request_id (when not NULL) gets its id, > 0.
+ * The prompt and params are copied: the caller may free them on return.
+ * A refused request leaves no trace and gets no callback. */
 nl_status nl_engine_submit(nl_engine *engine, const nl_prompt *prompt,
                            const nl_sampling_params *params,
                            uint64_t *request_id);
+/* nl_engine_submit, with a pointer the engine hands back untouched in the
+ * request's nl_result (user). */
+nl_status nl_engine_submit_user(nl_engine *engine, const nl_prompt *prompt,
+                                const nl_sampling_params *params, void *user,
+                                uint64_t *request_id);
+
+/* Ends an unfinished request with NL_FINISH_ABORT: NL_OK guarantees its
+ * result (and final callback) says ABORT.  From the stepping thread (or a
+ * callback) it takes effect at once; from another thread at the start of the
+ * next step.  NL_ERR_NOT_FOUND: the id is unknown, released, or the request
+ * has already finished (then nothing changes). */
 nl_status nl_engine_abort(nl_engine *engine, uint64_t request_id);
 
-/* One schedule -> run -> postprocess step. */
+/* One step: takes the inbox, then schedule -> run -> postprocess.  Refused
+ * (NL_ERR_INVALID_ARG) while the engine steps itself. */
 nl_status nl_engine_step(nl_engine *engine);
+/* Whether a submitted request has not finished yet. */
 bool nl_engine_has_unfinished(const nl_engine *engine);
 
 /* Steps until every submitted request has finished. */
 nl_status nl_engine_run_until_done(nl_engine *engine);
 
-/* The result of a finished request; NL_ERR_NOT_FOUND while it still runs. */
+/* Background mode: the engine's own thread steps whenever a request is
+ * unfinished and sleeps otherwise; results come through the final callback
+ * (on that thread) or nl_engine_get_result().  A step failure ends every
+ * unfinished request with NL_FINISH_ERROR (final callbacks say why) and
+ * later submissions are refused.  stop returns after the current step;
+ * unfinished requests stay queued for a later start or step.  Both return
+ * NL_ERR_INVALID_ARG when already started / not started. */
+nl_status nl_engine_start(nl_engine *engine);
+nl_status nl_engine_stop(nl_engine *engine);
+
+/* The result of a finished request (see nl_result for its lifetime);
+ * NL_ERR_NOT_FOUND while it still runs, or for an unknown/released id. */
 nl_status nl_engine_get_result(nl_engine *engine, uint64_t request_id,
                                const nl_result **out);
 /* The result so far of a request, running or finished: the tokens and
  * logprobs generated until now (finish_reason NL_FINISH_NONE while it
- * runs).  Valid until the next call on the engine other than peek; may be
- * called from the stream callback, e.g. for the logprobs of the new tokens. */
+ * runs).  Stepping thread only (it reads what a step writes).  Valid until
+ * the next call on the engine other than peek; may be called from the
+ * stream callback, e.g. for the logprobs of the new tokens. */
 nl_status nl_engine_peek(nl_engine *engine, uint64_t request_id,
                          const nl_result **out);
+/* Frees a request and its result.  An unfinished one is aborted first (it
+ * still gets its final callback, and is freed after it).  Unknown ids are
+ * ignored. */
 void nl_engine_release(nl_engine *engine, uint64_t request_id);
 
 /* Whether the engine can still run, without blocking and without stepping:
  * NL_OK, or the failure that stopped it -- an earlier failed step, or a
  * worker process found dead now (NL_ERR_WORKER naming its rank), which
  * fails the engine like a failed step: every unfinished request ends with
- * NL_FINISH_ERROR. */
+ * NL_FINISH_ERROR (and its final callback, on the calling thread).  Any
+ * thread; it waits for a step in progress. */
 nl_status nl_engine_check(nl_engine *engine);
-
-/* Counters and gauges for monitoring (a front-end's /metrics). */
-typedef struct nl_engine_stats {
-    int32_t num_running;        /* requests being scheduled                 */
-    int32_t num_waiting;        /* submitted, not yet admitted              */
-    int32_t num_kv_blocks;      /* the KV pool                              */
-    int32_t num_free_kv_blocks; /* unreferenced (cached prefixes included)  */
-    int64_t prompt_tokens;      /* prompt tokens of all submissions         */
-    int64_t cached_tokens;      /* of those, served from the prefix cache   */
-    int64_t output_tokens;      /* generated tokens                         */
-    int64_t steps;
-    int64_t preemptions;
-} nl_engine_stats;
-
-void nl_engine_get_stats(const nl_engine *engine, nl_engine_stats *stats);
 
 /* Tokenizer access (needs tokenizer.json in the model directory).  encode
  * reads NUL-terminated text; *ids is malloc'd and the caller frees it with

@@ -51,7 +51,7 @@ libnlleader_la_SOURCES += \
 	leader/engine/output.c leader/engine/output.h \
 	leader/engine/engine.c leader/engine/engine_internal.h leader/engine/engine_state.h \
 	leader/engine/engine_config.c leader/engine/engine_submit.c \
-	leader/engine/engine_step.c leader/engine/engine_results.c \
+	leader/engine/engine_step.c leader/engine/engine_results.c leader/engine/engine_thread.c \
 	leader/engine/engine_open.c \
 	leader/engine/tokenizer_handle.c \
 	leader/engine/runner.h leader/engine/executor.c leader/engine/executor.h

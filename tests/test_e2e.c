@@ -17,6 +17,7 @@
 #include <check.h>
 #include <jansson.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -461,6 +462,119 @@ START_TEST(test_tp_not_dividing)
 }
 END_TEST
 
+/* ---- 4. the engine and threads -------------------------------------------- */
+
+typedef struct opener {
+    nl_engine_config c;
+    nl_engine *e;
+    nl_status st;
+} opener;
+
+static void *open_in_thread(void *arg)
+{
+    opener *o = arg;
+    o->st = nl_engine_open(&o->c, &o->e);
+    return NULL;
+}
+
+/* A host that opens the engine in a thread and joins it: the workers belong
+ * to the process, so they must still be there for the main thread's steps
+ * (with PR_SET_PDEATHSIG they died when the opening thread ended). */
+START_TEST(test_open_in_thread)
+{
+    golden g;
+    load_golden(model_names[0], &g);
+    char dir[512];
+    model_dir(0, dir, sizeof dir);
+    request rq[MAX_PROMPTS];
+    golden_requests(&g, rq);
+    output ref[MAX_PROMPTS], got[MAX_PROMPTS];
+    opener o;
+    base_config(&o.c, dir, 2);
+    run_all(&o.c, g.n_prompts, rq, g.steps, ref, NULL);
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, open_in_thread, &o), 0);
+    ck_assert_int_eq(pthread_join(t, NULL), 0);
+    ck_assert_msg(o.st == NL_OK, "open: %s", nl_last_error());
+    usleep(200 * 1000); /* long enough for a death signal to have landed */
+    uint64_t ids[MAX_PROMPTS];
+    for (int i = 0; i < g.n_prompts; i++) submit(o.e, &rq[i], g.steps, &ids[i]);
+    ck_assert_msg(nl_engine_run_until_done(o.e) == NL_OK, "run: %s", nl_last_error());
+    for (int i = 0; i < g.n_prompts; i++) collect(o.e, ids[i], &got[i]);
+    expect_same("opened in a joined thread", g.n_prompts, ref, got);
+    nl_engine_close(o.e);
+}
+END_TEST
+
+typedef struct finals {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int n;
+    output out[MAX_PROMPTS];
+} finals;
+
+static void on_final(void *user, const nl_result *r)
+{
+    finals *f = user;
+    int slot = (int)(intptr_t)r->user;
+    pthread_mutex_lock(&f->lock);
+    copy_result(r, &f->out[slot]);
+    ck_assert_double_gt(r->time_to_first_token, 0.0);
+    ck_assert_double_ge(r->latency, r->time_to_first_token);
+    f->n++;
+    pthread_cond_signal(&f->cond);
+    pthread_mutex_unlock(&f->lock);
+}
+
+/* The engine's own thread steps; results arrive by the final callback with
+ * the user pointer given at submission. */
+START_TEST(test_background_mode)
+{
+    golden g;
+    load_golden(model_names[0], &g);
+    char dir[512];
+    model_dir(0, dir, sizeof dir);
+    request rq[MAX_PROMPTS];
+    golden_requests(&g, rq);
+    output ref[MAX_PROMPTS];
+    nl_engine_config c;
+    base_config(&c, dir, 1);
+    run_all(&c, g.n_prompts, rq, g.steps, ref, NULL);
+    nl_engine *e = open_engine(&c);
+    finals f = {.n = 0};
+    pthread_mutex_init(&f.lock, NULL);
+    pthread_cond_init(&f.cond, NULL);
+    nl_engine_set_final_callback(e, on_final, &f);
+    ck_assert_int_eq(nl_engine_start(e), NL_OK);
+    ck_assert_int_eq(nl_engine_start(e), NL_ERR_INVALID_ARG);
+    ck_assert_int_eq(nl_engine_step(e), NL_ERR_INVALID_ARG);
+    for (int i = 0; i < g.n_prompts; i++) {
+        nl_prompt prompt = {.kind = NL_PROMPT_TOKENS, .token_ids = rq[i].ids, .n_tokens = rq[i].n};
+        nl_sampling_params sp;
+        nl_sampling_params_init(&sp);
+        sp.temperature = 0.0f;
+        sp.max_tokens = g.steps;
+        sp.logprobs = N_TOP;
+        sp.ignore_eos = true;
+        ck_assert_int_eq(nl_engine_submit_user(e, &prompt, &sp, (void *)(intptr_t)i, NULL), NL_OK);
+    }
+    pthread_mutex_lock(&f.lock);
+    while (f.n < g.n_prompts) pthread_cond_wait(&f.cond, &f.lock);
+    pthread_mutex_unlock(&f.lock);
+    ck_assert(!nl_engine_has_unfinished(e));
+    nl_engine_stats st;
+    nl_engine_get_stats(e, &st);
+    ck_assert_int_eq(st.num_finished, g.n_prompts);
+    ck_assert_int_eq(st.generation_tokens, (int64_t)g.n_prompts * g.steps);
+    ck_assert_int_eq(st.num_running, 0);
+    ck_assert_int_eq(st.kv_blocks_used, 0);
+    ck_assert_int_eq(nl_engine_stop(e), NL_OK);
+    ck_assert_int_eq(nl_engine_stop(e), NL_ERR_INVALID_ARG);
+    expect_same("background mode", g.n_prompts, ref, f.out);
+    nl_engine_close(e);
+}
+END_TEST
+
 int main(void)
 {
     init_long_prompt();
@@ -488,6 +602,8 @@ int main(void)
     tcase_add_loop_test(tc, test_tp2, 0, N_MODELS);
     tcase_add_loop_test(tc, test_tp4, 0, 3);
     tcase_add_test(tc, test_tp_not_dividing);
+    tcase_add_test(tc, test_open_in_thread);
+    tcase_add_test(tc, test_background_mode);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -27,6 +27,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/log.h"
 #include "common/model_config.h"
 #include "common/model_tensors.h"
 #include "common/safetensors.h"
@@ -190,9 +191,10 @@ static void profile_report(const model_runner *r)
     for (int k = 0; k < 3; k++) {
         const struct step_profile *p = &r->prof[k];
         if (p->steps == 0) continue;
-        fprintf(stderr,
-                "nanollm: profile rank %d %-15s %7lld steps %9lld tokens: prep %.3f s, forward "
-                "%.3f s, sample %.3f s (%.1f us/step)\n",
+        /* Asked for with NANOLLM_PROFILE=1, so shown at WARN and above. */
+        nl_log(NL_LOG_WARN,
+                "profile rank %d %-15s %7lld steps %9lld tokens: prep %.3f s, forward "
+                "%.3f s, sample %.3f s (%.1f us/step)",
                 r->rank, names[k], (long long)p->steps, (long long)p->tokens, p->prep_s,
                 p->forward_s, p->sample_s,
                 1e6 * (p->prep_s + p->forward_s + p->sample_s) / (double)p->steps);
@@ -372,7 +374,7 @@ static nl_status size_kv_cache(model_runner *r)
     r->num_blocks = (int32_t)blocks;
     NL_TRY(qwen_state_alloc_kv(r->be, r->w, r->s, r->num_blocks, p->block_size));
     if (r->rank == 0)
-        fprintf(stderr, "nanollm: KV cache: %d blocks x %d tokens = %lld tokens (%.1f MiB per worker, from %s)\n",
+        nl_log(NL_LOG_INFO, "KV cache: %d blocks x %d tokens = %lld tokens (%.1f MiB per worker, from %s)",
                 r->num_blocks, p->block_size, (long long)r->num_blocks * p->block_size,
                 (double)block_bytes * r->num_blocks / 1048576.0, source);
     return NL_OK;
@@ -469,7 +471,7 @@ static nl_status capture_graphs(model_runner *r)
         r->graph[r->n_graphs++] = g;
     }
     if (r->rank == 0)
-        fprintf(stderr, "nanollm: captured %d decode graphs (batch sizes up to %d)\n", r->n_graphs,
+        nl_log(NL_LOG_INFO, "captured %d decode graphs (batch sizes up to %d)", r->n_graphs,
                 r->n_graphs ? r->graph_size[r->n_graphs - 1] : 0);
     return NL_OK;
 }

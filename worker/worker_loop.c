@@ -8,12 +8,16 @@
  */
 #include "worker/worker_loop.h"
 
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "common/futex.h"
+#include "common/log.h"
 #include "kernels/comm_shm.h"
 
 nl_status worker_check_leader(void *arg)
@@ -75,16 +79,35 @@ nl_status worker_wait_nccl_id(worker_env *env, void *id, size_t bytes)
     return NL_OK;
 }
 
-static int parse_args(int argc, char **argv, int *fd, int *rank)
+/* The leader keeps the only write end of the life pipe: end-of-file on the
+ * read end means the leader process is gone, even while this worker is
+ * busy in a long step, so this thread ends the process at once. */
+static void *watch_leader(void *arg)
+{
+    int fd = (int)(intptr_t)arg;
+    for (;;) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        int n = poll(&p, 1, -1);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) _exit(1);
+        char c;
+        ssize_t got = read(fd, &c, 1);
+        if (got == 0 || (got < 0 && errno != EINTR && errno != EAGAIN)) _exit(1);
+    }
+    return NULL;
+}
+
+static int parse_args(int argc, char **argv, int *fd, int *rank, int *life_fd)
 {
     *fd = -1;
     *rank = -1;
+    *life_fd = -1;
     for (int i = 1; i + 1 < argc; i += 2) {
-        if (strcmp(argv[i], "--shm-fd") == 0) {
+        if (strcmp(argv[i], "--shm-fd") == 0 || strcmp(argv[i], "--leader-fd") == 0) {
             char *end;
             long v = strtol(argv[i + 1], &end, 10);
             if (*end || v < 0 || v > 1024) return -1;
-            *fd = (int)v;
+            if (argv[i][2] == 's') *fd = (int)v; else *life_fd = (int)v;
         } else if (strcmp(argv[i], "--rank") == 0) {
             char *end;
             long r = strtol(argv[i + 1], &end, 10);
@@ -153,15 +176,23 @@ static int serve(worker_env *env, const worker_ops *ops, void *ctx)
 
 int worker_loop_main(int argc, char **argv, const worker_ops *ops, void *ctx)
 {
-    int fd, rank;
-    if (parse_args(argc, argv, &fd, &rank) != 0) {
-        fprintf(stderr, "usage: %s --shm-fd FD --rank K\n"
+    int fd, rank, life_fd;
+    if (parse_args(argc, argv, &fd, &rank, &life_fd) != 0) {
+        fprintf(stderr, "usage: %s --shm-fd FD --rank K [--leader-fd FD]\n"
                         "(started by the nanollm leader, not by hand)\n", argv[0]);
         return 2;
     }
+    if (life_fd >= 0) {
+        pthread_t watcher;
+        if (pthread_create(&watcher, NULL, watch_leader, (void *)(intptr_t)life_fd) != 0) {
+            nl_log(NL_LOG_ERROR, "worker rank %d: cannot start the leader watch thread", rank);
+            return 1;
+        }
+        pthread_detach(watcher);
+    }
     shm_segment seg;
     if (shm_segment_attach_fd(fd, &seg) != NL_OK) {
-        fprintf(stderr, "nanollm-worker rank %d: %s\n", rank, nl_last_error());
+        nl_log(NL_LOG_ERROR, "worker rank %d: %s", rank, nl_last_error());
         return 1;
     }
     worker_env env = {.rank = rank, .config = &seg.hdr->config, .seg = &seg};

@@ -8,11 +8,12 @@
  * for each RUN.  The model is reached only through worker_ops, so the real
  * program (worker_main.c) and the tests' fake worker share this loop.
  *
- * A worker whose leader disappears exits: the kernel kills it
- * (PR_SET_PDEATHSIG, set by the leader before exec) and every wait here
- * also checks getppid() between slices.
+ * A worker whose leader process disappears exits: a thread watches the
+ * read end of the leader's life pipe (--leader-fd) and ends the process at
+ * end-of-file, and every wait here also checks getppid() between slices.
  *
- * Command line: nanollm-worker --shm-fd FD --rank K (FD is SHM_WORKER_FD)
+ * Command line: nanollm-worker --shm-fd FD --rank K [--leader-fd FD]
+ * (FD is SHM_WORKER_FD and EXECUTOR_LIFE_FD)
  */
 #ifndef NL_WORKER_WORKER_LOOP_H
 #define NL_WORKER_WORKER_LOOP_H

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/log.h"
 #include "kernels/kernels.h"
 #include "worker/model_runner.h"
 #include "worker/worker_loop.h"
@@ -70,7 +71,7 @@ static nl_status make_comm(real_worker *w, worker_env *env)
         NL_TRY(worker_wait_nccl_id(env, id, sizeof id));
     }
     NL_TRY(nl_comm_nccl_create(env->rank, cfg->tp, id, w->be, &w->comm));
-    if (env->rank == 0) fprintf(stderr, "nanollm: NCCL communicator of %d rank(s) ready\n", cfg->tp);
+    if (env->rank == 0) nl_log(NL_LOG_INFO, "NCCL communicator of %d rank(s) ready", cfg->tp);
     return NL_OK;
 #else
     return nl_error(NL_ERR_UNSUPPORTED, "worker rank %d: this build has no NCCL", env->rank);

@@ -2,8 +2,8 @@
  *
  * engine_open_with_runner() builds the engine around a runner (the worker
  * pool, or a test's fake) and a tokenizer; nl_engine_close() releases
- * everything.  Also here: engine info and stats, the stream callback, and
- * the tokenizer for callers.  See engine_state.h for the other files;
+ * everything.  Also here: engine info and stats, the callbacks, and the
+ * tokenizer for callers.  See engine_state.h for the other files;
  * opening on a model directory lives in engine_open.c.
  *
  * A runner failure fails the step with NL_ERR_WORKER; every unfinished
@@ -16,6 +16,7 @@
 #include <sys/random.h>
 #include <time.h>
 
+#include "common/log.h"
 #include "common/status.h"
 #include "leader/engine/engine_state.h"
 
@@ -43,6 +44,11 @@ nl_status engine_open_with_runner(const nl_engine_config *config,
         st = nl_error(NL_ERR_NOMEM, "engine: out of memory");
         goto fail;
     }
+    pthread_mutex_init(&e->step_lock, NULL);
+    pthread_mutex_init(&e->lock, NULL);
+    pthread_mutex_init(&e->tok_lock, NULL);
+    pthread_cond_init(&e->wake, NULL);
+    e->driver = pthread_self();
     e->config = *config;
     e->config.model_dir = NULL; /* not kept: the caller's string */
     e->facts = *facts;
@@ -92,6 +98,9 @@ nl_status engine_open_with_runner(const nl_engine_config *config,
     if (getrandom(&e->rng, sizeof(e->rng), 0) != (ssize_t)sizeof(e->rng))
         e->rng = (uint64_t)time(NULL) ^ ((uint64_t)(uintptr_t)e << 16);
     e->next_id = 1;
+    engine_publish_stats(e);
+    nl_log(NL_LOG_INFO, "engine open: %s, %d KV blocks of %d tokens, max_model_len %d, tp %d",
+           e->device_name, e->bm->num_blocks, config->block_size, e->config.max_model_len, config->tp);
     *out = e;
     return NL_OK;
 fail:;
@@ -111,6 +120,16 @@ fail:;
 void nl_engine_close(nl_engine *e)
 {
     if (!e) return;
+    if (e->background) nl_engine_stop(e);
+    /* Every request is in exactly one of: the map (not released), the
+     * free queue (released, finished), the abort queue (released,
+     * unfinished). */
+    for (int32_t i = 0; i < e->aborts.n; i++)
+        if (e->aborts.items[i]->released && e->aborts.items[i]->state != REQUEST_FINISHED)
+            request_destroy(e->aborts.items[i]);
+    for (int32_t i = 0; i < e->frees.n; i++) request_destroy(e->frees.items[i]);
+    free(e->aborts.items);
+    free(e->frees.items);
     if (e->requests.used) {
         for (uint32_t i = 0; i < e->requests.cap; i++)
             if (e->requests.used[i]) request_destroy((request *)(uintptr_t)e->requests.values[i]);
@@ -122,6 +141,10 @@ void nl_engine_close(nl_engine *e)
     if (e->tok) tokenizer_destroy(e->tok);
     free(e->wire_seqs);
     output_processor_free(&e->output);
+    pthread_cond_destroy(&e->wake);
+    pthread_mutex_destroy(&e->tok_lock);
+    pthread_mutex_destroy(&e->lock);
+    pthread_mutex_destroy(&e->step_lock);
     free(e);
 }
 
@@ -147,26 +170,16 @@ void engine_get_stats(const nl_engine *e, engine_stats *stats)
     stats->num_waiting = e->sch->waiting.count;
 }
 
-void nl_engine_get_stats(const nl_engine *e, nl_engine_stats *out)
-{
-    engine_stats st;
-    engine_get_stats(e, &st);
-    memset(out, 0, sizeof(*out));
-    out->num_running = st.num_running;
-    out->num_waiting = st.num_waiting;
-    out->num_kv_blocks = e->bm->num_blocks;
-    out->num_free_kv_blocks = st.num_free_blocks;
-    out->prompt_tokens = st.prompt_tokens;
-    out->cached_tokens = st.cached_tokens;
-    out->output_tokens = st.output_tokens;
-    out->steps = st.steps;
-    out->preemptions = st.preemptions;
-}
-
 void nl_engine_set_stream_callback(nl_engine *e, nl_stream_callback cb, void *user)
 {
     e->output.stream_cb = cb;
     e->output.stream_user = user;
+}
+
+void nl_engine_set_final_callback(nl_engine *e, nl_final_callback cb, void *user)
+{
+    e->final_cb = cb;
+    e->final_user = user;
 }
 
 /* ---- tokenizer access ----------------------------------------------------------- */
@@ -178,7 +191,15 @@ nl_status nl_engine_encode(nl_engine *e, const char *text, int32_t **ids, int32_
     if (!e->tok) return nl_error(NL_ERR_UNSUPPORTED, "encode: the model has no tokenizer.json");
     if (!text) return nl_error(NL_ERR_INVALID_ARG, "encode: text is NULL");
     size_t n = 0;
-    NL_TRY(tokenizer_encode(e->tok, text, strlen(text), ids, &n));
+    pthread_mutex_lock(&e->tok_lock);
+    nl_status st = tokenizer_encode(e->tok, text, strlen(text), ids, &n);
+    pthread_mutex_unlock(&e->tok_lock);
+    if (st != NL_OK) return st;
+    if (n > INT32_MAX) {
+        free(*ids);
+        *ids = NULL;
+        return nl_error(NL_ERR_INVALID_ARG, "encode: %zu tokens, more than an int32 count", n);
+    }
     *n_ids = (int32_t)n;
     return NL_OK;
 }

@@ -37,14 +37,16 @@ nl_status engine_open_with_runner(const nl_engine_config *config,
  * engine_settings_from_config(). */
 nl_status engine_config_validate(const nl_engine_config *config);
 
-/* Counters for reports and tests. */
+/* Counters for reports and tests; the stepping thread's own (other
+ * threads call nl_engine_get_stats). */
 typedef struct engine_stats {
     int64_t steps;
     int64_t prefill_steps;
     int64_t decode_steps;
     int64_t preemptions;
-    int64_t prompt_tokens;
-    int64_t cached_tokens;
+    int64_t prompt_tokens;         /* of every request taken in          */
+    int64_t started_prompt_tokens; /* of requests that produced a token  */
+    int64_t cached_tokens;         /* of those, served from the cache    */
     int64_t output_tokens;
     int32_t num_free_blocks;
     int32_t num_running;

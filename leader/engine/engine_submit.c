@@ -1,7 +1,10 @@
 /* engine_submit.c — getting a request in: the sampling parameters' defaults
  * and checks, the prompt as token ids (text and chat prompts through the
  * tokenizer), the limits a request must fit (vocabulary, max_model_len, the
- * KV pool) and queueing its seq.  A refused submission leaves no trace.
+ * KV pool) and queueing it in the inbox, which the stepping thread takes at
+ * its next step.  Any thread may submit: everything up to the inbox works
+ * on the caller's own copies (the tokenizer under tok_lock).  A refused
+ * submission leaves no trace.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -89,12 +92,19 @@ static nl_status prompt_ids(nl_engine *e, const nl_prompt *prompt, int32_t **ids
         return nl_error(NL_ERR_UNSUPPORTED,
                         "prompt: text and chat prompts need a tokenizer (tokenizer.json) in the model; "
                         "give token ids instead");
+    pthread_mutex_lock(&e->tok_lock);
+    nl_status st = NL_OK;
     if (prompt->kind == NL_PROMPT_CHAT) {
         if (prompt->chat_json)
-            NL_TRY(tokenizer_apply_chat_request(e->tok, prompt->chat_json, &chat_text, &chat_len));
+            st = tokenizer_apply_chat_request(e->tok, prompt->chat_json, &chat_text, &chat_len);
         else
-            NL_TRY(tokenizer_apply_chat_template(e->tok, prompt->messages, (size_t)prompt->n_messages,
-                                                 true, prompt->enable_thinking, &chat_text));
+            st = tokenizer_apply_chat_template(e->tok, prompt->messages, (size_t)prompt->n_messages,
+                                               true, prompt->enable_thinking, &chat_text);
+        if (st != NL_OK) { /* the template's own message, as it is */
+            pthread_mutex_unlock(&e->tok_lock);
+            free(chat_text);
+            return st;
+        }
         if (!prompt->chat_json) chat_len = strlen(chat_text);
         text = chat_text;
     }
@@ -102,9 +112,9 @@ static nl_status prompt_ids(nl_engine *e, const nl_prompt *prompt, int32_t **ids
     /* A rendered chat holds its own <|begin_of_text|>; plain text gets the
      * tokenizer's (vLLM's add_special_tokens rule). */
     size_t len = chat_text ? chat_len : strlen(text);
-    nl_status st = prompt->kind == NL_PROMPT_CHAT
-        ? tokenizer_encode_chat(e->tok, text, len, ids, &n_ids)
-        : tokenizer_encode(e->tok, text, len, ids, &n_ids);
+    st = prompt->kind == NL_PROMPT_CHAT ? tokenizer_encode_chat(e->tok, text, len, ids, &n_ids)
+                                        : tokenizer_encode(e->tok, text, len, ids, &n_ids);
+    pthread_mutex_unlock(&e->tok_lock);
     free(chat_text);
     if (st != NL_OK) return nl_error_prefix(st, "prompt: ");
     if (n_ids > INT32_MAX / 2) {
@@ -116,12 +126,28 @@ static nl_status prompt_ids(nl_engine *e, const nl_prompt *prompt, int32_t **ids
     return NL_OK;
 }
 
+/* Under lock: the refusal of an engine that failed. */
+static nl_status refuse_if_failed(const nl_engine *e)
+{
+    if (e->failed) return nl_error(e->failed, "engine stopped after an earlier failure: %s", e->fail_msg);
+    return NL_OK;
+}
+
 nl_status nl_engine_submit(nl_engine *e, const nl_prompt *prompt,
                            const nl_sampling_params *params, uint64_t *request_id)
 {
+    return nl_engine_submit_user(e, prompt, params, NULL, request_id);
+}
+
+nl_status nl_engine_submit_user(nl_engine *e, const nl_prompt *prompt,
+                                const nl_sampling_params *params, void *user, uint64_t *request_id)
+{
     if (request_id) *request_id = 0;
-    if (e->failed)
-        return nl_error(e->failed, "engine stopped after an earlier failure: %s", e->fail_msg);
+    double arrival = engine_now();
+    pthread_mutex_lock(&e->lock);
+    nl_status failed = refuse_if_failed(e);
+    pthread_mutex_unlock(&e->lock);
+    if (failed != NL_OK) return failed;
     if (!prompt || !params) return nl_error(NL_ERR_INVALID_ARG, "submit: prompt or params is NULL");
     NL_TRY(validate_params(e, params));
     int32_t *ids = NULL;
@@ -160,20 +186,33 @@ nl_status nl_engine_submit(nl_engine *e, const nl_prompt *prompt,
                       n, params->max_tokens, (long long)((total + bs - 1) / bs), e->bm->num_blocks);
         goto out;
     }
+    pthread_mutex_lock(&e->lock);
     uint64_t seed = params->has_seed ? params->seed : nl_splitmix64_next(&e->rng);
-    uint64_t id = e->next_id;
+    uint64_t id = e->next_id++;
+    pthread_mutex_unlock(&e->lock);
     request *r = NULL;
     st = request_create(id, ids, n, params, seed, bs, e->tok, &r);
     if (st != NL_OK) goto out;
-    st = u64map_put(&e->requests, id, (int64_t)(uintptr_t)r);
+    r->user = user;
+    r->arrival_time = arrival;
+    r->state = REQUEST_QUEUED;
+    pthread_mutex_lock(&e->lock);
+    st = refuse_if_failed(e);
+    if (st == NL_OK) st = u64map_put(&e->requests, id, (int64_t)(uintptr_t)r);
+    if (st == NL_OK) {
+        if (e->inbox_tail) e->inbox_tail->next_queued = r; else e->inbox_head = r;
+        e->inbox_tail = r;
+        e->n_inbox++;
+        e->n_unfinished++;
+        e->pub.num_waiting++;
+        e->pub.prompt_tokens += n;
+        engine_wake(e);
+    }
+    pthread_mutex_unlock(&e->lock);
     if (st != NL_OK) {
         request_destroy(r);
         goto out;
     }
-    e->next_id++;
-    r->seq.arrival = e->arrival++;
-    scheduler_add(e->sch, &r->seq);
-    e->stats.prompt_tokens += n;
     if (request_id) *request_id = id;
 out:
     free(ids);

@@ -22,13 +22,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "common/futex.h"
+#include "common/log.h"
 #include "ipc/shm.h"
 
 #define POOL_CMD_RING_BYTES ((size_t)64 << 20)
@@ -36,6 +36,10 @@
 #define POOL_SHUTDOWN_WAIT_MS 5000
 #define POOL_MAX_LIVE 32
 #define POOL_WORKER_NAME "nanollm-worker"
+
+_Static_assert(EXECUTOR_LIFE_FD == SHM_WORKER_FD + 1, "the worker's two inherited descriptors are adjacent");
+
+extern char **environ;
 
 /* ---- the table executor_kill_all walks -------------------------------- */
 
@@ -102,6 +106,7 @@ typedef struct executor {
     char failure[1024];
     wire_buf enc, arena;
     ring_buf msg;
+    int life_fd;                    /* write end of the workers' life pipe */
 } executor;
 
 static void pool_forget_pid(executor *pool, int rank)
@@ -270,6 +275,7 @@ static nl_status shutdown_check(void *arg)
 
 static void pool_free(executor *pool)
 {
+    if (pool->life_fd >= 0) close(pool->life_fd);
     registry_release(pool->reg);
     shm_segment_close(&pool->seg);
     wire_buf_free(&pool->enc);
@@ -360,8 +366,11 @@ static nl_status find_worker(const char *given, char *out, size_t n)
     return NL_OK;
 }
 
-/* In the child between fork and exec: async-signal-safe calls only. */
-static _Noreturn void child_exec(const char *path, char *const argv[], pid_t leader, int seg_fd)
+/* In the child between fork and exec: async-signal-safe calls only.
+ * The segment becomes descriptor SHM_WORKER_FD and the read end of the
+ * life pipe EXECUTOR_LIFE_FD; everything else the host has open is closed. */
+static _Noreturn void child_exec(const char *path, char *const argv[], char *const envp[],
+                                 pid_t leader, int seg_fd, int life_read_fd)
 {
     sigset_t none;
     sigemptyset(&none);
@@ -370,18 +379,23 @@ static _Noreturn void child_exec(const char *path, char *const argv[], pid_t lea
      * happens to its workers. */
     struct sigaction ign = {.sa_handler = SIG_IGN};
     sigaction(SIGINT, &ign, NULL);
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != leader) _exit(127);
-    /* The segment travels as descriptor SHM_WORKER_FD: dup2 drops its
-     * close-on-exec flag (when it is that number already, fcntl does). */
+    /* Out of the way of the two fixed numbers first (F_DUPFD clears
+     * close-on-exec), then the segment as SHM_WORKER_FD (dup2 drops its
+     * close-on-exec flag; when it is that number already, fcntl does). */
+    int life = fcntl(life_read_fd, F_DUPFD, EXECUTOR_LIFE_FD + 1);
+    if (life < 0) _exit(127);
     if (seg_fd != SHM_WORKER_FD ? dup2(seg_fd, SHM_WORKER_FD) < 0
                                 : fcntl(seg_fd, F_SETFD, 0) < 0)
         _exit(127);
+    if (dup2(life, EXECUTOR_LIFE_FD) < 0) _exit(127);
 #ifdef SYS_close_range
     /* the host's descriptors stay with the host */
-    syscall(SYS_close_range, (unsigned)SHM_WORKER_FD + 1, ~0u, 0u);
+    syscall(SYS_close_range, (unsigned)EXECUTOR_LIFE_FD + 1, ~0u, 0u);
+#else
+    close(life);
 #endif
-    execv(path, argv);
+    execve(path, argv, envp);
     _exit(127);
 }
 
@@ -404,27 +418,65 @@ nl_status executor_start(const engine_settings *p, const char *worker_path, runn
     if (!pool) return nl_error(NL_ERR_NOMEM, "worker pool: out of memory");
     pool->base.ops = &pool_ops;
     pool->tp = p->tp;
+    pool->life_fd = -1;
+    /* The workers' lifeline: they hold the read end and exit when it
+     * reports end-of-file, which happens when the last write end closes —
+     * at pool_free, or when the leader process dies, whichever thread
+     * started the pool.  (PR_SET_PDEATHSIG would fire when the forking
+     * *thread* ends, killing the workers of a host that opens the engine
+     * in a thread it later joins.)  Close-on-exec keeps the write end out
+     * of every exec'd program, the workers included. */
+    int life[2];
+    if (pipe2(life, O_CLOEXEC) != 0) {
+        free(pool);
+        return nl_error(NL_ERR_RUNTIME, "worker pool: pipe: %s", strerror(errno));
+    }
+    pool->life_fd = life[1];
     st = shm_segment_create(&layout, p, &pool->seg);
     if (st != NL_OK) {
+        close(life[0]);
+        close(life[1]);
         free(pool);
         return st;
     }
     pool->reg = registry_acquire();
     if (!pool->reg) {
+        close(life[0]);
         pool_free(pool);
         return nl_error(NL_ERR_RUNTIME, "worker pool: more than %d pools alive at once", POOL_MAX_LIVE);
     }
+
+    /* The workers log at the leader's level (they cannot reach its log
+     * callback): the environment with NANOLLM_LOG_LEVEL set to it. */
+    size_t n_env = 0;
+    while (environ && environ[n_env]) n_env++;
+    char **envp = calloc(n_env + 2, sizeof(char *));
+    char level_var[40];
+    if (!envp) {
+        close(life[0]);
+        pool_free(pool);
+        return nl_error(NL_ERR_NOMEM, "worker pool: out of memory");
+    }
+    size_t k_env = 0;
+    for (size_t i = 0; i < n_env; i++)
+        if (strncmp(environ[i], "NANOLLM_LOG_LEVEL=", 18) != 0) envp[k_env++] = environ[i];
+    snprintf(level_var, sizeof level_var, "NANOLLM_LOG_LEVEL=%s", nl_log_level_name(nl_get_log_level()));
+    envp[k_env++] = level_var;
+    envp[k_env] = NULL;
 
     char rank_str[NL_MAX_TP][12];
     pid_t leader = getpid();
     for (int r = 0; r < p->tp; r++) {
         snprintf(rank_str[r], sizeof rank_str[r], "%d", r);
-        char *argv[] = {path, "--shm-fd", SHM_WORKER_FD_STR, "--rank", rank_str[r], NULL};
+        char *argv[] = {path, "--shm-fd", SHM_WORKER_FD_STR, "--rank", rank_str[r],
+                        "--leader-fd", EXECUTOR_LIFE_FD_STR, NULL};
         pid_t pid = fork();
-        if (pid == 0) child_exec(path, argv, leader, pool->seg.fd);
+        if (pid == 0) child_exec(path, argv, envp, leader, pool->seg.fd, life[0]);
         if (pid < 0) {
             st = pool_fail(pool, NL_ERR_RUNTIME, "worker pool: fork for rank %d: %s", r,
                            strerror(errno));
+            close(life[0]);
+            free(envp);
             pool_free(pool);
             return st;
         }
@@ -432,7 +484,9 @@ nl_status executor_start(const engine_settings *p, const char *worker_path, runn
         atomic_store(&pool->reg->pids[r], pid);
     }
 
-    /* Every worker holds its own copy of the descriptor now. */
+    /* Every worker holds its own copy of the descriptors now. */
+    close(life[0]);
+    free(envp);
     close(pool->seg.fd);
     pool->seg.fd = -1;
     st = pool_wait_states(pool, SHM_RANK_ATTACHED);

@@ -14,12 +14,14 @@
  * destroy sends SHUTDOWN, waits a bounded time, kills stragglers and unmaps.
  * The segment has no name in /dev/shm after shm_segment_create returns.
  *
- * Workers die with their leader: the kernel sends them SIGKILL when the
- * thread that called executor_start() ends (PR_SET_PDEATHSIG follows the
- * forking thread, not the process), so start the pool from a thread that
- * lives as long as the pool.  Workers ignore SIGINT: on Ctrl-C the leader
- * decides (see executor_kill_all).  The pool is not thread-safe; one
- * thread at a time may use a runner.
+ * Workers live as long as the pool, whichever thread started it, and die
+ * with the leader process: each holds the read end of a pipe (descriptor
+ * EXECUTOR_LIFE_FD, "--leader-fd" on its command line) whose only write end
+ * the pool keeps, close-on-exec, and exits when it reads end-of-file.  (A
+ * child the host forks without exec inherits the write end and keeps the
+ * workers alive as long as it lives.)  Workers ignore SIGINT: on Ctrl-C the
+ * leader decides (see executor_kill_all).  The pool is not thread-safe;
+ * one thread at a time may use a runner.
  */
 #ifndef NL_LEADER_EXECUTOR_H
 #define NL_LEADER_EXECUTOR_H
@@ -31,6 +33,10 @@
 #include "common/engine_settings.h"
 #include "leader/engine/runner.h"
 #include "nanollm.h"
+
+/* The workers' end of the life pipe, beside the segment's SHM_WORKER_FD. */
+#define EXECUTOR_LIFE_FD 4
+#define EXECUTOR_LIFE_FD_STR "4"
 
 /* Starts settings->tp workers on resolved settings (checked with
  * engine_settings_validate), which are copied into the segment as they are.

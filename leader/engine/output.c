@@ -64,8 +64,8 @@ nl_status output_process_token(output_processor *op, request *r, const wire_samp
 {
     seq *s = &r->seq;
     *finish = NL_FINISH_NONE;
-    seq_append_token(s, sm->token_id);
-    request_record_logprobs(r, sm);
+    NL_TRY(seq_append_token(s, sm->token_id));
+    NL_TRY(request_record_logprobs(r, sm));
     if (!s->params.ignore_eos && is_eos(op, sm->token_id)) *finish = NL_FINISH_STOP;
     bool stopped_by_string = false;
     /* The embedding may have rows that stand for no token (padding past

@@ -7,6 +7,11 @@
 
 #include "common/status.h"
 
+/* Logprob rows made room for at first (they double from here): a row is
+ * 172 bytes, so reserving max_tokens of them for every queued request is
+ * what would make a large batch's memory follow max_tokens. */
+#define REQUEST_FIRST_LOGPROBS 16
+
 nl_status request_create(uint64_t id, const int32_t *prompt, int32_t prompt_len,
                          const nl_sampling_params *params, uint64_t seed,
                          int32_t block_size, const tokenizer *tok, request **out)
@@ -31,7 +36,8 @@ nl_status request_create(uint64_t id, const int32_t *prompt, int32_t prompt_len,
         }
     }
     if (params->logprobs > 0) {
-        r->logprobs = calloc((size_t)params->max_tokens, sizeof(nl_token_logprob));
+        r->cap_logprobs = params->max_tokens < REQUEST_FIRST_LOGPROBS ? params->max_tokens : REQUEST_FIRST_LOGPROBS;
+        r->logprobs = calloc((size_t)r->cap_logprobs, sizeof(nl_token_logprob));
         if (!r->logprobs) goto oom;
     }
     if (tok) {
@@ -63,17 +69,30 @@ void request_destroy(request *r)
     free(r);
 }
 
-void request_record_logprobs(request *r, const wire_sampled *sm)
+nl_status request_record_logprobs(request *r, const wire_sampled *sm)
 {
-    if (!r->logprobs) return;
+    if (!r->logprobs) return NL_OK;
     int32_t want = r->seq.params.logprobs;
-    nl_token_logprob *lp = &r->logprobs[seq_num_output(&r->seq) - 1];
+    int32_t k = seq_num_output(&r->seq) - 1;
+    if (k < 0 || k >= r->seq.params.max_tokens) return NL_OK;
+    if (k >= r->cap_logprobs) {
+        int64_t cap = (int64_t)r->cap_logprobs * 2;
+        if (cap > r->seq.params.max_tokens) cap = r->seq.params.max_tokens;
+        nl_token_logprob *p = realloc(r->logprobs, sizeof(*p) * (size_t)cap);
+        if (!p)
+            return nl_error(NL_ERR_NOMEM, "request %llu: out of memory for %lld logprob rows",
+                            (unsigned long long)r->seq.id, (long long)cap);
+        r->logprobs = p;
+        r->cap_logprobs = (int32_t)cap;
+    }
+    nl_token_logprob *lp = &r->logprobs[k];
     lp->token_id = sm->token_id;
     lp->logprob = sm->logprob;
     lp->n_top = sm->n_top < want ? sm->n_top : want;
     if (lp->n_top < 0) lp->n_top = 0;
     memcpy(lp->top_ids, sm->top_ids, sizeof(int32_t) * (size_t)lp->n_top);
     memcpy(lp->top_logprobs, sm->top_logprobs, sizeof(float) * (size_t)lp->n_top);
+    return NL_OK;
 }
 
 nl_status request_append_text(request *r, const char *text, size_t len, bool *stopped)
@@ -139,4 +158,10 @@ void request_fill_result(request *r)
     res->cached_tokens = s->prompt_cached > 0 ? s->prompt_cached : 0;
     res->logprobs = r->logprobs;
     res->error = r->error;
+    res->user = r->user;
+    res->arrival_time = r->arrival_time;
+    res->first_token_time = r->first_token_time;
+    res->finish_time = r->finish_time;
+    res->time_to_first_token = r->first_token_time > 0 ? r->first_token_time - r->arrival_time : 0.0;
+    res->latency = r->finish_time - r->arrival_time;
 }

@@ -22,8 +22,24 @@
 #include "leader/tokenizer/tokenizer.h"
 #include "nanollm.h"
 
+/* Where a request is, as other threads see it (engine_state.h). */
+typedef enum request_state {
+    REQUEST_QUEUED = 0,        /* in the engine's inbox                      */
+    REQUEST_ACTIVE,            /* in the scheduler                           */
+    REQUEST_FINISHED,          /* result filled, never changes again         */
+} request_state;
+
 typedef struct request {
     seq seq;
+
+    /* Guarded by the engine's lock; only the stepping thread changes state. */
+    request_state state;
+    bool abort_requested;      /* it ends as NL_FINISH_ABORT                 */
+    bool released;             /* freed by the stepping thread once finished */
+    struct request *next_queued; /* the inbox                                */
+
+    void *user;                /* nl_engine_submit_user()'s pointer          */
+    double arrival_time, first_token_time, finish_time;
 
     char **stop;               /* [n_stop], owned copies                     */
     int32_t n_stop;
@@ -35,7 +51,8 @@ typedef struct request {
     size_t text_cap;
     size_t text_streamed;
 
-    nl_token_logprob *logprobs; /* [max_tokens] when params.logprobs > 0     */
+    nl_token_logprob *logprobs; /* [cap_logprobs] when params.logprobs > 0,  */
+    int32_t cap_logprobs;       /* growing with the output                    */
     char *error;               /* finish == NL_FINISH_ERROR                  */
     nl_result result;          /* the public view, filled when finished      */
 } request;
@@ -52,8 +69,9 @@ nl_status request_create(uint64_t id, const int32_t *prompt, int32_t prompt_len,
                          int32_t block_size, const tokenizer *tok, request **out);
 void request_destroy(request *r);
 
-/* Records the logprobs of the output token just appended to the seq. */
-void request_record_logprobs(request *r, const wire_sampled *sm);
+/* Records the logprobs of the output token just appended to the seq
+ * (NL_ERR_NOMEM when the rows cannot grow). */
+nl_status request_record_logprobs(request *r, const wire_sampled *sm);
 
 /* Appends detokenized text and looks for a stop string in the part that the
  * new text could complete.  On a match the text is cut where the stop string
@@ -65,7 +83,8 @@ nl_status request_append_text(request *r, const char *text, size_t len, bool *st
  * finished), cut at a UTF-8 character boundary.  Marks it streamed. */
 void request_take_stream_text(request *r, bool finished, const char **text, size_t *len);
 
-/* Fills r->result from the seq and the output (when r finishes). */
+/* Fills r->result from the seq, the output and the times (when r
+ * finishes). */
 void request_fill_result(request *r);
 
 #endif

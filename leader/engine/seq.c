@@ -6,6 +6,10 @@
 
 #include "common/status.h"
 
+/* Output tokens room is made for at first; most requests of a large batch
+ * stop early, and the arrays double from here. */
+#define SEQ_FIRST_OUTPUT 16
+
 nl_status seq_init(seq *s, uint64_t id, const int32_t *prompt, int32_t prompt_len,
                    const nl_sampling_params *params, uint64_t seed, int32_t block_size)
 {
@@ -19,7 +23,9 @@ nl_status seq_init(seq *s, uint64_t id, const int32_t *prompt, int32_t prompt_le
     s->prompt_len = prompt_len;
     s->prompt_cached = -1;
     s->n_tokens = prompt_len;
-    s->cap_tokens = prompt_len + params->max_tokens;
+    s->max_len = prompt_len + params->max_tokens;
+    s->block_size = block_size;
+    s->cap_tokens = prompt_len + (params->max_tokens < SEQ_FIRST_OUTPUT ? params->max_tokens : SEQ_FIRST_OUTPUT);
     s->tokens = malloc(sizeof(int32_t) * (size_t)s->cap_tokens);
     s->cap_blocks = (s->cap_tokens + block_size - 1) / block_size;
     s->block_table = malloc(sizeof(int32_t) * (size_t)s->cap_blocks);
@@ -66,9 +72,36 @@ void seq_destroy(seq *s)
     free(s);
 }
 
-void seq_append_token(seq *s, int32_t token)
+static nl_status seq_grow(seq *s)
 {
-    /* Room for prompt_len + max_tokens was reserved; the engine finishes a
-     * seq at max_tokens, so running past it is a programming error. */
-    if (s->n_tokens < s->cap_tokens) s->tokens[s->n_tokens++] = token;
+    int64_t cap = (int64_t)s->cap_tokens * 2;
+    if (cap > s->max_len) cap = s->max_len;
+    int32_t cap_blocks = (int32_t)((cap + s->block_size - 1) / s->block_size);
+    int32_t *tokens = realloc(s->tokens, sizeof(int32_t) * (size_t)cap);
+    if (!tokens) goto oom;
+    s->tokens = tokens;
+    if (cap_blocks > s->cap_blocks) {
+        int32_t *table = realloc(s->block_table, sizeof(int32_t) * (size_t)cap_blocks);
+        if (!table) goto oom;
+        s->block_table = table;
+        uint64_t *hashes = realloc(s->block_hashes, sizeof(uint64_t) * (size_t)cap_blocks);
+        if (!hashes) goto oom;
+        s->block_hashes = hashes;
+        s->cap_blocks = cap_blocks;
+    }
+    s->cap_tokens = (int32_t)cap;
+    return NL_OK;
+oom:
+    return nl_error(NL_ERR_NOMEM, "request %llu: out of memory for %lld tokens",
+                    (unsigned long long)s->id, (long long)cap);
+}
+
+nl_status seq_append_token(seq *s, int32_t token)
+{
+    /* The engine finishes a seq at max_tokens, so running past max_len is
+     * a programming error. */
+    if (s->n_tokens >= s->max_len) return NL_OK;
+    if (s->n_tokens == s->cap_tokens) NL_TRY(seq_grow(s));
+    s->tokens[s->n_tokens++] = token;
+    return NL_OK;
 }

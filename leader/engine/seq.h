@@ -36,13 +36,15 @@ typedef struct seq {
 
     int32_t *tokens;           /* [cap_tokens], prompt then output           */
     int32_t n_tokens;
-    int32_t cap_tokens;        /* prompt_len + max_tokens                    */
+    int32_t cap_tokens;        /* grows with the output, up to max_len       */
+    int32_t max_len;           /* prompt_len + max_tokens                    */
+    int32_t block_size;
     int32_t prompt_len;
     int32_t num_cached;
     int32_t num_computed;
     int32_t prompt_cached;     /* num_cached at the first admission, or -1   */
 
-    int32_t *block_table;      /* [cap_blocks]                               */
+    int32_t *block_table;      /* [cap_blocks], room for cap_tokens' blocks  */
     int32_t n_blocks;
     int32_t cap_blocks;
     uint64_t *block_hashes;    /* [cap_blocks], chained hash of full blocks  */
@@ -58,9 +60,12 @@ typedef struct seq {
     int32_t num_new;           /* tokens scheduled in the current step       */
 } seq;
 
-/* Copies tokens and params into *s and reserves room for prompt_len +
- * max_tokens tokens and their blocks, so a step never allocates; the seq
- * starts WAITING.  On failure *s holds nothing to free. */
+/* Copies tokens and params into *s with room for the prompt and the first
+ * few output tokens and their blocks; the room grows (doubling, up to
+ * prompt_len + max_tokens) as tokens are appended, so a request's memory
+ * follows what it generated, not its max_tokens.  Appending happens after a
+ * step, so the scheduler and the block manager always find room for
+ * n_tokens.  The seq starts WAITING.  On failure *s holds nothing to free. */
 nl_status seq_init(seq *s, uint64_t id, const int32_t *prompt, int32_t prompt_len,
                    const nl_sampling_params *params, uint64_t seed, int32_t block_size);
 /* Frees what seq_init allocated (not s itself). */
@@ -77,7 +82,9 @@ static inline int32_t seq_num_output(const seq *s)
     return s->n_tokens - s->prompt_len;
 }
 
-/* Appends a sampled token (room is reserved for max_tokens at creation). */
-void seq_append_token(seq *s, int32_t token);
+/* Appends a sampled token, growing the arrays when full; NL_ERR_NOMEM when
+ * they cannot grow.  Appending past max_len is a programming error and is
+ * ignored. */
+nl_status seq_append_token(seq *s, int32_t token);
 
 #endif
