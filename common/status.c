@@ -30,12 +30,28 @@ const char *nl_last_error(void)
     return last_error[0] ? last_error : "no error recorded";
 }
 
+/* A message cut at the buffer's end may end inside a UTF-8 character:
+ * drop the partial character so the message stays valid UTF-8 when what
+ * it quotes was. */
+static void trim_partial_utf8(char *buf, int written, size_t cap)
+{
+    if (written < 0 || (size_t)written < cap) return; /* not cut */
+    size_t len = strlen(buf);
+    size_t start = len;
+    while (start > 0 && ((unsigned char)buf[start - 1] & 0xC0) == 0x80) start--;
+    if (start == 0) return;
+    unsigned char lead = (unsigned char)buf[start - 1];
+    size_t need = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+    if (len - (start - 1) < need) buf[start - 1] = '\0';
+}
+
 nl_status nl_error(nl_status status, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    int n = vsnprintf(last_error, sizeof last_error, fmt, ap);
     va_end(ap);
+    trim_partial_utf8(last_error, n, sizeof last_error);
     return status;
 }
 
@@ -47,7 +63,8 @@ nl_status nl_error_prefix(nl_status status, const char *fmt, ...)
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
     memcpy(old, last_error, sizeof old);
-    snprintf(last_error, sizeof last_error, "%s%s", prefix, old);
+    int n = snprintf(last_error, sizeof last_error, "%s%s", prefix, old);
+    trim_partial_utf8(last_error, n, sizeof last_error);
     return status;
 }
 

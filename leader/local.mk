@@ -26,7 +26,8 @@ CLEANFILES += nanollm.sym
 # The CLI's commands, a library of their own so tests can run them in-process.
 noinst_LTLIBRARIES += libnlcli.la
 libnlcli_la_SOURCES = leader/cli/cli.h \
-	leader/cli/cli_args.c leader/cli/cli_common.c leader/cli/cli_generate.c leader/cli/cli_batch.c \
+	leader/cli/cli_args.c leader/cli/cli_common.c leader/cli/cli_generate.c \
+	leader/cli/cli_batch.c leader/cli/cli_batch.h leader/cli/cli_batch_line.c leader/cli/cli_batch_output.c \
 	leader/cli/cli_bench.c leader/cli/cli_tokenize.c leader/cli/cli_mkmodel.c \
 	leader/cli/cli_serve.c leader/cli/cli_chat_template.c
 libnlcli_la_LIBADD = libnlleader.la

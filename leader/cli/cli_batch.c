@@ -1,283 +1,487 @@
-/* cli_batch.c — `nanollm-launch batch --input IN.jsonl --output OUT.jsonl`.
+/* cli_batch.c — `nanollm-launch batch --input IN.jsonl --output OUT.jsonl
+ * [--resume] [sampling options]`: an offline job over a JSONL file (the
+ * line formats are in cli_batch.h, their parsing and output in
+ * cli_batch_line.c and cli_batch_output.c).
  *
- * Every input line is one request: `prompt` (text), `prompt_token_ids` or
- * `messages` (chat, with optional `tools`, `add_generation_prompt` and
- * `chat_template_kwargs` as vLLM names them, rendered by the model's chat
- * template), and optionally `id`, `max_tokens`, `temperature`,
- * `top_k`, `top_p`, `min_p`, `seed`, `ignore_eos`, `stop` (a string or a
- * list) and `logprobs`.  Sampling options given on the command line are the
- * defaults for fields a line leaves out.  All lines are submitted at once and
- * the engine batches them; the output has one line per input line, in input
- * order.  A line that cannot be read or is refused (bad JSON, a field of the
- * wrong type, an unknown field, too long for the model) gets an output line
- * with "finish_reason": "error" and "error": the message — it never spoils
- * the other lines.
+ * Memory stays bounded whatever the input's size: input lines are read
+ * only while fewer than BATCH_WINDOW_PER_SEQ * max_num_seqs are in flight,
+ * each request's buffers grow with what it generated, and an output line is
+ * built in the final callback, after which the request is released.
+ *
+ * Output: one line per input line, in input order, written as soon as the
+ * lines before it are written; each write(2) holds only whole lines, so the
+ * file is valid JSONL at every moment (a reader never sees half a record
+ * unless the process is killed mid-write, and --resume drops such a tail).
+ * A bad line gets an error line and never spoils the others.  On Ctrl-C
+ * (or SIGTERM) the job stops after the step in flight and every unfinished
+ * line, read or not yet read, gets an error line marked incomplete; exit
+ * 130.  A dead worker does the same with its message; exit 1.  A second
+ * Ctrl-C ends the process at once (launch_main.c's handler).
+ *
+ * --resume keeps the output's leading lines that hold final results (it
+ * checks that each one's id is its input line's), drops the rest, and runs
+ * the remaining input lines.  --input and --output naming the same file
+ * (also through a link) is refused before anything is written.
  */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
-#include <stdarg.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "leader/cli/cli.h"
+#include "leader/cli/cli_batch.h"
 
-typedef struct batch_line {
-    json_t *id;         /* the line's "id", or its 0-based line number */
-    uint64_t request;   /* 0 when refused                               */
-    char *error;        /* why it was refused                           */
-} batch_line;
+#define BATCH_WINDOW_PER_SEQ 4
+#define BATCH_WINDOW_MIN 64
 
-typedef struct progress {
-    int32_t total;
-    int32_t finished;
-    int64_t output_tokens;
+/* ---- signals -------------------------------------------------------------- */
+
+static volatile sig_atomic_t batch_signal;
+static struct sigaction batch_old_int, batch_old_term;
+
+/* The first Ctrl-C asks the job to stop cleanly; the previous handlers
+ * come back, so a second one ends the process at once. */
+static void batch_on_signal(int sig)
+{
+    batch_signal = sig;
+    sigaction(SIGINT, &batch_old_int, NULL);
+    sigaction(SIGTERM, &batch_old_term, NULL);
+}
+
+static void batch_signals_install(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = batch_on_signal;
+    sigemptyset(&sa.sa_mask);
+    batch_signal = 0;
+    sigaction(SIGINT, &sa, &batch_old_int);
+    sigaction(SIGTERM, &sa, &batch_old_term);
+}
+
+static void batch_signals_restore(void)
+{
+    sigaction(SIGINT, &batch_old_int, NULL);
+    sigaction(SIGTERM, &batch_old_term, NULL);
+}
+
+/* ---- the job ---------------------------------------------------------------- */
+
+typedef struct batch_slot {
+    batch_meta meta;
+    int32_t max_tokens;
+    char *out;            /* the output line once known                  */
+    size_t out_len;
+} batch_slot;
+
+typedef struct batch_job {
+    nl_engine *engine;
+    bool has_tokenizer;
+    const cli_sampling *defaults;
+    FILE *in;
+    const char *in_path, *out_path;
+    int out_fd;
+    batch_slot *slots;    /* [window]: line k in slots[k % window]       */
+    int64_t window;
+    int64_t next_read;    /* lines read (and submitted or refused)        */
+    int64_t next_write;   /* lines written                                */
+    bool eof;
+    char *buf;
+    size_t buf_cap;
+    char *wbuf;           /* lines being written together                 */
+    size_t wbuf_len, wbuf_cap;
+    int rc;               /* 2 once writing failed                        */
+    /* figures */
+    int64_t n_rejected, prompt_tokens, cached_tokens, output_tokens;
+    int64_t total_lines;  /* -1 when unknown (a pipe)                     */
+    int64_t budget_tokens; /* max_tokens still possible for lines read   */
+    int64_t read_max_tokens; /* sum of max_tokens over lines read         */
+    int64_t done_lines;
     double start, last_draw;
     bool draw;
-} progress;
+} batch_job;
 
-static void draw_progress(progress *p, bool final)
+static batch_slot *slot_of(batch_job *j, int64_t line)
+{
+    return &j->slots[line % j->window];
+}
+
+static void set_output(batch_job *j, int64_t line, char *out, size_t len)
+{
+    batch_slot *s = slot_of(j, line);
+    if (!out) { /* out of memory: still one line, so the file stays aligned */
+        static const char oom[] = "{\"finish_reason\":\"error\",\"error\":\"out of memory for the output line\","
+                                  "\"incomplete\":true}\n";
+        out = strdup(oom);
+        len = out ? sizeof oom - 1 : 0;
+    }
+    s->out = out;
+    s->out_len = len;
+    j->done_lines++;
+}
+
+/* The final callback: on the stepping thread (this one), once per request. */
+static void on_final(void *user, const nl_result *r)
+{
+    batch_job *j = user;
+    int64_t line = (int64_t)(intptr_t)r->user;
+    batch_slot *s = slot_of(j, line);
+    batch_failure failure = r->finish_reason == NL_FINISH_ERROR ? BATCH_ENGINE_FAILED : BATCH_INTERRUPTED;
+    size_t len = 0;
+    char *out = batch_output_line(&s->meta, line, r, failure, NULL, j->engine, j->has_tokenizer, &len);
+    j->prompt_tokens += r->prompt_tokens;
+    j->cached_tokens += r->cached_tokens;
+    j->budget_tokens -= s->max_tokens - r->n_tokens;
+    set_output(j, line, out, len);
+    nl_engine_release(j->engine, r->request_id);
+}
+
+static void on_stream(void *user, uint64_t id, const int32_t *new_ids, int32_t n_new, const char *text_delta,
+                      bool finished)
+{
+    (void)id; (void)new_ids; (void)text_delta; (void)finished;
+    batch_job *j = user;
+    j->output_tokens += n_new;
+}
+
+static void fmt_time(char *buf, size_t cap, double s)
+{
+    if (s < 0 || s > 1e7) {
+        snprintf(buf, cap, "--:--");
+        return;
+    }
+    long t = (long)(s + 0.5);
+    if (t >= 3600) snprintf(buf, cap, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+    else snprintf(buf, cap, "%02ld:%02ld", t / 60, t % 60);
+}
+
+/* The bar follows generated tokens against an estimate of all the tokens
+ * the job will generate: what is done, plus the max_tokens still open for
+ * lines read, plus the lines not read yet at the average max_tokens so far. */
+static void draw_progress(batch_job *j, bool final)
 {
     double now = cli_now();
-    if (!p->draw || (!final && now - p->last_draw < 0.1)) return;
-    p->last_draw = now;
-    int width = 30;
-    int filled = p->total ? (int)((int64_t)width * p->finished / p->total) : width;
+    if (!j->draw || (!final && now - j->last_draw < 0.1)) return;
+    j->last_draw = now;
+    double expected = (double)j->output_tokens + (double)j->budget_tokens;
+    if (j->total_lines > j->next_read && j->next_read > 0)
+        expected += (double)(j->total_lines - j->next_read) * (double)j->read_max_tokens / (double)j->next_read;
+    double frac = expected > 0 ? (double)j->output_tokens / expected : 0.0;
+    if (final) frac = 1.0;
+    if (frac > 1) frac = 1;
+    const int width = 30;
     char bar[64];
+    int filled = (int)(frac * width);
     for (int i = 0; i < width; i++) bar[i] = i < filled ? '#' : '.';
     bar[width] = '\0';
-    double dt = now - p->start;
-    fprintf(stderr, "\r[%s] %d/%d requests, %.0f tok/s ", bar, p->finished, p->total,
-            dt > 0 ? (double)p->output_tokens / dt : 0.0);
+    double dt = now - j->start;
+    char elapsed[32], eta[32], total[32];
+    fmt_time(elapsed, sizeof elapsed, dt);
+    fmt_time(eta, sizeof eta, frac > 0.001 ? dt * (1 - frac) / frac : -1);
+    if (j->total_lines >= 0) snprintf(total, sizeof total, "%lld", (long long)j->total_lines);
+    else snprintf(total, sizeof total, "?");
+    fprintf(stderr, "\r[%s] %3.0f%% %lld/%s lines, %lld tok, %.0f tok/s, %s elapsed, ETA %s ", bar, 100 * frac,
+            (long long)j->next_write, total, (long long)j->output_tokens,
+            dt > 0 ? (double)j->output_tokens / dt : 0.0, elapsed, eta);
     if (final) fputc('\n', stderr);
 }
 
-static void on_stream(void *user, uint64_t id, const int32_t *new_ids, int32_t n_new,
-                      const char *text_delta, bool finished)
+static bool write_all(int fd, const char *p, size_t n)
 {
-    (void)id; (void)new_ids; (void)text_delta;
-    progress *p = user;
-    p->output_tokens += n_new;
-    if (finished) p->finished++;
-}
-
-static char *line_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static char *line_error(const char *fmt, ...)
-{
-    char buf[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof(buf), fmt, ap);
-    va_end(ap);
-    return strdup(buf);
-}
-
-static bool get_int(json_t *v, const char *key, int64_t lo, int64_t hi, int64_t *out, char **err)
-{
-    if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi) {
-        char range[96];
-        snprintf(range, sizeof(range), "an integer in [%lld, %lld]", (long long)lo, (long long)hi);
-        *err = line_error("field \"%s\": must be %s", key, range);
-        return false;
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return false;
+        p += w;
+        n -= (size_t)w;
     }
-    *out = json_integer_value(v);
     return true;
 }
 
-static bool get_number(json_t *v, const char *key, double *out, char **err)
+/* Writes the lines that are ready, in order, in one write. */
+static void flush_ready(batch_job *j)
 {
-    if (!json_is_number(v)) {
-        *err = line_error("field \"%s\": must be a number%s", key, "");
+    j->wbuf_len = 0;
+    int64_t first = j->next_write;
+    while (j->next_write < j->next_read && slot_of(j, j->next_write)->out) {
+        batch_slot *s = slot_of(j, j->next_write);
+        if (j->wbuf_len + s->out_len > j->wbuf_cap) {
+            size_t cap = j->wbuf_cap ? j->wbuf_cap : 1 << 16;
+            while (cap < j->wbuf_len + s->out_len) cap *= 2;
+            char *p = realloc(j->wbuf, cap);
+            if (!p) break; /* write what fits; the rest next time */
+            j->wbuf = p;
+            j->wbuf_cap = cap;
+        }
+        memcpy(j->wbuf + j->wbuf_len, s->out, s->out_len);
+        j->wbuf_len += s->out_len;
+        free(s->out);
+        s->out = NULL;
+        batch_meta_free(&s->meta);
+        j->next_write++;
+    }
+    if (j->next_write == first || j->rc != 0) return;
+    if (!write_all(j->out_fd, j->wbuf, j->wbuf_len)) {
+        fprintf(stderr, "\nnanollm-launch: batch: writing %s failed: %m\n", j->out_path);
+        j->rc = 2;
+    }
+}
+
+/* Reads the next input line into j->buf; false at the end (or an error,
+ * then j->rc is set). */
+static bool read_line(batch_job *j, size_t *len)
+{
+    ssize_t n = getline(&j->buf, &j->buf_cap, j->in);
+    if (n < 0) {
+        if (ferror(j->in)) {
+            fprintf(stderr, "\nnanollm-launch: batch: reading %s failed: %m\n", j->in_path);
+            j->rc = 2;
+        }
         return false;
     }
-    *out = json_number_value(v);
+    if (n > 0 && j->buf[n - 1] == '\n') j->buf[--n] = '\0';
+    if (n > 0 && j->buf[n - 1] == '\r') j->buf[--n] = '\0';
+    *len = (size_t)n;
     return true;
 }
 
-/* Parses one line and submits it; on refusal fills line->error. */
-static void submit_line(nl_engine *engine, const cli_sampling *defaults, const char *text,
-                        size_t len, int32_t index, batch_line *line)
+/* Reads and submits lines while the window has room. */
+static void admit(batch_job *j)
 {
-    json_error_t jerr;
-    json_t *obj = json_loadb(text, len, 0, &jerr);
-    line->id = json_integer(index);
-    if (!obj) {
-        char pos[64];
-        snprintf(pos, sizeof(pos), "column %d", jerr.column);
-        line->error = line_error("bad JSON at %s: %s", pos, jerr.text);
-        return;
-    }
-    if (!json_is_object(obj)) {
-        line->error = line_error("the line is not a JSON object%s%s", "", "");
-        json_decref(obj);
-        return;
-    }
-    json_t *id = json_object_get(obj, "id");
-    if (id) {
-        json_decref(line->id);
-        line->id = json_incref(id);
-    }
-    nl_sampling_params sp = defaults->params;
-    const char *stops[CLI_MAX_STOP];
-    sp.stop = stops;
-    sp.n_stop = 0;
-    for (int32_t k = 0; k < defaults->params.n_stop; k++) stops[sp.n_stop++] = defaults->stop[k];
-    nl_prompt prompt;
-    memset(&prompt, 0, sizeof(prompt));
-    int n_prompt_fields = 0;
-    int32_t *ids = NULL;
-    json_t *chat = json_object(); /* the chat request: messages and the template's inputs */
-    char *chat_text = NULL;
-    char *err = chat ? NULL : line_error("out of memory%s%s", "", "");
-    const char *key;
-    json_t *v;
-    json_object_foreach(obj, key, v) {
-        int64_t iv;
-        double fv;
-        if (strcmp(key, "id") == 0) continue;
-        if (strcmp(key, "prompt") == 0) {
-            if (!json_is_string(v)) { err = line_error("field \"%s\": must be a string%s", key, ""); break; }
-            prompt.kind = NL_PROMPT_TEXT;
-            prompt.text = json_string_value(v);
-            n_prompt_fields++;
-        } else if (strcmp(key, "prompt_token_ids") == 0) {
-            if (!json_is_array(v)) { err = line_error("field \"%s\": must be an array of token ids%s", key, ""); break; }
-            size_t n = json_array_size(v);
-            ids = malloc(sizeof(int32_t) * (n ? n : 1));
-            if (!ids) { err = line_error("out of memory%s%s", "", ""); break; }
-            for (size_t k = 0; k < n && !err; k++) {
-                json_t *t = json_array_get(v, k);
-                if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) > INT32_MAX)
-                    err = line_error("field \"%s\": element %zu is not a token id", key, k);
-                else ids[k] = (int32_t)json_integer_value(t);
-            }
-            if (err) break;
-            prompt.kind = NL_PROMPT_TOKENS;
-            prompt.token_ids = ids;
-            prompt.n_tokens = (int32_t)n;
-            n_prompt_fields++;
-        } else if (strcmp(key, "messages") == 0) {
-            /* the message fields are the template's business; the shape is checked where it renders */
-            if (!json_is_array(v) || json_array_size(v) == 0) {
-                err = line_error("field \"%s\": must be a non-empty array of messages%s", key, "");
-                break;
-            }
-            json_object_set(chat, key, v);
-            prompt.kind = NL_PROMPT_CHAT;
-            n_prompt_fields++;
-        } else if (strcmp(key, "tools") == 0 || strcmp(key, "add_generation_prompt") == 0 ||
-                   strcmp(key, "chat_template_kwargs") == 0) {
-            json_object_set(chat, key, v);
-        } else if (strcmp(key, "max_tokens") == 0) {
-            if (!get_int(v, key, 1, INT32_MAX / 2, &iv, &err)) break;
-            sp.max_tokens = (int32_t)iv;
-        } else if (strcmp(key, "temperature") == 0) {
-            if (!get_number(v, key, &fv, &err)) break;
-            sp.temperature = (float)fv;
-        } else if (strcmp(key, "top_k") == 0) {
-            if (!get_int(v, key, -1, INT32_MAX, &iv, &err)) break;
-            sp.top_k = (int32_t)iv;
-        } else if (strcmp(key, "top_p") == 0) {
-            if (!get_number(v, key, &fv, &err)) break;
-            sp.top_p = (float)fv;
-        } else if (strcmp(key, "min_p") == 0) {
-            if (!get_number(v, key, &fv, &err)) break;
-            sp.min_p = (float)fv;
-        } else if (strcmp(key, "seed") == 0) {
-            if (!get_int(v, key, 0, INT64_MAX, &iv, &err)) break;
-            sp.seed = (uint64_t)iv;
-            sp.has_seed = true;
-        } else if (strcmp(key, "ignore_eos") == 0) {
-            if (!json_is_boolean(v)) { err = line_error("field \"%s\": must be true or false%s", key, ""); break; }
-            sp.ignore_eos = json_is_true(v);
-        } else if (strcmp(key, "logprobs") == 0) {
-            if (!get_int(v, key, 0, 20, &iv, &err)) break;
-            sp.logprobs = (int32_t)iv;
-        } else if (strcmp(key, "stop") == 0) {
-            sp.n_stop = 0;
-            if (json_is_string(v)) {
-                stops[sp.n_stop++] = json_string_value(v);
-            } else if (json_is_array(v) && json_array_size(v) <= CLI_MAX_STOP) {
-                for (size_t k = 0; k < json_array_size(v) && !err; k++) {
-                    json_t *s = json_array_get(v, k);
-                    if (!json_is_string(s)) err = line_error("field \"%s\": must hold strings%s", key, "");
-                    else stops[sp.n_stop++] = json_string_value(s);
-                }
-                if (err) break;
-            } else {
-                char lim[64];
-                snprintf(lim, sizeof(lim), "a string or a list of at most %d strings", CLI_MAX_STOP);
-                err = line_error("field \"%s\": must be %s", key, lim);
-                break;
-            }
-        } else {
-            err = line_error("unknown field \"%s\"%s", key, "");
+    while (!j->eof && j->rc == 0 && !batch_signal && j->next_read - j->next_write < j->window) {
+        size_t len;
+        if (!read_line(j, &len)) {
+            j->eof = true;
             break;
         }
-    }
-    if (!err && n_prompt_fields != 1)
-        err = line_error("needs exactly one of \"prompt\", \"prompt_token_ids\", \"messages\"%s%s", "", "");
-    if (!err && prompt.kind != NL_PROMPT_CHAT && json_object_size(chat) > 0)
-        err = line_error("fields \"tools\", \"add_generation_prompt\" and \"chat_template_kwargs\" need "
-                         "\"messages\"%s%s", "", "");
-    if (!err && prompt.kind == NL_PROMPT_CHAT) {
-        chat_text = json_dumps(chat, JSON_COMPACT | JSON_PRESERVE_ORDER);
-        if (!chat_text) err = line_error("out of memory%s%s", "", "");
-        prompt.chat_json = chat_text;
-    }
-    if (!err && nl_engine_submit(engine, &prompt, &sp, &line->request) != NL_OK)
-        err = strdup(nl_last_error());
-    line->error = err;
-    free(ids);
-    free(chat_text);
-    json_decref(chat);
-    json_decref(obj);
-}
-
-static const char *finish_name(nl_finish_reason r)
-{
-    switch (r) {
-    case NL_FINISH_STOP: return "stop";
-    case NL_FINISH_LENGTH: return "length";
-    default: return "error";
-    }
-}
-
-static json_t *result_json(const batch_line *line, const nl_result *r, bool has_tokenizer)
-{
-    json_t *o = json_object();
-    json_object_set(o, "id", line->id);
-    json_t *toks = json_array();
-    for (int32_t k = 0; r && k < r->n_tokens; k++) json_array_append_new(toks, json_integer(r->token_ids[k]));
-    json_object_set_new(o, "token_ids", toks);
-    if (has_tokenizer && r) json_object_set_new(o, "text", json_string(r->text ? r->text : ""));
-    json_object_set_new(o, "finish_reason", json_string(r ? finish_name(r->finish_reason) : "error"));
-    json_object_set_new(o, "prompt_tokens", json_integer(r ? r->prompt_tokens : 0));
-    json_object_set_new(o, "cached_tokens", json_integer(r ? r->cached_tokens : 0));
-    if (r && r->logprobs) {
-        json_t *lps = json_array();
-        for (int32_t k = 0; k < r->n_tokens; k++) {
-            const nl_token_logprob *lp = &r->logprobs[k];
-            json_t *top = json_array();
-            for (int32_t t = 0; t < lp->n_top; t++)
-                json_array_append_new(top, json_pack("[if]", lp->top_ids[t], (double)lp->top_logprobs[t]));
-            json_array_append_new(lps, json_pack("{s:i, s:f, s:o}", "token_id", lp->token_id,
-                                                 "logprob", (double)lp->logprob, "top", top));
+        int64_t line = j->next_read++;
+        batch_request rq;
+        batch_request_parse(&rq, j->defaults, j->buf, len, line);
+        batch_slot *s = slot_of(j, line);
+        s->max_tokens = rq.meta.max_tokens;
+        j->read_max_tokens += rq.meta.max_tokens;
+        if (!rq.error &&
+            nl_engine_submit_user(j->engine, &rq.prompt, &rq.params, (void *)(intptr_t)line, NULL) != NL_OK)
+            rq.error = strdup(nl_last_error());
+        s->meta = batch_request_take_meta(&rq);
+        if (rq.error) {
+            size_t out_len = 0;
+            char *out = batch_output_line(&s->meta, line, NULL, BATCH_REFUSED, rq.error, j->engine,
+                                          j->has_tokenizer, &out_len);
+            j->n_rejected++;
+            set_output(j, line, out, out_len);
+        } else {
+            j->budget_tokens += s->max_tokens;
         }
-        json_object_set_new(o, "logprobs", lps);
+        batch_request_free(&rq);
     }
-    if (!r) json_object_set_new(o, "error", json_string(line->error));
-    else if (r->finish_reason == NL_FINISH_ERROR || r->finish_reason == NL_FINISH_ABORT)
-        json_object_set_new(o, "error", json_string(r->error ? r->error : "aborted"));
-    return o;
 }
 
-enum { OPT_INPUT = CLI_OWN, OPT_OUTPUT };
+/* After Ctrl-C or an engine failure: every line without an output, read or
+ * not, gets an incomplete error line. */
+static void fail_the_rest(batch_job *j, batch_failure failure, const char *message)
+{
+    for (int64_t line = j->next_write; line < j->next_read; line++) {
+        batch_slot *s = slot_of(j, line);
+        if (s->out) continue;
+        size_t len = 0;
+        char *out = batch_output_line(&s->meta, line, NULL, failure, message, j->engine, j->has_tokenizer, &len);
+        set_output(j, line, out, len);
+    }
+    flush_ready(j);
+    /* Lines never read: their ids, and the same message.  A terminal or a
+     * pipe that never ends is not read to its end. */
+    bool regular = j->total_lines >= 0;
+    while (regular && !j->eof && j->rc == 0) {
+        size_t len;
+        if (!read_line(j, &len)) break;
+        int64_t line = j->next_read++;
+        batch_request rq;
+        batch_request_parse(&rq, j->defaults, j->buf, len, line);
+        batch_slot *s = slot_of(j, line);
+        s->meta = batch_request_take_meta(&rq);
+        batch_request_free(&rq);
+        size_t out_len = 0;
+        char *out = batch_output_line(&s->meta, line, NULL, failure, message, j->engine, j->has_tokenizer,
+                                      &out_len);
+        set_output(j, line, out, out_len);
+        flush_ready(j);
+    }
+}
+
+/* Counts the lines of a regular file (for the progress bar), with pread so
+ * the stream's position stays; -1 for anything else. */
+static int64_t count_lines(FILE *f)
+{
+    struct stat st;
+    int fd = fileno(f);
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return -1;
+    static char buf[1 << 16];
+    int64_t lines = 0;
+    off_t off = 0;
+    ssize_t n;
+    char last = '\n';
+    while ((n = pread(fd, buf, sizeof buf, off)) > 0) {
+        for (char *p = buf; (p = memchr(p, '\n', (size_t)(buf + n - p))); p++) lines++;
+        last = buf[n - 1];
+        off += n;
+    }
+    return lines + (last != '\n');
+}
+
+/* ---- --resume and the same-file check ---------------------------------------- */
+
+static bool same_file(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+/* Keeps the output's leading final lines; checks each against its input
+ * line and skips those input lines.  Returns 0, or the exit code. */
+static int resume_prepare(batch_job *j, FILE *out, int64_t *kept_lines, off_t *kept_bytes)
+{
+    *kept_lines = 0;
+    *kept_bytes = 0;
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    int rc = 0;
+    while ((n = getline(&line, &cap, out)) > 0) {
+        if (line[n - 1] != '\n') break; /* cut mid-line: a kill during a write */
+        json_t *o = json_loadb(line, (size_t)n - 1, 0, NULL);
+        json_t *out_id = NULL;
+        bool final = o && batch_output_is_final(o, &out_id);
+        if (!final) {
+            json_decref(o);
+            break;
+        }
+        size_t in_len;
+        if (!read_line(j, &in_len)) {
+            fprintf(stderr, "nanollm-launch: batch: --resume: %s has more results than %s has lines (%lld)\n",
+                    j->out_path, j->in_path, (long long)*kept_lines);
+            json_decref(o);
+            rc = 2;
+            break;
+        }
+        batch_request rq;
+        batch_request_parse(&rq, j->defaults, j->buf, in_len, *kept_lines);
+        bool match = json_equal(rq.meta.id, out_id);
+        if (!match) {
+            char *want = json_dumps(rq.meta.id, JSON_ENCODE_ANY), *got = json_dumps(out_id, JSON_ENCODE_ANY);
+            fprintf(stderr,
+                    "nanollm-launch: batch: --resume: %s line %lld is for id %s, but %s line %lld has id %s; "
+                    "is it the output of another input?\n",
+                    j->out_path, (long long)*kept_lines + 1, got ? got : "?", j->in_path,
+                    (long long)*kept_lines + 1, want ? want : "?");
+            free(want);
+            free(got);
+            rc = 2;
+        }
+        batch_request_free(&rq);
+        json_decref(o);
+        if (!match) break;
+        (*kept_lines)++;
+        *kept_bytes += n;
+    }
+    free(line);
+    return rc;
+}
+
+static int open_output(batch_job *j, bool resume, int64_t *skipped)
+{
+    *skipped = 0;
+    if (strcmp(j->out_path, "-") == 0) {
+        if (resume) {
+            fprintf(stderr, "nanollm-launch: batch: --resume needs an output file, not stdout\n");
+            return 2;
+        }
+        j->out_fd = STDOUT_FILENO;
+        return 0;
+    }
+    if (resume) {
+        FILE *old = fopen(j->out_path, "r");
+        if (old) {
+            off_t keep = 0;
+            int rc = resume_prepare(j, old, skipped, &keep);
+            fclose(old);
+            if (rc != 0) return rc;
+            j->out_fd = open(j->out_path, O_WRONLY | O_CLOEXEC);
+            if (j->out_fd < 0 || ftruncate(j->out_fd, keep) != 0 || lseek(j->out_fd, keep, SEEK_SET) < 0) {
+                fprintf(stderr, "nanollm-launch: batch: cannot reopen output %s: %m\n", j->out_path);
+                return 2;
+            }
+            return 0;
+        }
+        if (errno != ENOENT) {
+            fprintf(stderr, "nanollm-launch: batch: cannot read output %s to resume: %m\n", j->out_path);
+            return 2;
+        }
+    }
+    j->out_fd = open(j->out_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (j->out_fd < 0) {
+        fprintf(stderr, "nanollm-launch: batch: cannot create output %s: %m\n", j->out_path);
+        return 2;
+    }
+    return 0;
+}
+
+/* Steps until every line is written, Ctrl-C, or an engine failure. */
+static int run_job(batch_job *j)
+{
+    nl_engine_set_final_callback(j->engine, on_final, j);
+    nl_engine_set_stream_callback(j->engine, on_stream, j);
+    int rc = 0;
+    for (;;) {
+        admit(j);
+        flush_ready(j);
+        if (j->rc != 0 || batch_signal) break;
+        if (!nl_engine_has_unfinished(j->engine)) {
+            if (j->eof && j->next_write == j->next_read) break;
+            continue; /* the window has room again */
+        }
+        if (nl_engine_step(j->engine) != NL_OK) {
+            char msg[1100];
+            snprintf(msg, sizeof msg, "%s", nl_last_error());
+            if (j->draw) fputc('\n', stderr);
+            cli_report("batch");
+            /* the engine ended every request with the message */
+            flush_ready(j);
+            fail_the_rest(j, BATCH_ENGINE_FAILED, msg);
+            rc = 1;
+            break;
+        }
+        draw_progress(j, false);
+    }
+    if (batch_signal && rc == 0) {
+        char msg[64];
+        snprintf(msg, sizeof msg, "interrupted by %s before this line finished",
+                 batch_signal == SIGTERM ? "SIGTERM" : "SIGINT");
+        if (j->draw) fputc('\n', stderr);
+        fprintf(stderr, "nanollm-launch: batch: %s; the unfinished lines are marked incomplete in %s "
+                        "(run again with --resume to finish them)\n",
+                msg, j->out_path);
+        fail_the_rest(j, BATCH_INTERRUPTED, msg);
+        rc = 130;
+    }
+    if (rc == 0) draw_progress(j, true);
+    if (j->rc != 0) rc = j->rc;
+    return rc;
+}
+
+enum { OPT_INPUT = CLI_OWN, OPT_OUTPUT, OPT_RESUME };
 
 static const struct option batch_options[] = {
     CLI_SAMPLING_OPTIONS,
     {"input", required_argument, NULL, OPT_INPUT},
     {"output", required_argument, NULL, OPT_OUTPUT},
+    {"resume", no_argument, NULL, OPT_RESUME},
     {NULL, 0, NULL, 0},
 };
 
@@ -285,12 +489,16 @@ const cli_command cli_batch_command = {
     .name = "batch",
     .options = batch_options,
     .help =
-    "usage: nanollm-launch batch --input IN.jsonl --output OUT.jsonl [sampling options]\n"
+    "usage: nanollm-launch batch --input IN.jsonl --output OUT.jsonl [--resume] [sampling options]\n"
     "\n"
-    "Runs every line of IN.jsonl (a JSON object with prompt, prompt_token_ids or messages,\n"
-    "and optionally id and sampling fields) and writes one output line per input line, in\n"
-    "input order; a bad line gets finish_reason \"error\" and never spoils the others.\n"
-    "'-' is stdin or stdout.  Sampling options are the defaults for fields a line leaves out.\n"
+    "Runs every line of IN.jsonl and writes one output line per input line, in input order,\n"
+    "each as soon as the lines before it are done.  A line is a native request (prompt,\n"
+    "prompt_token_ids or messages, and optionally id and sampling fields) or an OpenAI batch\n"
+    "request ({custom_id, method, url: /v1/completions or /v1/chat/completions, body}); a bad\n"
+    "line gets an error record and never spoils the others.  On Ctrl-C or a dead worker the\n"
+    "unfinished lines get error records marked incomplete; --resume keeps the finished lines\n"
+    "of OUT.jsonl and runs the rest.  '-' is stdin or stdout.  Sampling options are the\n"
+    "defaults for fields a line leaves out.\n"
     "\n" CLI_SAMPLING_HELP,
 };
 
@@ -299,6 +507,7 @@ int cli_batch(const nl_engine_config *config, int argc, char **argv)
     cli_sampling defaults;
     cli_sampling_init(&defaults);
     const char *in_path = NULL, *out_path = NULL;
+    bool resume = false;
     cli_parser p;
     if (!cli_parser_init(&p, &cli_batch_command, config, argc, argv)) return 1;
     const char *v;
@@ -309,6 +518,7 @@ int cli_batch(const nl_engine_config *config, int argc, char **argv)
         if (s) continue;
         if (c == OPT_INPUT) in_path = v;
         else if (c == OPT_OUTPUT) out_path = v;
+        else if (c == OPT_RESUME) resume = true;
         else if (c == CLI_POSITIONAL) cli_usage_error(&p, "unexpected argument '%s'", v);
         else cli_usage_error(&p, "option %d has no handler", c);
         if (p.exit) break;
@@ -319,112 +529,72 @@ int cli_batch(const nl_engine_config *config, int argc, char **argv)
     cli_parser_free(&p);
     if (c != CLI_DONE || p.exit) return p.exit;
     config = &engine_config;
-    FILE *in = strcmp(in_path, "-") == 0 ? stdin : fopen(in_path, "r");
-    if (!in) {
+    if (strcmp(in_path, "-") != 0 && strcmp(out_path, "-") != 0 && same_file(in_path, out_path)) {
+        fprintf(stderr, "nanollm-launch: batch: --input %s and --output %s are the same file; writing the "
+                        "output would destroy the input\n", in_path, out_path);
+        return 2;
+    }
+
+    batch_job j;
+    memset(&j, 0, sizeof j);
+    j.defaults = &defaults;
+    j.in_path = in_path;
+    j.out_path = out_path;
+    j.out_fd = -1;
+    j.in = strcmp(in_path, "-") == 0 ? stdin : fopen(in_path, "r");
+    if (!j.in) {
         fprintf(stderr, "nanollm-launch: batch: cannot open input %s: %m\n", in_path);
         return 2;
     }
-    FILE *out = strcmp(out_path, "-") == 0 ? stdout : fopen(out_path, "w");
-    if (!out) {
-        fprintf(stderr, "nanollm-launch: batch: cannot create output %s: %m\n", out_path);
-        if (in != stdin) fclose(in);
-        return 2;
-    }
+    j.total_lines = count_lines(j.in);
+    int64_t skipped = 0;
+    int rc = open_output(&j, resume, &skipped);
+    if (rc != 0) goto close_files;
+    if (skipped > 0)
+        fprintf(stderr, "nanollm-launch: batch: --resume: %lld lines already done in %s\n", (long long)skipped,
+                out_path);
 
-    nl_engine *engine = NULL;
-    int open_rc = cli_open_engine(config, &engine);
-    if (open_rc != 0) {
-        if (in != stdin) fclose(in);
-        if (out != stdout) fclose(out);
-        return open_rc;
-    }
-    cli_demo_note(engine);
+    rc = cli_open_engine(config, &j.engine);
+    if (rc != 0) goto close_files;
+    cli_demo_note(j.engine);
     nl_engine_info info;
-    nl_engine_get_info(engine, &info);
-
-    int rc = 0;
-    batch_line *lines = NULL;
-    int32_t n_lines = 0, cap = 0, n_rejected = 0;
-    char *buf = NULL;
-    size_t buf_cap = 0;
-    ssize_t len;
-    double t0 = cli_now();
-    while ((len = getline(&buf, &buf_cap, in)) >= 0) {
-        if (len > 0 && buf[len - 1] == '\n') buf[--len] = '\0';
-        if (len > 0 && buf[len - 1] == '\r') buf[--len] = '\0';
-        if (n_lines == cap) {
-            cap = cap ? 2 * cap : 256;
-            batch_line *p = realloc(lines, sizeof(*lines) * (size_t)cap);
-            if (!p) {
-                fprintf(stderr, "nanollm-launch: batch: out of memory at line %d\n", n_lines + 1);
-                rc = 1;
-                goto done;
-            }
-            lines = p;
-        }
-        batch_line *line = &lines[n_lines];
-        memset(line, 0, sizeof(*line));
-        submit_line(engine, &defaults, buf, (size_t)len, n_lines, line);
-        if (line->error) n_rejected++;
-        n_lines++;
+    nl_engine_get_info(j.engine, &info);
+    j.has_tokenizer = info.has_tokenizer;
+    j.window = (int64_t)config->max_num_seqs * BATCH_WINDOW_PER_SEQ;
+    if (j.window < BATCH_WINDOW_MIN) j.window = BATCH_WINDOW_MIN;
+    j.slots = calloc((size_t)j.window, sizeof(batch_slot));
+    if (!j.slots) {
+        fprintf(stderr, "nanollm-launch: batch: out of memory for %lld lines in flight\n", (long long)j.window);
+        rc = 1;
+        goto close_engine;
     }
-    if (ferror(in)) {
-        fprintf(stderr, "nanollm-launch: batch: reading %s failed: %m\n", in_path);
-        rc = 2;
-        goto done;
-    }
-
-    progress prog = {.total = n_lines - n_rejected, .start = t0, .draw = isatty(STDERR_FILENO)};
-    nl_engine_set_stream_callback(engine, on_stream, &prog);
-    while (nl_engine_has_unfinished(engine)) {
-        if (nl_engine_step(engine) != NL_OK) {
-            fprintf(stderr, "\n");
-            cli_report("batch");
-            rc = 1;
-            break;
-        }
-        draw_progress(&prog, false);
-    }
-    draw_progress(&prog, true);
-    double seconds = cli_now() - t0;
-
-    int64_t prompt_tokens = 0, cached = 0, output = 0;
-    for (int32_t k = 0; k < n_lines; k++) {
-        const nl_result *r = NULL;
-        if (!lines[k].error && nl_engine_get_result(engine, lines[k].request, &r) != NL_OK) r = NULL;
-        if (!lines[k].error && !r) lines[k].error = strdup(nl_last_error());
-        json_t *o = result_json(&lines[k], r, info.has_tokenizer);
-        if (r) {
-            prompt_tokens += r->prompt_tokens;
-            cached += r->cached_tokens;
-            output += r->n_tokens;
-        }
-        char *s = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(7));
-        json_decref(o);
-        if (!s || fprintf(out, "%s\n", s) < 0) {
-            fprintf(stderr, "nanollm-launch: batch: writing %s failed: %m\n", out_path);
-            free(s);
-            rc = 2;
-            goto done;
-        }
-        free(s);
-        if (r) nl_engine_release(engine, lines[k].request);
-    }
+    /* line numbers (ids of lines without one) count from the input's start */
+    j.next_read = j.next_write = skipped;
+    j.start = cli_now();
+    j.draw = isatty(STDERR_FILENO);
+    batch_signals_install();
+    rc = run_job(&j);
+    batch_signals_restore();
+    double seconds = cli_now() - j.start;
     fprintf(stderr,
-            "batch: %d requests (%d rejected), %lld prompt tokens (%lld cached), %lld output tokens, "
-            "%.2f s, %.1f output tok/s\n",
-            n_lines, n_rejected, (long long)prompt_tokens, (long long)cached, (long long)output, seconds,
-            seconds > 0 ? (double)output / seconds : 0.0);
-done:
-    for (int32_t k = 0; k < n_lines; k++) {
-        json_decref(lines[k].id);
-        free(lines[k].error);
-    }
-    free(lines);
-    free(buf);
-    nl_engine_close(engine);
-    if (in != stdin) fclose(in);
-    if (out != stdout && fclose(out) != 0) {
+            "batch: %lld lines (%lld rejected), %lld prompt tokens (%lld cached), %lld output tokens, %.2f s, "
+            "%.1f output tok/s\n",
+            (long long)(j.next_write - skipped), (long long)j.n_rejected, (long long)j.prompt_tokens,
+            (long long)j.cached_tokens, (long long)j.output_tokens, seconds,
+            seconds > 0 ? (double)j.output_tokens / seconds : 0.0);
+close_engine:
+    nl_engine_close(j.engine);
+    if (j.slots)
+        for (int64_t k = 0; k < j.window; k++) {
+            free(j.slots[k].out);
+            batch_meta_free(&j.slots[k].meta);
+        }
+    free(j.slots);
+close_files:
+    free(j.buf);
+    free(j.wbuf);
+    if (j.in && j.in != stdin) fclose(j.in);
+    if (j.out_fd >= 0 && j.out_fd != STDOUT_FILENO && close(j.out_fd) != 0 && rc == 0) {
         fprintf(stderr, "nanollm-launch: batch: writing %s failed: %m\n", out_path);
         rc = 2;
     }

@@ -24,7 +24,7 @@
 static nl_status fail_engine(nl_engine *e, nl_status st)
 {
     snprintf(e->fail_msg, sizeof(e->fail_msg), "%s", nl_last_error());
-    nl_log(NL_LOG_ERROR, "engine stopped: %s", e->fail_msg);
+    nl_log(NL_LOG_INFO, "engine stopped: %s", e->fail_msg); /* the caller gets it too */
     /* Chained through next_queued (the inbox is emptied here), so that
      * failing needs no memory. */
     request *doomed = NULL;

@@ -128,7 +128,7 @@ static void *engine_thread_main(void *arg)
         pthread_mutex_unlock(&e->step_lock);
         /* A failed step has ended every request with the reason (their
          * final callbacks said why) and refuses new ones. */
-        if (st != NL_OK) nl_log(NL_LOG_ERROR, "engine step failed: %s", nl_last_error());
+        if (st != NL_OK) nl_log(NL_LOG_WARN, "engine step failed: %s", nl_last_error());
         pthread_mutex_lock(&e->lock);
     }
     pthread_mutex_unlock(&e->lock);
