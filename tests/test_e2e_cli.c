@@ -291,6 +291,141 @@ START_TEST(test_batch_mixed_lines)
 }
 END_TEST
 
+/* ---- --resume ------------------------------------------------------------------ */
+
+enum { RESUME_LINES = 12 };
+
+/* The output's lines, parsed, with the OpenAI record's creation time taken
+ * out (it is the only field that differs between runs). */
+static int read_output(const char *path, json_t **o)
+{
+    FILE *f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    char *buf = NULL;
+    size_t cap = 0;
+    int n = 0;
+    while (getline(&buf, &cap, f) > 0) {
+        ck_assert_int_lt(n, RESUME_LINES);
+        o[n] = json_loads(buf, 0, NULL);
+        ck_assert_msg(o[n] != NULL, "%s line %d does not parse", path, n + 1);
+        json_t *body = json_object_get(json_object_get(o[n], "response"), "body");
+        if (body) json_object_del(body, "created");
+        n++;
+    }
+    free(buf);
+    fclose(f);
+    return n;
+}
+
+/* Whether two records agree: equal, except that numbers may differ by tol
+ * (a line batched with other lines may round its logprobs differently). */
+static bool json_close(json_t *a, json_t *b, double tol)
+{
+    if (json_is_number(a) && json_is_number(b)) return fabs(json_number_value(a) - json_number_value(b)) <= tol;
+    if (json_is_array(a) && json_is_array(b)) {
+        if (json_array_size(a) != json_array_size(b)) return false;
+        for (size_t k = 0; k < json_array_size(a); k++)
+            if (!json_close(json_array_get(a, k), json_array_get(b, k), tol)) return false;
+        return true;
+    }
+    if (json_is_object(a) && json_is_object(b)) {
+        if (json_object_size(a) != json_object_size(b)) return false;
+        const char *key;
+        json_t *v;
+        json_object_foreach(a, key, v) {
+            if (!json_close(v, json_object_get(b, key), tol)) return false;
+        }
+        return true;
+    }
+    return json_equal(a, b);
+}
+
+static int run_batch(const char *in_path, const char *out_path, bool resume)
+{
+    return launch((const char *[]){"--model", model, "--device", "cpu", "--num-kv-blocks", "64", "--max-model-len",
+                                   "64", "batch", "--input", in_path, "--output", out_path,
+                                   resume ? "--resume" : NULL, NULL},
+                  NULL);
+}
+
+/* A job cut short (killed mid-write, or interrupted with its unfinished
+ * lines marked) finishes with --resume exactly as an uninterrupted run. */
+START_TEST(test_batch_resume)
+{
+    static char in_text[8192];
+    in_text[0] = '\0';
+    for (int i = 0; i < RESUME_LINES; i++) {
+        char line[512];
+        if (i == 4)
+            snprintf(line, sizeof line,
+                     "{\"custom_id\": \"oai-%d\", \"method\": \"POST\", \"url\": \"/v1/completions\", \"body\": "
+                     "{\"prompt\": [%d, %d, %d], \"max_tokens\": 5, \"temperature\": 0, \"ignore_eos\": true}}\n",
+                     i, 7 * i + 3, 11 * i + 5, 13 * i + 1);
+        else
+            snprintf(line, sizeof line,
+                     "{\"id\": \"r%d\", \"prompt_token_ids\": [%d, %d, %d], \"max_tokens\": %d, \"temperature\": 0, "
+                     "\"ignore_eos\": true, \"logprobs\": %d}\n",
+                     i, 7 * i + 3, 11 * i + 5, 13 * i + 1, 2 + i % 7, i % 3);
+        strcat(in_text, line);
+    }
+    char in_path[300], ref_path[300], out_path[300];
+    snprintf(in_path, sizeof in_path, "%s/resume-in.jsonl", tmp_root);
+    snprintf(ref_path, sizeof ref_path, "%s/resume-ref.jsonl", tmp_root);
+    snprintf(out_path, sizeof out_path, "%s/resume-out.jsonl", tmp_root);
+    write_file(in_path, in_text);
+    ck_assert_msg(run_batch(in_path, ref_path, false) == 0, "reference run: %s", err_text);
+    json_t *ref[RESUME_LINES], *got[RESUME_LINES];
+    ck_assert_int_eq(read_output(ref_path, ref), RESUME_LINES);
+    static char ref_text[1 << 16];
+    slurp(ref_path, ref_text, sizeof ref_text);
+
+    for (int variant = 0; variant < 3; variant++) {
+        /* 0: killed while writing line 6; 1: interrupted after line 3, the
+         * rest marked incomplete; 2: already complete. */
+        static char cut[1 << 16];
+        cut[0] = '\0';
+        const char *p = ref_text;
+        int keep = variant == 0 ? 5 : variant == 1 ? 3 : RESUME_LINES;
+        for (int k = 0; k < keep; k++) p = strchr(p, '\n') + 1;
+        memcpy(cut, ref_text, (size_t)(p - ref_text));
+        cut[p - ref_text] = '\0';
+        if (variant == 0) strncat(cut, p, 20); /* half a record, no newline */
+        for (int k = keep; variant == 1 && k < RESUME_LINES; k++) {
+            char line[512];
+            if (k == 4)
+                snprintf(line, sizeof line, "{\"id\":\"batch_req_4\",\"custom_id\":\"oai-4\",\"response\":null,"
+                                            "\"error\":{\"code\":\"interrupted\",\"message\":\"interrupted\"}}\n");
+            else
+                snprintf(line, sizeof line, "{\"id\":\"r%d\",\"token_ids\":[],\"finish_reason\":\"error\","
+                                            "\"error\":\"interrupted by SIGINT\",\"incomplete\":true}\n", k);
+            strcat(cut, line);
+        }
+        write_file(out_path, cut);
+        int rc = run_batch(in_path, out_path, true);
+        ck_assert_msg(rc == 0, "variant %d: resume exit %d: %s", variant, rc, err_text);
+        char done[64];
+        snprintf(done, sizeof done, "%d lines already done", keep);
+        ck_assert_msg(strstr(err_text, done), "variant %d: stderr lacks '%s': %s", variant, done, err_text);
+        ck_assert_int_eq(read_output(out_path, got), RESUME_LINES);
+        for (int k = 0; k < RESUME_LINES; k++) {
+            ck_assert_msg(json_close(ref[k], got[k], 1e-3), "variant %d line %d differs from the plain run", variant,
+                          k + 1);
+            if (k != 4) /* the OpenAI record's ids are in its body, compared above */
+                ck_assert(json_equal(json_object_get(ref[k], "token_ids"), json_object_get(got[k], "token_ids")));
+            json_decref(got[k]);
+        }
+    }
+    /* An output that belongs to another input is refused and left alone. */
+    write_file(out_path, "{\"id\":\"other\",\"token_ids\":[1],\"finish_reason\":\"length\"}\n");
+    ck_assert_int_eq(run_batch(in_path, out_path, true), 2);
+    ck_assert_msg(strstr(err_text, "another input"), "stderr: %s", err_text);
+    static char now[256];
+    slurp(out_path, now, sizeof now);
+    ck_assert_str_eq(now, "{\"id\":\"other\",\"token_ids\":[1],\"finish_reason\":\"length\"}\n");
+    for (int k = 0; k < RESUME_LINES; k++) json_decref(ref[k]);
+}
+END_TEST
+
 /* ---- demo model, tokenizer, exit codes ------------------------------------------ */
 
 START_TEST(test_generate_demo_notice)
@@ -510,19 +645,69 @@ static long cpu_ticks(pid_t pid)
     return (long)(ut + st);
 }
 
-enum { KILL_TP = 2 };
+enum { KILL_TP = 2, LONG_LINES = 64, LONG_SHORT_LINES = 8, SHORT_TOKENS = 4 };
+
+/* Lines of the output file so far (complete ones). */
+static int count_lines(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    int n = 0, c;
+    while ((c = fgetc(f)) != EOF) n += c == '\n';
+    fclose(f);
+    return n;
+}
+
+/* The output of a job cut short: one parsable line per input line, in
+ * order; the first LONG_SHORT_LINES finished (written as they finished),
+ * every other one an error marked incomplete whose message holds needle. */
+static void expect_cut_output(const char *needle)
+{
+    char out_path[300];
+    snprintf(out_path, sizeof out_path, "%s/long-out.jsonl", tmp_root);
+    FILE *f = fopen(out_path, "r");
+    ck_assert_ptr_nonnull(f);
+    char *buf = NULL;
+    size_t cap = 0;
+    int n = 0;
+    ssize_t len;
+    while ((len = getline(&buf, &cap, f)) > 0) {
+        ck_assert_int_lt(n, LONG_LINES);
+        ck_assert_msg(buf[len - 1] == '\n', "line %d is cut", n + 1);
+        json_error_t e;
+        json_t *o = json_loads(buf, 0, &e);
+        ck_assert_msg(o != NULL, "output line %d: %s", n + 1, e.text);
+        ck_assert_int_eq(json_integer_value(json_object_get(o, "id")), n);
+        const char *fin = json_string_value(json_object_get(o, "finish_reason"));
+        if (n < LONG_SHORT_LINES) {
+            ck_assert_str_eq(fin, "length");
+            ck_assert_int_eq((int)json_array_size(json_object_get(o, "token_ids")), SHORT_TOKENS);
+        } else {
+            ck_assert_str_eq(fin, "error");
+            ck_assert(json_is_true(json_object_get(o, "incomplete")));
+            const char *msg = json_string_value(json_object_get(o, "error"));
+            ck_assert_msg(msg && strstr(msg, needle), "line %d: error '%s' lacks '%s'", n + 1, msg ? msg : "",
+                          needle);
+        }
+        json_decref(o);
+        n++;
+    }
+    free(buf);
+    fclose(f);
+    ck_assert_int_eq(n, LONG_LINES);
+}
 
 /* Starts a batch job big enough to run for seconds, and returns once its
- * workers are computing. */
+ * workers are computing and its short lines are written. */
 static pid_t start_long_job(pid_t workers[KILL_TP])
 {
     static char in_text[1 << 16];
     in_text[0] = '\0';
-    for (int i = 0; i < 64; i++) {
+    for (int i = 0; i < LONG_LINES; i++) {
         char line[256];
         snprintf(line, sizeof line,
-                 "{\"prompt_token_ids\": [%d, %d, %d, %d], \"max_tokens\": 480, \"ignore_eos\": true}\n",
-                 i + 1, 2 * i + 5, 3 * i + 7, 900 - i);
+                 "{\"prompt_token_ids\": [%d, %d, %d, %d], \"max_tokens\": %d, \"ignore_eos\": true}\n",
+                 i + 1, 2 * i + 5, 3 * i + 7, 900 - i, i < LONG_SHORT_LINES ? SHORT_TOKENS : 480);
         strcat(in_text, line);
     }
     char in_path[300], out_path[300];
@@ -546,7 +731,7 @@ static pid_t start_long_job(pid_t workers[KILL_TP])
         ck_assert_msg(waitpid(leader, NULL, WNOHANG) == 0, "the leader ended before the kill");
         ck_assert_msg(now_s() - t0 < 30, "the workers never got busy");
         usleep(20000);
-    } while (cpu_ticks(workers[1]) < base + 10);
+    } while (cpu_ticks(workers[1]) < base + 10 || count_lines(out_path) < LONG_SHORT_LINES);
     return leader;
 }
 
@@ -601,6 +786,7 @@ START_TEST(test_kill_worker)
     snprintf(needle, sizeof needle, "worker rank %d (pid %d)", rank, (int)workers[rank]);
     ck_assert_msg(strstr(err_text, needle) && strstr(err_text, "signal 9"), "stderr lacks '%s': %s", needle,
                   err_text);
+    expect_cut_output(needle);
     ck_assert_int_eq(leader_segments(leader), 0);
     expect_no_children();
 }
@@ -636,11 +822,13 @@ START_TEST(test_interrupt_leader)
     double took = wait_exit(leader, 10.0, &status);
     ck_assert_msg(took >= 0 && took < DEATH_LIMIT_S, "the leader took %.2f s after SIGINT", took);
     ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 130, "leader wait status 0x%x", status);
+    expect_cut_output("interrupted by SIGINT");
     double t0 = now_s();
     for (int r = 0; r < KILL_TP; r++) {
-        /* Killed by the leader, maybe not reaped: then they come here. */
+        /* Shut down and reaped by the leader (then not a child here), or
+         * orphaned and adopted by this subreaper. */
         pid_t w = waitpid(workers[r], &status, WNOHANG);
-        if (w == workers[r]) continue;
+        if (w == workers[r] || (w < 0 && errno == ECHILD)) continue;
         double left = DEATH_LIMIT_S - (now_s() - t0);
         ck_assert_msg(wait_exit(workers[r], left > 0 ? left : 0.001, &status) >= 0,
                       "worker rank %d still runs after SIGINT to the leader", r);
@@ -683,6 +871,7 @@ int main(void)
     TCase *tc = tcase_create("cli");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_batch_mixed_lines);
+    tcase_add_test(tc, test_batch_resume);
     tcase_add_test(tc, test_generate_demo_notice);
     tcase_add_test(tc, test_tokenize_round_trip);
     tcase_add_test(tc, test_llama_text_prompt);

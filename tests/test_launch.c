@@ -256,6 +256,178 @@ START_TEST(test_bench_random_workload_fits)
 }
 END_TEST
 
+/* Reads a JSONL file into o[] (at most cap lines); returns the count and
+ * fails the test on a line that does not parse. */
+static int read_jsonl(const char *path, json_t **o, int cap)
+{
+    FILE *f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    char *line = NULL;
+    size_t lcap = 0;
+    int n = 0;
+    ssize_t len;
+    while ((len = getline(&line, &lcap, f)) > 0) {
+        ck_assert_int_lt(n, cap);
+        ck_assert_msg(line[len - 1] == '\n', "line %d has no newline", n + 1);
+        json_error_t e;
+        o[n] = json_loads(line, 0, &e);
+        ck_assert_msg(o[n] != NULL, "%s line %d: %s", path, n + 1, e.text);
+        n++;
+    }
+    free(line);
+    fclose(f);
+    return n;
+}
+
+static void write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_ge(fputs(text, f), 0);
+    ck_assert_int_eq(fclose(f), 0);
+}
+
+/* The same prompts as native lines and as OpenAI batch lines, in one file:
+ * the OpenAI records carry the native lines' text and tokens in the API's
+ * shape, and a bad OpenAI line gets an error record. */
+START_TEST(test_batch_openai_format)
+{
+    if (!have_tokenizer()) return;
+    setenv("NANOLLM_CPU_KV_BYTES", "67108864", 1);
+    char in[] = "/tmp/nl-batch-oai-XXXXXX", outp[] = "/tmp/nl-batch-oai-out-XXXXXX";
+    int fd = mkstemp(in);
+    close(fd);
+    fd = mkstemp(outp);
+    close(fd);
+    write_text(in,
+               "{\"prompt\": \"Hello there\", \"max_tokens\": 5, \"temperature\": 0, \"logprobs\": 2}\n"
+               "{\"custom_id\": \"req-1\", \"method\": \"POST\", \"url\": \"/v1/completions\", \"body\": "
+               "{\"model\": \"demo\", \"prompt\": \"Hello there\", \"max_tokens\": 5, \"temperature\": 0, "
+               "\"logprobs\": 2}}\n"
+               "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"max_tokens\": 3, \"temperature\": 0}\n"
+               "{\"custom_id\": \"req-3\", \"method\": \"POST\", \"url\": \"/v1/chat/completions\", \"body\": "
+               "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"max_completion_tokens\": 3, "
+               "\"temperature\": 0, \"logprobs\": true, \"top_logprobs\": 1}}\n"
+               "{\"custom_id\": \"req-4\", \"method\": \"POST\", \"url\": \"/v1/embeddings\", \"body\": {}}\n"
+               "{\"custom_id\": \"req-5\", \"method\": \"POST\", \"url\": \"/v1/completions\", \"body\": "
+               "{\"prompt\": \"x\", \"n\": 2}}\n");
+    int rc = launch((const char *[]){"--device", "cpu", "batch", "--input", in, "--output", outp, NULL});
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, err_text);
+    json_t *o[8];
+    int n = read_jsonl(outp, o, 8);
+    unlink(in);
+    unlink(outp);
+    ck_assert_int_eq(n, 6);
+    /* completions */
+    ck_assert_str_eq(json_string_value(json_object_get(o[1], "custom_id")), "req-1");
+    ck_assert(json_is_null(json_object_get(o[1], "error")));
+    json_t *resp = json_object_get(o[1], "response");
+    ck_assert_int_eq(json_integer_value(json_object_get(resp, "status_code")), 200);
+    json_t *body = json_object_get(resp, "body");
+    ck_assert_str_eq(json_string_value(json_object_get(body, "object")), "text_completion");
+    ck_assert_str_eq(json_string_value(json_object_get(body, "model")), "demo");
+    json_t *choice = json_array_get(json_object_get(body, "choices"), 0);
+    ck_assert_str_eq(json_string_value(json_object_get(choice, "text")), json_string_value(json_object_get(o[0], "text")));
+    ck_assert_str_eq(json_string_value(json_object_get(choice, "finish_reason")), "length");
+    json_t *usage = json_object_get(body, "usage");
+    ck_assert_int_eq(json_integer_value(json_object_get(usage, "completion_tokens")), 5);
+    ck_assert_int_eq(json_integer_value(json_object_get(usage, "prompt_tokens")),
+                     json_integer_value(json_object_get(o[0], "prompt_tokens")));
+    ck_assert_int_eq(json_integer_value(json_object_get(usage, "total_tokens")),
+                     json_integer_value(json_object_get(usage, "prompt_tokens")) + 5);
+    json_t *lp = json_object_get(choice, "logprobs");
+    ck_assert_int_eq(json_array_size(json_object_get(lp, "tokens")), 5);
+    for (size_t k = 0; k < 5; k++) {
+        double want = json_number_value(json_object_get(json_array_get(json_object_get(o[0], "logprobs"), k), "logprob"));
+        ck_assert_double_eq_tol(json_number_value(json_array_get(json_object_get(lp, "token_logprobs"), k)), want, 1e-5);
+        ck_assert_int_eq(json_object_size(json_array_get(json_object_get(lp, "top_logprobs"), k)) >= 1, 1);
+    }
+    /* chat */
+    body = json_object_get(json_object_get(o[3], "response"), "body");
+    ck_assert_str_eq(json_string_value(json_object_get(body, "object")), "chat.completion");
+    choice = json_array_get(json_object_get(body, "choices"), 0);
+    json_t *msg = json_object_get(choice, "message");
+    ck_assert_str_eq(json_string_value(json_object_get(msg, "role")), "assistant");
+    ck_assert_str_eq(json_string_value(json_object_get(msg, "content")), json_string_value(json_object_get(o[2], "text")));
+    json_t *content = json_object_get(json_object_get(choice, "logprobs"), "content");
+    ck_assert_int_eq(json_array_size(content), 3);
+    ck_assert_int_eq(json_array_size(json_object_get(json_array_get(content, 0), "top_logprobs")), 1);
+    /* refused OpenAI lines */
+    for (int k = 4; k < 6; k++) {
+        ck_assert(json_is_null(json_object_get(o[k], "response")));
+        json_t *err = json_object_get(o[k], "error");
+        ck_assert_str_eq(json_string_value(json_object_get(err, "code")), "invalid_request");
+    }
+    ck_assert_ptr_nonnull(strstr(json_string_value(json_object_get(json_object_get(o[4], "error"), "message")), "url"));
+    ck_assert_ptr_nonnull(strstr(json_string_value(json_object_get(json_object_get(o[5], "error"), "message")), "body.n"));
+    for (int k = 0; k < n; k++) json_decref(o[k]);
+}
+END_TEST
+
+/* A message longer than the error buffer that quotes multi-byte text is cut
+ * on a character boundary; the error field stays (JSON needs valid UTF-8). */
+START_TEST(test_batch_long_error_utf8)
+{
+    if (!have_tokenizer()) return;
+    setenv("NANOLLM_CPU_KV_BYTES", "67108864", 1);
+    char in[] = "/tmp/nl-batch-utf-XXXXXX", outp[] = "/tmp/nl-batch-utf-out-XXXXXX";
+    int fd = mkstemp(in);
+    close(fd);
+    fd = mkstemp(outp);
+    close(fd);
+    static char text[8192];
+    /* 1 + 2k bytes before the name: every cut position parity is tried */
+    for (int pad = 0; pad < 2; pad++) {
+        strcpy(text, "{\"prompt\": \"x\", \"");
+        if (pad) strcat(text, "a");
+        for (int k = 0; k < 700; k++) strcat(text, "\xC3\xA9"); /* é */
+        strcat(text, "\": 1}\n");
+        write_text(in, text);
+        int rc = launch((const char *[]){"--device", "cpu", "batch", "--input", in, "--output", outp, NULL});
+        ck_assert_msg(rc == 0, "exit %d: %s", rc, err_text);
+        json_t *o[2];
+        ck_assert_int_eq(read_jsonl(outp, o, 2), 1);
+        const char *msg = json_string_value(json_object_get(o[0], "error"));
+        ck_assert_msg(msg != NULL, "the error field was dropped");
+        ck_assert_ptr_nonnull(strstr(msg, "unknown field"));
+        ck_assert_int_ge(strlen(msg), 1000);
+        json_decref(o[0]);
+    }
+    unlink(in);
+    unlink(outp);
+}
+END_TEST
+
+/* --input and --output naming one file (directly, through a symlink or a
+ * hard link) is refused with exit 2 and leaves the file as it was. */
+START_TEST(test_batch_same_file_refused)
+{
+    char dir[] = "/tmp/nl-batch-same-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char in[128], sym[128], hard[128];
+    snprintf(in, sizeof in, "%s/in.jsonl", dir);
+    snprintf(sym, sizeof sym, "%s/sym.jsonl", dir);
+    snprintf(hard, sizeof hard, "%s/hard.jsonl", dir);
+    const char *content = "{\"prompt_token_ids\": [1, 2], \"max_tokens\": 2}\n";
+    write_text(in, content);
+    ck_assert_int_eq(symlink(in, sym), 0);
+    ck_assert_int_eq(link(in, hard), 0);
+    const char *outs[] = {in, sym, hard};
+    for (int k = 0; k < 3; k++) {
+        int rc = launch((const char *[]){"--device", "cpu", "batch", "--input", in, "--output", outs[k], NULL});
+        ck_assert_msg(rc == 2, "output %s: exit %d", outs[k], rc);
+        ck_assert_msg(strstr(err_text, "same file"), "stderr: %s", err_text);
+        static char now[256];
+        slurp(in, now, sizeof now);
+        ck_assert_str_eq(now, content);
+    }
+    unlink(sym);
+    unlink(hard);
+    unlink(in);
+    rmdir(dir);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("launch");
@@ -265,6 +437,9 @@ int main(void)
     tcase_add_test(tc, test_batch_demo_model);
     tcase_add_test(tc, test_generate_demo_model);
     tcase_add_test(tc, test_bench_random_workload_fits);
+    tcase_add_test(tc, test_batch_openai_format);
+    tcase_add_test(tc, test_batch_long_error_utf8);
+    tcase_add_test(tc, test_batch_same_file_refused);
     suite_add_tcase(s, tc);
     return check_run(s);
 }

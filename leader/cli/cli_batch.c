@@ -577,7 +577,7 @@ int cli_batch(const nl_engine_config *config, int argc, char **argv)
     batch_signals_restore();
     double seconds = cli_now() - j.start;
     fprintf(stderr,
-            "batch: %lld lines (%lld rejected), %lld prompt tokens (%lld cached), %lld output tokens, %.2f s, "
+            "batch: %lld requests (%lld rejected), %lld prompt tokens (%lld cached), %lld output tokens, %.2f s, "
             "%.1f output tok/s\n",
             (long long)(j.next_write - skipped), (long long)j.n_rejected, (long long)j.prompt_tokens,
             (long long)j.cached_tokens, (long long)j.output_tokens, seconds,

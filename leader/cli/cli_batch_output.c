@@ -167,7 +167,8 @@ static json_t *openai_line(const batch_meta *m, int64_t index, const nl_result *
         return o;
     }
     char body_id[64];
-    snprintf(body_id, sizeof body_id, "%s-%llu", chat ? "chatcmpl" : "cmpl", (unsigned long long)r->request_id);
+    /* from the line number, so a resumed job writes what a whole run would */
+    snprintf(body_id, sizeof body_id, "%s-%lld", chat ? "chatcmpl" : "cmpl", (long long)index);
     json_t *choice = json_object();
     json_object_set_new(choice, "index", json_integer(0));
     json_t *text = batch_json_text(r->text);
