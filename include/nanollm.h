@@ -240,6 +240,9 @@ typedef struct nl_engine_info {
     bool has_tokenizer;
     bool is_demo_model;
     const char *device_name;            /* owned by the engine            */
+    const char *model_dir;              /* where the model was read (the
+                                         * demo model's too); owned by the
+                                         * engine                          */
 } nl_engine_info;
 
 void nl_engine_get_info(const nl_engine *engine, nl_engine_info *info);

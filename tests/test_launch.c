@@ -248,11 +248,38 @@ START_TEST(test_bench_random_workload_fits)
 {
     if (!have_tokenizer()) return;
     setenv("NANOLLM_CPU_KV_BYTES", "67108864", 1);
+    char json_path[] = "/tmp/nl-bench-json-XXXXXX";
+    int fd = mkstemp(json_path);
+    close(fd);
     int rc = launch((const char *[]){"--device", "cpu", "--max-model-len", "64", "bench", "--num-seqs", "2",
-                                     "--max-input-len", "1", "--max-output-len", "1000", NULL});
+                                     "--max-input-len", "1", "--max-output-len", "1000", "--json", json_path, NULL});
     ck_assert_msg(rc == 0, "exit %d: %s", rc, err_text);
     ck_assert_ptr_nonnull(strstr(out_text, "Throughput:"));
     ck_assert_ptr_nonnull(strstr(err_text, "bench: 2 requests"));
+    /* the summary, and the same figures as a JSON record */
+    ck_assert_ptr_nonnull(strstr(out_text, "Request throughput (req/s):"));
+    ck_assert_ptr_nonnull(strstr(out_text, "P99 TTFT (ms):"));
+    ck_assert_ptr_nonnull(strstr(out_text, "Median TPOT (ms):"));
+    json_t *rec = json_load_file(json_path, 0, NULL);
+    unlink(json_path);
+    ck_assert_ptr_nonnull(rec);
+    ck_assert_int_eq(json_integer_value(json_object_get(rec, "requests")), 2);
+    ck_assert_int_eq(json_integer_value(json_object_get(rec, "tp")), 1);
+    ck_assert_str_eq(json_string_value(json_object_get(rec, "device")), "cpu");
+    ck_assert(json_is_true(json_object_get(rec, "demo_model")));
+    ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(rec, "model"), "vocab_size")), 151936);
+    int64_t out_tokens = json_integer_value(json_object_get(rec, "output_tokens"));
+    double secs = json_number_value(json_object_get(rec, "seconds"));
+    ck_assert_int_gt(out_tokens, 2);
+    ck_assert_double_eq_tol(json_number_value(json_object_get(rec, "output_tok_per_s")), out_tokens / secs, 1e-6 * out_tokens / secs);
+    json_t *split = json_object_get(rec, "split");
+    ck_assert_int_ge(json_integer_value(json_object_get(split, "prefill_steps")), 1);
+    ck_assert_int_ge(json_integer_value(json_object_get(split, "decode_steps")), 1);
+    json_t *ttft = json_object_get(rec, "ttft_ms");
+    ck_assert(json_number_value(json_object_get(ttft, "p50")) > 0);
+    ck_assert(json_number_value(json_object_get(ttft, "p99")) >= json_number_value(json_object_get(ttft, "p50")));
+    ck_assert_int_gt(json_integer_value(json_object_get(rec, "peak_kv_blocks")), 0);
+    json_decref(rec);
 }
 END_TEST
 

@@ -54,6 +54,8 @@ nl_status engine_open_with_runner(const nl_engine_config *config,
     e->facts = *facts;
     snprintf(e->device_name, sizeof(e->device_name), "%s", facts->device_name ? facts->device_name : "?");
     e->facts.device_name = e->device_name;
+    e->model_dir = facts->model_dir ? strdup(facts->model_dir) : NULL;
+    e->facts.model_dir = e->model_dir;
     e->runner = r;
     e->tok = tok;
     r = NULL;
@@ -140,6 +142,7 @@ void nl_engine_close(nl_engine *e)
     if (e->runner) e->runner->ops->destroy(e->runner);
     if (e->tok) tokenizer_destroy(e->tok);
     free(e->wire_seqs);
+    free(e->model_dir);
     output_processor_free(&e->output);
     pthread_cond_destroy(&e->wake);
     pthread_mutex_destroy(&e->tok_lock);
@@ -159,6 +162,7 @@ void nl_engine_get_info(const nl_engine *e, nl_engine_info *info)
     info->has_tokenizer = e->tok != NULL;
     info->is_demo_model = e->facts.is_demo_model;
     info->device_name = e->device_name;
+    info->model_dir = e->model_dir;
 }
 
 void engine_get_stats(const nl_engine *e, engine_stats *stats)

@@ -25,6 +25,7 @@ typedef struct engine_model_facts {
     int32_t eos_ids[NL_MAX_EOS];
     bool is_demo_model;
     const char *device_name;         /* copied                               */
+    const char *model_dir;           /* copied; NULL: none (a test's fake)   */
 } engine_model_facts;
 
 /* Validates config and builds the engine around r and tok (tok may be NULL).
@@ -43,6 +44,8 @@ typedef struct engine_stats {
     int64_t steps;
     int64_t prefill_steps;
     int64_t decode_steps;
+    double prefill_seconds;
+    double decode_seconds;
     int64_t preemptions;
     int64_t prompt_tokens;         /* of every request taken in          */
     int64_t started_prompt_tokens; /* of requests that produced a token  */

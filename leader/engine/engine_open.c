@@ -108,6 +108,7 @@ nl_status nl_engine_open(const nl_engine_config *config, nl_engine **out)
     facts.max_position_embeddings = mc.max_position_embeddings;
     facts.is_demo_model = demo;
     facts.device_name = device == NL_DEVICE_CUDA ? "cuda" : "cpu";
+    facts.model_dir = dir;
 
     tokenizer *tok = NULL;
     if (has_tokenizer_json(dir)) {

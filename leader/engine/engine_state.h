@@ -49,6 +49,7 @@ struct nl_engine {
     nl_engine_config config;
     engine_model_facts facts;
     char device_name[32];
+    char *model_dir;              /* facts.model_dir's copy, or NULL     */
     runner *runner;
     tokenizer *tok;
     block_manager *bm;

@@ -64,6 +64,7 @@ nl_status engine_step_locked(nl_engine *e)
     const sched_batch *b = scheduler_schedule(e->sch);
     if (b->n_seqs == 0) return NL_OK;
 
+    double t0 = engine_now();
     wire_run cmd;
     int32_t n_sample = batch_wire_build(b, ++e->step_id, e->wire_seqs, &cmd);
     wire_reply reply;
@@ -111,6 +112,8 @@ nl_status engine_step_locked(nl_engine *e)
         /* The stream callback may have aborted it. */
         if (finish != NL_FINISH_NONE && s->status != SEQ_FINISHED) engine_finish_request(e, r, finish);
     }
+    if (b->is_prefill) e->stats.prefill_seconds += engine_now() - t0;
+    else e->stats.decode_seconds += engine_now() - t0;
     engine_publish_stats(e);
     return NL_OK;
 }

@@ -56,6 +56,10 @@ void engine_publish_stats_locked(nl_engine *e)
     p->output_tokens = e->stats.output_tokens;
     p->preemptions = e->sch->total_preemptions;
     p->steps = e->stats.steps;
+    p->prefill_steps = e->stats.prefill_steps;
+    p->decode_steps = e->stats.decode_steps;
+    p->prefill_seconds = e->stats.prefill_seconds;
+    p->decode_seconds = e->stats.decode_seconds;
 }
 
 void engine_publish_stats(nl_engine *e)
