@@ -11,6 +11,7 @@
 
 #include "common/status.h"
 #include "leader/engine/engine_internal.h"
+#include "leader/engine/engine_state.h"
 #include "tests/fake_runner.h"
 #include "tests/check_run.h"
 
@@ -513,6 +514,131 @@ START_TEST(test_front_end_api)
 }
 END_TEST
 
+/* Every accepted request gets one final callback, failed ones included,
+ * with its reason, error, user pointer and times. */
+typedef struct final_log {
+    int calls[4];
+    nl_finish_reason reason[4];
+    bool had_error[4];
+} final_log;
+
+static void on_final_log(void *user, const nl_result *r)
+{
+    final_log *log = user;
+    int k = (int)(intptr_t)r->user;
+    ck_assert(k >= 0 && k < 4);
+    log->calls[k]++;
+    log->reason[k] = r->finish_reason;
+    log->had_error[k] = r->error != NULL;
+    ck_assert(r->finish_time >= r->arrival_time);
+    ck_assert_double_eq_tol(r->latency, r->finish_time - r->arrival_time, 1e-9);
+}
+
+START_TEST(test_final_callback_for_every_end)
+{
+    nl_engine *e = open_fake(64, 4096, NULL, 0, 4, NULL, VOCAB);
+    final_log log;
+    memset(&log, 0, sizeof(log));
+    nl_engine_set_final_callback(e, on_final_log, &log);
+    int32_t prompt[6] = {1, 2, 3, 4, 5, 6};
+    nl_prompt p = tokens_prompt(prompt, 6);
+    uint64_t id[4];
+    int32_t max_tokens[4] = {2, 50, 50, 50};
+    for (int k = 0; k < 4; k++) {
+        nl_sampling_params sp = greedy(max_tokens[k]);
+        ck_assert_int_eq(nl_engine_submit_user(e, &p, &sp, (void *)(intptr_t)k, &id[k]), NL_OK);
+    }
+    ck_assert_int_eq(nl_engine_step(e), NL_OK); /* prefill */
+    ck_assert_int_eq(nl_engine_abort(e, id[1]), NL_OK);
+    ck_assert_int_eq(nl_engine_step(e), NL_OK); /* request 0 ends: length */
+    nl_engine_release(e, id[2]);             /* unfinished: aborted, then freed */
+    ck_assert_int_eq(nl_engine_run_until_done(e), NL_ERR_WORKER); /* step 4 fails */
+    for (int k = 0; k < 4; k++) ck_assert_int_eq(log.calls[k], 1);
+    ck_assert_int_eq(log.reason[0], NL_FINISH_LENGTH);
+    ck_assert_int_eq(log.reason[1], NL_FINISH_ABORT);
+    ck_assert_int_eq(log.reason[2], NL_FINISH_ABORT);
+    ck_assert_int_eq(log.reason[3], NL_FINISH_ERROR);
+    ck_assert(log.had_error[3]);
+    nl_engine_stats st;
+    nl_engine_get_stats(e, &st);
+    ck_assert_int_eq(st.num_finished, 4);
+    ck_assert_int_eq(st.num_free_kv_blocks, st.num_kv_blocks);
+    ck_assert_int_eq(st.prompt_tokens, 4 * 6);
+    nl_engine_close(e);
+}
+END_TEST
+
+/* A request reserves room for what it generates, not for max_tokens: a
+ * large batch's memory follows its output. */
+START_TEST(test_buffers_grow_with_output)
+{
+    nl_engine *e = open_fake(400, 8192, NULL, 0, 0, NULL, VOCAB);
+    int32_t prompt[5] = {9, 8, 7, 6, 5};
+    nl_prompt p = tokens_prompt(prompt, 5);
+    nl_sampling_params sp = greedy(4000);
+    sp.logprobs = 20;
+    uint64_t id;
+    ck_assert_int_eq(nl_engine_submit(e, &p, &sp, &id), NL_OK);
+    ck_assert_int_eq(nl_engine_step(e), NL_OK);
+    request *r = engine_find_request(e, id);
+    ck_assert_int_le(r->seq.cap_tokens, 5 + 16);
+    ck_assert_int_le(r->seq.cap_blocks, 2);
+    ck_assert_int_le(r->cap_logprobs, 16);
+    for (int s = 0; s < 99; s++) ck_assert_int_eq(nl_engine_step(e), NL_OK);
+    ck_assert_int_eq(seq_num_output(&r->seq), 100);
+    ck_assert_int_le(r->seq.cap_tokens, 5 + 2 * 100);
+    ck_assert_int_le(r->cap_logprobs, 2 * 100);
+    ck_assert_int_eq(nl_engine_abort(e, id), NL_OK);
+    const nl_result *res;
+    ck_assert_int_eq(nl_engine_get_result(e, id, &res), NL_OK);
+    int32_t want[100];
+    reference(prompt, 5, 100, VOCAB, want);
+    ck_assert_int_eq(res->n_tokens, 100);
+    for (int k = 0; k < 100; k++) {
+        ck_assert_int_eq(res->token_ids[k], want[k]);
+        ck_assert_int_eq(res->logprobs[k].token_id, want[k]);
+        ck_assert_int_eq(res->logprobs[k].n_top, 20);
+    }
+    nl_engine_close(e);
+}
+END_TEST
+
+typedef struct log_capture {
+    int n;
+    nl_log_level level;
+    char last[256];
+} log_capture;
+
+static void capture_log(void *user, nl_log_level level, const char *message)
+{
+    log_capture *c = user;
+    c->n++;
+    c->level = level;
+    snprintf(c->last, sizeof c->last, "%s", message);
+}
+
+/* Library messages go to the log callback, filtered by the level. */
+START_TEST(test_log_callback_and_level)
+{
+    log_capture c;
+    memset(&c, 0, sizeof c);
+    nl_set_log_callback(capture_log, &c);
+    nl_set_log_level(NL_LOG_WARN);
+    nl_engine *e = open_fake(64, 4096, NULL, 0, 0, NULL, VOCAB);
+    nl_engine_close(e);
+    ck_assert_int_eq(c.n, 0); /* "engine open" is INFO */
+    nl_set_log_level(NL_LOG_INFO);
+    ck_assert_int_eq(nl_get_log_level(), NL_LOG_INFO);
+    e = open_fake(64, 4096, NULL, 0, 0, NULL, VOCAB);
+    nl_engine_close(e);
+    ck_assert_int_eq(c.n, 1);
+    ck_assert_int_eq(c.level, NL_LOG_INFO);
+    ck_assert_ptr_nonnull(strstr(c.last, "engine open: fake, 64 KV blocks"));
+    nl_set_log_callback(NULL, NULL);
+    nl_set_log_level(NL_LOG_WARN);
+}
+END_TEST
+
 /* ---- with the Qwen3 tokenizer ------------------------------------------------ */
 
 static tokenizer *load_tokenizer(void)
@@ -750,6 +876,9 @@ int main(void)
     tcase_add_test(tc, test_prefix_cache_through_engine);
     tcase_add_test(tc, test_runner_failure_stops_engine);
     tcase_add_test(tc, test_front_end_api);
+    tcase_add_test(tc, test_final_callback_for_every_end);
+    tcase_add_test(tc, test_buffers_grow_with_output);
+    tcase_add_test(tc, test_log_callback_and_level);
     tcase_add_test(tc, test_text_and_stop_strings);
     tcase_add_test(tc, test_tokens_without_text);
     suite_add_tcase(s, tc);

@@ -151,7 +151,7 @@ static void *stats_main(void *arg)
     while (!atomic_load(&w->stop_helpers)) {
         nl_engine_stats st;
         nl_engine_get_stats(w->e, &st);
-        if (st.kv_blocks_used < 0 || st.kv_blocks_used > st.kv_blocks_total || st.kv_blocks_total != N_BLOCKS ||
+        if (st.num_free_kv_blocks < 0 || st.num_free_kv_blocks > st.num_kv_blocks || st.num_kv_blocks != N_BLOCKS ||
             st.num_running < 0 || st.num_running > MAX_SEQS || st.num_waiting < 0 ||
             st.prefix_cache_hit_rate < 0 || st.prefix_cache_hit_rate > 1 || st.num_finished > N_REQUESTS)
             atomic_fetch_add(&w->bad_stats, 1);
@@ -208,7 +208,7 @@ static void check_outcomes(world *w)
     ck_assert_int_eq(st.num_finished, N_REQUESTS);
     ck_assert_int_eq(st.num_running, 0);
     ck_assert_int_eq(st.num_waiting, 0);
-    ck_assert_int_eq(st.kv_blocks_used, 0);
+    ck_assert_int_eq(st.num_free_kv_blocks, st.num_kv_blocks);
 }
 
 static void run_world(bool background)

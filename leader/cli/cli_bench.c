@@ -206,14 +206,14 @@ static void bench_draw(bench_progress *p, const nl_engine_stats *st, int64_t bas
     double now = cli_now();
     if (!final && now - p->last < (p->tty ? 0.2 : 10.0)) return;
     p->last = now;
-    int64_t done = st->generation_tokens - base_tokens;
+    int64_t done = st->output_tokens - base_tokens;
     double dt = now - p->start;
     double frac = p->total_tokens > 0 ? (double)done / (double)p->total_tokens : 0;
     fprintf(stderr, "%sbench: %lld/%d requests, %lld/%lld tokens (%.0f%%), %.0f tok/s, %d running, %d waiting, "
                     "%d/%d KV blocks, %.1f s%s",
             p->tty ? "\r" : "", (long long)finished, n, (long long)done, (long long)p->total_tokens, 100 * frac,
-            dt > 0 ? (double)done / dt : 0.0, st->num_running, st->num_waiting, st->kv_blocks_used,
-            st->kv_blocks_total, dt, p->tty && !final ? " " : "\n");
+            dt > 0 ? (double)done / dt : 0.0, st->num_running, st->num_waiting, st->num_kv_blocks - st->num_free_kv_blocks,
+            st->num_kv_blocks, dt, p->tty && !final ? " " : "\n");
 }
 
 /* The model's shape from its config.json, or null. */
@@ -374,11 +374,12 @@ int cli_bench(const nl_engine_config *config, int argc, char **argv)
             goto out;
         }
         nl_engine_get_stats(engine, &st);
-        if (st.kv_blocks_used > peak_blocks) peak_blocks = st.kv_blocks_used;
-        bench_draw(&prog, &st, before.generation_tokens, st.num_finished - before.num_finished, n, false);
+        int32_t used = st.num_kv_blocks - st.num_free_kv_blocks;
+        if (used > peak_blocks) peak_blocks = used;
+        bench_draw(&prog, &st, before.output_tokens, st.num_finished - before.num_finished, n, false);
     }
     double seconds = cli_now() - t0;
-    bench_draw(&prog, &st, before.generation_tokens, st.num_finished - before.num_finished, n, true);
+    bench_draw(&prog, &st, before.output_tokens, st.num_finished - before.num_finished, n, true);
     int64_t output = 0, cached = 0;
     int32_t n_tpot = 0, n_done = 0;
     for (int32_t k = 0; k < n; k++) {
