@@ -47,12 +47,12 @@ nl_log_level nl_get_log_level(void)
     if (l >= 0) return (nl_log_level)l;
     nl_log_level from_env = NL_LOG_WARN;
     const char *env = getenv("NANOLLM_LOG_LEVEL");
-    if (env && !nl_log_level_parse(env, &from_env)) {
-        from_env = NL_LOG_WARN;
-        fprintf(stderr, "nanollm: warn: NANOLLM_LOG_LEVEL '%s': expected error, warn, info or debug\n", env);
-    }
+    bool bad = env && !nl_log_level_parse(env, &from_env);
+    if (bad) from_env = NL_LOG_WARN;
     int expected = -1;
-    atomic_compare_exchange_strong(&log_level, &expected, (int)from_env);
+    bool first = atomic_compare_exchange_strong(&log_level, &expected, (int)from_env);
+    /* the level is set now, so this does not come back here */
+    if (bad && first) nl_log(NL_LOG_WARN, "NANOLLM_LOG_LEVEL '%s': expected error, warn, info or debug", env);
     return (nl_log_level)atomic_load(&log_level);
 }
 
