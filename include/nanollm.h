@@ -24,8 +24,10 @@
  *     stepping thread takes at the start of its next step.
  *   - The stepping thread only (or any one thread while none steps):
  *     nl_engine_step(), nl_engine_run_until_done(), the callback setters.
- *   - nl_engine_start()/nl_engine_stop()/nl_engine_close(): one thread, not
- *     from inside a callback.
+ *   - nl_engine_start()/nl_engine_stop(): one thread, not from inside a
+ *     callback; nl_engine_close(): once no other thread uses the engine.
+ *   - The logging setters, nl_version(), nl_status_name(), nl_last_error():
+ *     any thread (the error message is the calling thread's own).
  * Callbacks (stream, final) run on the stepping thread, one at a time.
  * They may call any function of the first group, but not step, start, stop
  * or close.
