@@ -315,12 +315,88 @@ START_TEST(test_abort_from_other_thread_is_kept)
 }
 END_TEST
 
+/* A runner around the fake one that, at a chosen step, has another thread
+ * abort a request while the step is in flight (after the batch was built,
+ * before its tokens are processed). */
+typedef struct hooked_runner {
+    runner base;
+    runner *inner;
+    uint64_t at_step;
+    abort_args *abort;
+} hooked_runner;
+
+static nl_status hooked_execute(runner *base, const wire_run *cmd, wire_reply *reply)
+{
+    hooked_runner *h = (hooked_runner *)base;
+    nl_status st = h->inner->ops->execute(h->inner, cmd, reply);
+    if (cmd->step_id == h->at_step) {
+        pthread_t t;
+        ck_assert_int_eq(pthread_create(&t, NULL, abort_twice, h->abort), 0);
+        pthread_join(t, NULL);
+    }
+    return st;
+}
+
+static void hooked_destroy(runner *base)
+{
+    hooked_runner *h = (hooked_runner *)base;
+    h->inner->ops->destroy(h->inner);
+    free(h);
+}
+
+static const runner_ops hooked_ops = {hooked_execute, hooked_destroy};
+
+/* The abort arrives during the very step in which the request reaches
+ * max_tokens: it returned NL_OK, so the request must end ABORT (with the
+ * tokens it has), not LENGTH. */
+START_TEST(test_abort_during_finishing_step)
+{
+    fake_runner_options o = {.num_kv_blocks = N_BLOCKS, .block_size = 16, .vocab_size = VOCAB, .cheap = true};
+    hooked_runner *h = calloc(1, sizeof(*h));
+    ck_assert_int_eq(fake_runner_create(&o, &h->inner), NL_OK);
+    h->base.ops = &hooked_ops;
+    h->base.num_kv_blocks = h->inner->num_kv_blocks;
+    h->at_step = 2;
+    nl_engine_config c;
+    nl_engine_config_init(&c);
+    c.max_num_seqs = MAX_SEQS;
+    c.max_num_batched_tokens = 256;
+    engine_model_facts f;
+    memset(&f, 0, sizeof(f));
+    f.vocab_size = VOCAB;
+    f.max_position_embeddings = 4096;
+    f.device_name = "fake";
+    nl_engine *e = NULL;
+    ck_assert_msg(engine_open_with_runner(&c, &f, &h->base, NULL, &e) == NL_OK, "%s", nl_last_error());
+    int32_t prompt[4] = {1, 2, 3, 4};
+    nl_prompt p = {.kind = NL_PROMPT_TOKENS, .token_ids = prompt, .n_tokens = 4};
+    nl_sampling_params sp;
+    nl_sampling_params_init(&sp);
+    sp.max_tokens = 2; /* prefill samples one, step 2 the last */
+    uint64_t id, other;
+    ck_assert_int_eq(nl_engine_submit(e, &p, &sp, &id), NL_OK);
+    ck_assert_int_eq(nl_engine_submit(e, &p, &sp, &other), NL_OK);
+    abort_args a = {e, id, -1, -1};
+    h->abort = &a;
+    ck_assert_int_eq(nl_engine_run_until_done(e), NL_OK);
+    ck_assert_int_eq(a.first, NL_OK);
+    const nl_result *r;
+    ck_assert_int_eq(nl_engine_get_result(e, id, &r), NL_OK);
+    ck_assert_int_eq(r->finish_reason, NL_FINISH_ABORT);
+    ck_assert_int_eq(r->n_tokens, 2);
+    ck_assert_int_eq(nl_engine_get_result(e, other, &r), NL_OK);
+    ck_assert_int_eq(r->finish_reason, NL_FINISH_LENGTH);
+    nl_engine_close(e);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("engine_threads");
     TCase *tc = tcase_create("threads");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_abort_from_other_thread_is_kept);
+    tcase_add_test(tc, test_abort_during_finishing_step);
     tcase_add_test(tc, test_threads_one_stepper);
     tcase_add_test(tc, test_threads_background);
     suite_add_tcase(s, tc);
