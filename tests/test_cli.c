@@ -492,6 +492,9 @@ int main(void)
         return 1;
     }
     setenv("NANOLLM_CPU_KV_BYTES", "16777216", 0);
+    /* The workers' start-up facts (threads, KV blocks) that the tests read
+     * back are INFO messages; the default level is WARN. */
+    setenv("NANOLLM_LOG_LEVEL", "info", 1);
     Suite *s = suite_create("cli");
     TCase *usage = tcase_create("usage");
     tcase_add_test(usage, test_help_every_command);

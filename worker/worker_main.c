@@ -44,7 +44,7 @@ static nl_status make_backend(real_worker *w, const worker_env *env)
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int threads = cfg->cpu_threads > 0 ? cfg->cpu_threads : cores > 0 ? (int)(cores / cfg->tp) : 1;
     if (threads < 1) threads = 1;
-    if (env->rank == 0) fprintf(stderr, "nanollm: CPU backend: threads per worker: %d\n", threads);
+    if (env->rank == 0) nl_log(NL_LOG_INFO, "CPU backend: threads per worker: %d", threads);
     return nl_backend_cpu_create(threads, &w->be);
 }
 
