@@ -265,8 +265,8 @@ typedef struct nl_engine_stats {
     double prefix_cache_hit_rate; /* cached_tokens / prompt tokens of the
                                    * requests that started generating, 0..1 */
     int64_t num_finished;       /* requests ended (any reason)              */
-    int64_t prefill_steps;      /* steps that computed prompt tokens        */
-    int64_t decode_steps;       /* steps of one token per running seq       */
+    int64_t prefill_steps;      /* steps with prompt chunks (mixed included) */
+    int64_t decode_steps;       /* steps of one new token per seq only      */
     double prefill_seconds;     /* wall time of those steps                 */
     double decode_seconds;
 } nl_engine_stats;

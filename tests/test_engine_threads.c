@@ -344,7 +344,7 @@ static void hooked_destroy(runner *base)
     free(h);
 }
 
-static const runner_ops hooked_ops = {hooked_execute, hooked_destroy};
+static const runner_ops hooked_ops = {.execute = hooked_execute, .destroy = hooked_destroy};
 
 /* The abort arrives during the very step in which the request reaches
  * max_tokens: it returned NL_OK, so the request must end ABORT (with the

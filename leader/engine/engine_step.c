@@ -65,6 +65,11 @@ nl_status engine_step_locked(nl_engine *e)
     if (b->n_seqs == 0) return NL_OK;
 
     double t0 = engine_now();
+    /* A step that computes prompt tokens, even a one-token prompt beside
+     * decodes, counts as prefill in the stats. */
+    bool prompt_step = b->is_prefill;
+    for (int32_t i = 0; i < b->n_seqs && !prompt_step; i++)
+        prompt_step = b->seqs[i]->num_computed < b->seqs[i]->prompt_len;
     wire_run cmd;
     int32_t n_sample = batch_wire_build(b, ++e->step_id, e->wire_seqs, &cmd);
     wire_reply reply;
@@ -83,7 +88,7 @@ nl_status engine_step_locked(nl_engine *e)
                                        (unsigned long long)cmd.step_id, reply.n_sampled, n_sample));
 
     e->stats.steps++;
-    if (b->is_prefill) e->stats.prefill_steps++; else e->stats.decode_steps++;
+    if (prompt_step) e->stats.prefill_steps++; else e->stats.decode_steps++;
     scheduler_commit(e->sch);
     double now = engine_now();
     int32_t j = 0;
@@ -112,7 +117,7 @@ nl_status engine_step_locked(nl_engine *e)
         /* The stream callback may have aborted it. */
         if (finish != NL_FINISH_NONE && s->status != SEQ_FINISHED) engine_finish_request(e, r, finish);
     }
-    if (b->is_prefill) e->stats.prefill_seconds += engine_now() - t0;
+    if (prompt_step) e->stats.prefill_seconds += engine_now() - t0;
     else e->stats.decode_seconds += engine_now() - t0;
     engine_publish_stats(e);
     return NL_OK;
