@@ -19,11 +19,12 @@
  *   - Any thread, at any time: nl_engine_submit(), nl_engine_submit_user(),
  *     nl_engine_abort(), nl_engine_get_stats(), nl_engine_has_unfinished(),
  *     nl_engine_get_result(), nl_engine_release(), nl_engine_get_info(),
- *     nl_engine_encode(), nl_engine_decode().  A submission or an abort from
+ *     nl_engine_check(), nl_engine_encode(), nl_engine_decode().  A submission or an abort from
  *     a thread other than the stepping thread goes through an inbox that the
  *     stepping thread takes at the start of its next step.
  *   - The stepping thread only (or any one thread while none steps):
- *     nl_engine_step(), nl_engine_run_until_done(), the callback setters.
+ *     nl_engine_step(), nl_engine_run_until_done(), nl_engine_peek(), the
+ *     callback setters.
  *   - nl_engine_start()/nl_engine_stop(): one thread, not from inside a
  *     callback; nl_engine_close(): once no other thread uses the engine.
  *   - The logging setters, nl_version(), nl_status_name(), nl_last_error():
