@@ -21,6 +21,10 @@
  * on a page of its own so it can be registered with the driver alone. */
 #define NL_COMM_AREA_HEAD_BYTES 4096
 
+/* The comm area of GPU ranks: the abort page, then the CUDA-IPC
+ * all-reduce's handle exchange (kernels/cuda/comm_ipc.cu). */
+#define NL_COMM_AREA_CUDA_BYTES ((size_t)8192)
+
 /* Reasons.  A dead rank k is reported as NL_COMM_ABORT_RANK_DEAD + k,
  * a rank k that could not join as NL_COMM_ABORT_RANK_FAILED + k. */
 #define NL_COMM_ABORT_NONE 0u

@@ -346,6 +346,14 @@ static nl_status size_kv_cache(model_runner *r)
         source = "--num-kv-blocks";
     } else {
         size_t free_b = 0, total_b = 0;
+        int32_t sharing = engine_settings_ranks_on_gpu(p, r->rank);
+        if (sharing > 1) {
+            /* every rank of this GPU has loaded its weights before anyone
+             * reads what is free, and (agree_min below) reads it before
+             * anyone allocates its cache */
+            int64_t none = 0;
+            NL_TRY(agree_min(r, &none));
+        }
         NL_TRY(r->be->ops->memory_info(r->be, &free_b, &total_b));
         int64_t budget;
         if (strcmp(r->be->ops->name, "cpu") == 0) {
@@ -359,7 +367,9 @@ static nl_status size_kv_cache(model_runner *r)
              * free now, less the share kept back, is the cache's. */
             float util = p->gpu_memory_utilization > 0 ? p->gpu_memory_utilization : 0.9f;
             budget = (int64_t)free_b - (int64_t)((1.0 - util) * (double)total_b);
-            source = "gpu_memory_utilization";
+            budget /= sharing; /* the share applies to the GPU, not per rank */
+            source = sharing > 1 ? "gpu_memory_utilization, split between the GPU's ranks"
+                                 : "gpu_memory_utilization";
         }
         blocks = budget > 0 ? budget / (int64_t)block_bytes : 0;
     }

@@ -21,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/comm_area.h"
 #include "kernels/comm.h"
 #include "kernels/comm_shm.h"
 #include "kernels/kernels.h"
@@ -30,7 +31,7 @@ extern "C" {
 #endif
 
 #define NL_COMM_IPC_MAX_RANKS 8
-#define NL_COMM_IPC_AREA_BYTES ((size_t)8192)
+#define NL_COMM_IPC_AREA_BYTES NL_COMM_AREA_CUDA_BYTES
 
 /* Which algorithm an all-reduce uses; AUTO picks one-shot up to a size and
  * two-shot (reduce-scatter, then all-gather) above it. */
