@@ -51,10 +51,11 @@ extern "C" {
 #define IPC_THREADS 512
 #define CHUNK_BYTES ((size_t)16 << 20)
 #define FLAG_BYTES ((size_t)64 << 10)          /* flags, then counters      */
-/* AUTO's crossover between GPUs of their own.  Where ranks share a GPU,
- * their contexts take turns on it: every barrier costs a scheduler time
- * slice (2.26 ms measured on an H200, bench/RESULTS.md), far more than
- * any copy, so there one barrier (one-shot) beats two at every size. */
+/* AUTO's crossover between GPUs of their own (not yet measured: the test
+ * machine has one GPU).  Where ranks share a GPU, their contexts take turns
+ * on it: every barrier costs tp - 1 scheduler time slices (2.27 ms each on
+ * an H200, bench/RESULTS.md) whatever the size, so there one barrier
+ * (one-shot) beats two at every size. */
 #define ONE_SHOT_MAX_BYTES ((size_t)512 << 10)
 #define SPINS_PER_CHECK 256
 #define AREA_MAGIC 0x6e6c6970u                 /* "nlip"                     */
