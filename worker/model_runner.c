@@ -243,11 +243,14 @@ static nl_status check_memory_plan(model_runner *r)
     size_t need = act + step_dev + (host_is_device ? step_host : 0);
     size_t free_b = 0, total_b = 0;
     NL_TRY(r->be->ops->memory_info(r->be, &free_b, &total_b));
-    /* CPU ranks share the machine's memory; a GPU keeps back its share */
+    /* CPU ranks share the machine's memory; a GPU keeps back its share,
+     * and the ranks placed on one GPU split the rest */
+    int32_t sharing = p->ranks_on_device > 1 ? p->ranks_on_device : 1;
     double limit = host_is_device ? (double)free_b / p->tp
-                                  : (double)free_b - (1.0 - (p->gpu_memory_utilization > 0
-                                                                 ? p->gpu_memory_utilization
-                                                                 : 0.9)) * (double)total_b;
+                                  : ((double)free_b - (1.0 - (p->gpu_memory_utilization > 0
+                                                                  ? p->gpu_memory_utilization
+                                                                  : 0.9)) * (double)total_b) /
+                                        sharing;
     if ((double)need > limit)
         return nl_error(NL_ERR_NOMEM,
                         "memory plan: --max-num-batched-tokens %d and --max-num-seqs %d need "
