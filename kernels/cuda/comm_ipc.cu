@@ -58,7 +58,6 @@ extern "C" {
  * (one-shot) beats two at every size. */
 #define ONE_SHOT_MAX_BYTES ((size_t)512 << 10)
 #define SPINS_PER_CHECK 256
-#define AREA_MAGIC 0x6e6c6970u                 /* "nlip"                     */
 
 static_assert(IPC_BLOCKS * NL_COMM_IPC_MAX_RANKS * 4 + IPC_BLOCKS * 4 <= FLAG_BYTES,
               "flag page too small");
@@ -67,15 +66,12 @@ static_assert(IPC_BLOCKS * NL_COMM_IPC_MAX_RANKS * 4 + IPC_BLOCKS * 4 <= FLAG_BY
 
 typedef struct ipc_slot {
     uint32_t ready;     /* 1 once handle is valid */
-    int32_t device;
-    int32_t pid;
-    uint32_t pad;
-    uint8_t handle[64]; /* cudaIpcMemHandle_t */
+    int32_t device;     /* the rank's GPU         */
+    uint8_t handle[64]; /* cudaIpcMemHandle_t     */
 } ipc_slot;
 
 typedef struct ipc_area {
     uint8_t head[NL_COMM_AREA_HEAD_BYTES]; /* the abort word's page */
-    alignas(64) uint32_t magic;
     alignas(64) uint32_t arrived;
     alignas(64) uint32_t generation;
     alignas(64) ipc_slot slots[NL_COMM_IPC_MAX_RANKS];
@@ -499,7 +495,8 @@ extern "C" int nl_comm_ipc_usable(const int32_t *devices, int n)
     return 1;
 }
 
-/* Where buffer i of kind k lies in a rank's allocation. */
+/* A rank's allocation: the flag page, then staging[0], staging[1], mid[0],
+ * mid[1]. */
 static size_t staging_offset(int par) { return FLAG_BYTES + (size_t)par * CHUNK_BYTES; }
 static size_t mid_offset(int par) { return FLAG_BYTES + (size_t)(2 + par) * CHUNK_BYTES; }
 #define RANK_BYTES (FLAG_BYTES + 4 * CHUNK_BYTES)
@@ -537,9 +534,7 @@ static nl_status ipc_join(ipc_comm *c, const nl_comm_ipc_params *p)
     ipc_slot *mine = &a->slots[rank];
     memcpy(mine->handle, &h, sizeof h);
     mine->device = c->device;
-    mine->pid = (int32_t)getpid();
     __atomic_store_n(&mine->ready, 1, __ATOMIC_RELEASE);
-    __atomic_store_n(&a->magic, AREA_MAGIC, __ATOMIC_RELEASE);
     NL_TRY(area_barrier(c));
 
     for (int r = 0; r < size; r++)
