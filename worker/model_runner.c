@@ -245,7 +245,7 @@ static nl_status check_memory_plan(model_runner *r)
     NL_TRY(r->be->ops->memory_info(r->be, &free_b, &total_b));
     /* CPU ranks share the machine's memory; a GPU keeps back its share,
      * and the ranks placed on one GPU split the rest */
-    int32_t sharing = p->ranks_on_device > 1 ? p->ranks_on_device : 1;
+    int32_t sharing = engine_settings_ranks_on_gpu(p, r->rank);
     double limit = host_is_device ? (double)free_b / p->tp
                                   : ((double)free_b - (1.0 - (p->gpu_memory_utilization > 0
                                                                   ? p->gpu_memory_utilization
