@@ -14,7 +14,8 @@
  * Modes: by default (make check) tp 2 and rows 1 .. 64 of hidden; --full
  * the sweep of tp 2, 4, 8 and rows 1 .. 16384;
  * --bench (time per call at decode sizes, eager and in a graph, one-shot
- * against two-shot); --fault (a rank killed inside an all-reduce: the
+ * against two-shot, and with --nccl against NCCL where the ranks have GPUs
+ * of their own: NL_TEST_DEVICES=0,1); --fault (a rank killed inside an all-reduce: the
  * leader sets the abort word, the others must return within a second; and
  * a rank stalled with no leader help: the others time out).  Without a GPU
  * it exits 77 (skipped).  Not a Check program: it also runs on machines
@@ -43,6 +44,7 @@
 #include "common/mix64.h"
 #include "kernels/comm.h"
 #include "kernels/cuda/comm_ipc.h"
+#include "kernels/cuda/comm_nccl.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/kernels.h"
 
@@ -69,7 +71,9 @@ typedef struct report {
     uint64_t hash[MAX_CASES][MAX_TP];
     int64_t order_sensitive[MAX_CASES];  /* rank 0: elements another order changes */
     char error[MAX_TP][256];
-    double bench_us[64][4];              /* rank 0: [row][one eager, two eager, one graph, two graph] */
+    double bench_us[64][6];              /* rank 0: [row][variant], see bench_names */
+    _Atomic int32_t nccl_id_ready;       /* --nccl: rank 0 published the id */
+    uint8_t nccl_id[NL_NCCL_UNIQUE_ID_BYTES];
     double fault_s[MAX_TP];              /* seconds from the leader's abort to the error */
     char fault_msg[MAX_TP][256];
 } report;
@@ -304,39 +308,64 @@ static nl_status run_case(rank_ctx *x, int c)
     return st;
 }
 
-#define N_BENCH_ROWS 6
-static const int bench_rows[N_BENCH_ROWS] = {1, 8, 64, 256, 1024, 4096};
+#define N_BENCH_ROWS 7
+static const int bench_rows[N_BENCH_ROWS] = {1, 8, 64, 256, 1024, 4096, 16384};
+static const char *const bench_names[6] = {"ipc 1-shot", "ipc 2-shot", "ipc 1-shot graph",
+                                           "ipc 2-shot graph", "nccl", "nccl graph"};
+static int bench_iters = 20;
+static bool bench_nccl;
 
-/* Time per call at decode sizes, rank 0 reports. */
+/* NCCL beside the IPC comm, for comparison (ranks on distinct GPUs only). */
+static nl_status make_nccl(rank_ctx *x, nl_comm **out)
+{
+    if (x->rank == 0) {
+        NL_TRY(nl_comm_nccl_unique_id(x->rep->nccl_id));
+        atomic_store(&x->rep->nccl_id_ready, 1);
+    } else {
+        double t0 = now_s();
+        while (!atomic_load(&x->rep->nccl_id_ready)) {
+            if (now_s() - t0 > 30) return nl_error(NL_ERR_RUNTIME, "no NCCL id from rank 0");
+            usleep(1000);
+        }
+    }
+    return nl_comm_nccl_create(x->rank, x->tp, x->rep->nccl_id, x->be, out);
+}
+
+/* Time per call, rank 0 reports: IPC one-shot and two-shot, eager and
+ * replayed from a graph, and with --nccl NCCL eager and graph. */
 static nl_status run_bench(rank_ctx *x, int n_rows, const int *rows)
 {
     nl_backend *be = x->be;
     size_t max_bytes = (size_t)rows[n_rows - 1] * hidden * 2;
     void *d = NULL;
+    nl_comm *nccl = NULL;
+    if (bench_nccl) NL_TRY(make_nccl(x, &nccl));
     NL_TRY(be->ops->alloc(be, max_bytes, &d));
     NL_TRY(be->ops->memset_zero(be, d, max_bytes));
     for (int i = 0; i < n_rows; i++) {
         size_t count = (size_t)rows[i] * hidden;
-        for (int v = 0; v < 4; v++) {
-            nl_comm_ipc_set_algo(x->comm, v % 2 == 0 ? NL_COMM_IPC_ONE_SHOT : NL_COMM_IPC_TWO_SHOT);
-            const int iters = 20, per_graph = 10;
+        for (int v = 0; v < (nccl ? 6 : 4); v++) {
+            nl_comm *c = v >= 4 ? nccl : x->comm;
+            if (v < 4) nl_comm_ipc_set_algo(x->comm, v % 2 == 0 ? NL_COMM_IPC_ONE_SHOT : NL_COMM_IPC_TWO_SHOT);
+            bool graph = v == 2 || v == 3 || v == 5;
+            const int iters = bench_iters, per_graph = 10;
             nl_graph *g = NULL;
-            if (v >= 2) {
+            if (graph) {
                 NL_TRY(be->ops->synchronize(be));
                 NL_TRY(be->ops->capture_begin(be));
                 for (int k = 0; k < per_graph; k++)
-                    NL_TRY(x->comm->ops->all_reduce_sum(x->comm, d, count, NL_DTYPE_BF16));
+                    NL_TRY(c->ops->all_reduce_sum(c, d, count, NL_DTYPE_BF16));
                 NL_TRY(be->ops->capture_end(be, &g));
             }
             for (int warm = 0; warm < 2; warm++) {
                 double t0 = now_s();
                 int calls = 0;
-                for (int k = 0; k < (v >= 2 ? iters / per_graph + 1 : iters); k++) {
+                for (int k = 0; k < (graph ? iters / per_graph + 1 : iters); k++) {
                     if (g) {
                         NL_TRY(be->ops->graph_launch(be, g));
                         calls += per_graph;
                     } else {
-                        NL_TRY(x->comm->ops->all_reduce_sum(x->comm, d, count, NL_DTYPE_BF16));
+                        NL_TRY(c->ops->all_reduce_sum(c, d, count, NL_DTYPE_BF16));
                         calls++;
                     }
                 }
@@ -348,6 +377,7 @@ static nl_status run_bench(rank_ctx *x, int n_rows, const int *rows)
         }
     }
     be->ops->free(be, d);
+    nl_comm_destroy(nccl);
     return NL_OK;
 }
 
@@ -547,16 +577,20 @@ int main(int argc, char **argv)
             n_tps = 3;
         } else if (!strcmp(argv[i], "--bench")) {
             mode = MODE_BENCH;
+        } else if (!strcmp(argv[i], "--nccl")) {
+            bench_nccl = true;
+        } else if (!strcmp(argv[i], "--iters") && i + 1 < argc) {
+            bench_iters = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--fault")) {
             mode = MODE_FAULT_KILL;
         } else {
-            fprintf(stderr, "usage: %s [--tp 2,4,8] [--hidden N] [--max-rows N] [--full] [--bench] [--fault]\n",
+            fprintf(stderr, "usage: %s [--tp 2,4,8] [--hidden N] [--max-rows N] [--full] [--bench [--nccl] [--iters N]] [--fault]\n",
                     argv[0]);
             return 2;
         }
     }
-    if (n_tps < 1 || hidden < 1) {
-        fprintf(stderr, "test_comm_ipc: bad --tp or --hidden\n");
+    if (n_tps < 1 || hidden < 1 || bench_iters < 1) {
+        fprintf(stderr, "test_comm_ipc: bad --tp, --hidden or --iters\n");
         return 2;
     }
     /* the parent must not initialise CUDA before forking: ask a child */
@@ -592,11 +626,16 @@ int main(int argc, char **argv)
         } else if (mode == MODE_BENCH) {
             failures += run_group(tp, mode, max_rows, rep, &abort_at);
             const int *rows = bench_rows;
-            printf("tp %d, bf16, hidden %d: us per all-reduce (one-shot eager, two-shot eager, "
-                   "one-shot graph, two-shot graph)\n", tp, hidden);
-            for (int i = 0; i < N_BENCH_ROWS; i++)
-                printf("  rows %5d (%7d bytes): %9.1f %9.1f %9.1f %9.1f\n", rows[i], rows[i] * hidden * 2,
-                       rep->bench_us[i][0], rep->bench_us[i][1], rep->bench_us[i][2], rep->bench_us[i][3]);
+            printf("tp %d, bf16, hidden %d, GPUs %s: us per all-reduce\n  %-28s", tp, hidden,
+                   getenv("NL_TEST_DEVICES") ? getenv("NL_TEST_DEVICES") : "all 0", "");
+            int nv = bench_nccl ? 6 : 4;
+            for (int v = 0; v < nv; v++) printf(" %17s", bench_names[v]);
+            printf("\n");
+            for (int i = 0; i < N_BENCH_ROWS; i++) {
+                printf("  rows %5d (%8d bytes):   ", rows[i], rows[i] * hidden * 2);
+                for (int v = 0; v < nv; v++) printf(" %17.1f", rep->bench_us[i][v]);
+                printf("\n");
+            }
             for (int r = 0; r < tp; r++)
                 if (rep->error[r][0]) printf("  rank %d: %s\n", r, rep->error[r]);
         } else {
