@@ -2,8 +2,9 @@
  * memory.
  *
  * Area layout: the abort word of common/comm_area.h, a barrier (arrival
- * count and generation word, each on its own cache line), then size + 1 equal slots: one per rank for its input, and a
- * result slot.  Large buffers go through in chunks of one slot.
+ * count and generation word), each on its own cache line, then size + 1
+ * equal slots: one per rank for its input, and a result slot.  Large
+ * buffers go through in chunks of one slot.
  *
  * All-reduce of one chunk: every rank copies its values into its slot;
  * barrier; rank r sums its 1/size share of the elements over slots 0, 1, ...
