@@ -45,7 +45,8 @@ typedef struct nl_comm_ipc_params {
     void *area;          /* the shared area, page-aligned                    */
     size_t area_bytes;   /* at least NL_COMM_IPC_AREA_BYTES                  */
     int rank, size;      /* size 1..NL_COMM_IPC_MAX_RANKS                     */
-    double timeout_s;    /* bound on any one wait; <= 0: 60 s                */
+    double timeout_s;    /* bound on any one wait; <= 0: $NANOLLM_COMM_TIMEOUT_S,
+                          * else 60 s                                         */
     nl_comm_check_fn check; /* called between start-up wait slices; may be NULL */
     void *check_ctx;
 } nl_comm_ipc_params;
