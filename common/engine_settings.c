@@ -28,6 +28,16 @@ nl_status engine_settings_from_config(const nl_engine_config *c, engine_settings
     out->enforce_eager = c->enforce_eager;
     out->enable_prefix_caching = c->enable_prefix_caching;
     out->cpu_threads = c->cpu_threads;
+    out->all_reduce = (int32_t)c->all_reduce;
+    if (c->devices || c->n_devices) {
+        if (!c->devices || c->n_devices < 1 || c->n_devices > NL_MAX_TP || c->n_devices != c->tp)
+            return nl_error(NL_ERR_INVALID_ARG,
+                            "devices: %d listed for tp %d: list one GPU per rank (e.g. %s for "
+                            "tp %d on GPU 0)", c->n_devices, c->tp, c->tp == 2 ? "0,0" : "0,0,0,0",
+                            c->tp == 2 ? 2 : 4);
+        out->n_devices = c->n_devices;
+        memcpy(out->devices, c->devices, sizeof(int32_t) * (size_t)c->n_devices);
+    }
     NL_TRY(engine_settings_validate(out, false));
     return engine_settings_set_model_dir(out, c->model_dir);
 }
@@ -67,11 +77,28 @@ nl_status engine_settings_validate(const engine_settings *c, bool resolved)
     if (c->enable_prefix_caching != 0 && c->enable_prefix_caching != 1)
         return nl_error(NL_ERR_INVALID_ARG, "enable_prefix_caching %d: must be 0 or 1",
                         c->enable_prefix_caching);
+    if (c->all_reduce != NL_ALL_REDUCE_AUTO && c->all_reduce != NL_ALL_REDUCE_IPC &&
+        c->all_reduce != NL_ALL_REDUCE_NCCL)
+        return nl_error(NL_ERR_INVALID_ARG, "all_reduce %d: not auto, ipc or nccl", c->all_reduce);
+    if (c->n_devices != 0 && c->n_devices != c->tp)
+        return nl_error(NL_ERR_INVALID_ARG, "devices: %d listed for tp %d: list one GPU per rank",
+                        c->n_devices, c->tp);
+    for (int32_t r = 0; r < c->n_devices; r++)
+        if (c->devices[r] < 0 || c->devices[r] > 1023)
+            return nl_error(NL_ERR_INVALID_ARG, "devices: rank %d's GPU %d is not in [0, 1023]", r,
+                            c->devices[r]);
     if (!resolved) return NL_OK;
     if (c->device != NL_DEVICE_CPU && c->device != NL_DEVICE_CUDA)
         return nl_error(NL_ERR_INVALID_ARG, "device %d: must be resolved to cpu or cuda", (int)c->device);
     if (c->max_model_len == 0)
         return nl_error(NL_ERR_INVALID_ARG, "max_model_len 0: must be resolved from the model");
+    if (c->device == NL_DEVICE_CPU && c->n_devices > 0)
+        return nl_error(NL_ERR_INVALID_ARG, "devices: a GPU placement was given, but the engine "
+                        "runs on the CPU (device cpu, or no GPU visible)");
+    if (c->device == NL_DEVICE_CPU && c->all_reduce != NL_ALL_REDUCE_AUTO)
+        return nl_error(NL_ERR_INVALID_ARG, "all_reduce %s: only GPU ranks choose their all-reduce; "
+                        "the engine runs on the CPU",
+                        c->all_reduce == NL_ALL_REDUCE_IPC ? "ipc" : "nccl");
     if (memchr(c->model_dir, '\0', sizeof c->model_dir) == NULL || c->model_dir[0] == '\0')
         return nl_error(NL_ERR_INVALID_ARG, "model directory: missing or longer than %d bytes",
                         NL_MODEL_DIR_MAX - 1);

@@ -32,7 +32,25 @@ typedef struct engine_settings {
     int32_t enforce_eager;            /* 1: no CUDA graphs                       */
     int32_t enable_prefix_caching;    /* 1: reuse cached prefix blocks           */
     int32_t cpu_threads;              /* CPU: threads per worker; 0: cores / tp  */
+    int32_t all_reduce;               /* nl_all_reduce: how CUDA ranks combine   */
+    int32_t n_devices;                /* 0: rank r on GPU r; else tp             */
+    int32_t devices[NL_MAX_TP];       /* CUDA: the GPU of each rank, n_devices   */
 } engine_settings;
+
+/* The GPU of a rank: its entry of devices, or the rank's own number. */
+static inline int32_t engine_settings_gpu(const engine_settings *s, int32_t rank)
+{
+    return s->n_devices > 0 ? s->devices[rank] : rank;
+}
+
+/* How many ranks share rank's GPU (1 on the CPU): they split its memory. */
+static inline int32_t engine_settings_ranks_on_gpu(const engine_settings *s, int32_t rank)
+{
+    if (s->device != NL_DEVICE_CUDA) return 1;
+    int32_t n = 0;
+    for (int32_t r = 0; r < s->tp; r++) n += engine_settings_gpu(s, r) == engine_settings_gpu(s, rank);
+    return n;
+}
 
 /* Copies config into *out and validates it (unresolved: the device may be
  * AUTO and max_model_len 0).  A model directory longer than

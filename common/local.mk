@@ -6,7 +6,7 @@ libnlcommon_la_SOURCES = \
 	common/status.c common/status.h common/log.c common/log.h common/limits.h \
 	common/file.c common/file.h \
 	common/sampling.c common/sampling.h common/engine_settings.c common/engine_settings.h \
-	common/dtype.c common/dtype.h common/mix64.c common/mix64.h common/futex.h \
+	common/dtype.c common/dtype.h common/mix64.c common/mix64.h common/futex.h common/comm_area.h \
 	common/model_config.c common/model_config.h \
 	common/safetensors.c common/safetensors.h \
 	common/model_family.c common/model_family.h common/model_qwen.c common/model_llama.c \

@@ -98,6 +98,15 @@ typedef enum nl_device {
     NL_DEVICE_CUDA,
 } nl_device;
 
+/* How GPU ranks combine their shards.  AUTO: the CUDA-IPC all-reduce when
+ * every pair of the ranks' GPUs is the same GPU or has peer access, else
+ * NCCL.  NCCL cannot put two ranks on one GPU. */
+typedef enum nl_all_reduce {
+    NL_ALL_REDUCE_AUTO = 0,
+    NL_ALL_REDUCE_IPC,
+    NL_ALL_REDUCE_NCCL,
+} nl_all_reduce;
+
 typedef struct nl_engine_config {
     const char *model_dir;          /* NULL: the built-in demo model          */
     int32_t tp;                     /* tensor-parallel workers, default 1     */
@@ -113,6 +122,12 @@ typedef struct nl_engine_config {
     int32_t cpu_threads;            /* CPU backend: threads per worker (its own
                                        pool and OpenBLAS); 0: the cores divided
                                        among the tp workers                   */
+    /* CUDA: the GPU of each rank, n_devices == tp entries (several ranks may
+     * name one GPU; they split its gpu_memory_utilization share).  NULL:
+     * rank r on GPU r.  Copied by nl_engine_open. */
+    const int32_t *devices;
+    int32_t n_devices;
+    nl_all_reduce all_reduce;       /* default AUTO                           */
 } nl_engine_config;
 
 void nl_engine_config_init(nl_engine_config *config);

@@ -5,8 +5,9 @@
  *               rank's start-up state and error message, the NCCL unique
  *               id, and where the rest lies;
  *   command ring (leader -> every rank), reply ring (rank 0 -> leader);
- *   comm area   scratch for the CPU shared-memory all-reduce (tp > 1 on
- *               the CPU only; zero bytes otherwise).
+ *   comm area   for tp > 1: the abort word (common/comm_area.h), then the
+ *               CPU shared-memory all-reduce's scratch or the GPU ranks'
+ *               CUDA-IPC handles; zero bytes for tp == 1.
  * The leader creates it under an unpredictable name with O_EXCL and mode
  * 0600 and unlinks the name at once, having mapped it: the object lives on
  * only through descriptors and mappings, so no crash of any process, at any

@@ -1,8 +1,10 @@
 /* comm.h — collective communication between the workers of one engine.
  *
- * Two implementations: NCCL for the CUDA backend (kernels/cuda/comm_nccl.cu)
- * and a shared-memory all-reduce for the CPU backend (kernels/comm_shm.c)
- * with a fixed reduction order, so results never depend on timing.  With
+ * Three implementations: a CUDA-IPC all-reduce for GPUs of one host
+ * (kernels/cuda/comm_ipc.cu, also for ranks sharing one GPU), NCCL for GPUs
+ * without peer access (kernels/cuda/comm_nccl.cu), and a shared-memory
+ * all-reduce for the CPU backend (kernels/comm_shm.c).  IPC and shm use a
+ * fixed reduction order, so their results never depend on timing.  With
  * tp == 1 every operation is a no-op (nl_comm_single).  Buffers are backend
  * memory of the backend the comm was made for.
  */
@@ -24,6 +26,10 @@ typedef struct nl_comm_ops {
     nl_status (*gather)(nl_comm *c, const void *send, void *recv, size_t count,
                         nl_dtype dtype);
     void (*destroy)(nl_comm *c);
+    /* Optional: an error if the group abandoned a collective (a peer died
+     * or a wait timed out).  Collectives only enqueue work on a GPU, so a
+     * failure inside one shows here, after the stream has run. */
+    nl_status (*check)(nl_comm *c);
 } nl_comm_ops;
 
 struct nl_comm {
@@ -34,6 +40,11 @@ struct nl_comm {
 
 /* The tp == 1 communicator. */
 nl_comm *nl_comm_single(void);
+
+static inline nl_status nl_comm_check(nl_comm *c)
+{
+    return c && c->ops->check ? c->ops->check(c) : NL_OK;
+}
 
 static inline void nl_comm_destroy(nl_comm *c)
 {

@@ -1,9 +1,10 @@
 /* comm_shm.c — all-reduce and gather between CPU workers through shared
  * memory.
  *
- * Area layout: a barrier (arrival count and generation word, each on its own
- * cache line), then size + 1 equal slots: one per rank for its input, and a
- * result slot.  Large buffers go through in chunks of one slot.
+ * Area layout: the abort word of common/comm_area.h, a barrier (arrival
+ * count and generation word), each on its own cache line, then size + 1
+ * equal slots: one per rank for its input, and a result slot.  Large
+ * buffers go through in chunks of one slot.
  *
  * All-reduce of one chunk: every rank copies its values into its slot;
  * barrier; rank r sums its 1/size share of the elements over slots 0, 1, ...
@@ -19,15 +20,18 @@
  */
 #include "kernels/comm_shm.h"
 
+#include <assert.h>
 #include <sched.h>
 #include <stdalign.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "common/comm_area.h"
 #include "common/futex.h"
 
 #define COMM_HEADER_BYTES 4096
@@ -36,6 +40,7 @@
 #define COMM_BARRIER_TIMEOUT_S 60
 
 typedef struct comm_shared {
+    alignas(64) _Atomic uint32_t abort_word; /* common/comm_area.h, at offset 0 */
     alignas(64) _Atomic uint32_t arrived;
     alignas(64) _Atomic uint32_t generation;
 } comm_shared;
@@ -56,6 +61,9 @@ static double now_seconds(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
+
+static_assert(offsetof(comm_shared, abort_word) == 0, "the abort word opens the area");
+static_assert(sizeof(comm_shared) <= COMM_HEADER_BYTES, "comm_shm header");
 
 static nl_status barrier(comm_shm *c)
 {
@@ -79,6 +87,10 @@ static nl_status barrier(comm_shm *c)
     while (atomic_load(&sh->generation) == gen) {
         futex_wait_shared(&sh->generation, gen, COMM_WAIT_SLICE_MS);
         if (atomic_load(&sh->generation) != gen) break;
+        uint32_t why = atomic_load(&sh->abort_word);
+        if (why != NL_COMM_ABORT_NONE)
+            return nl_error(NL_ERR_WORKER, "comm_shm: rank %d: the group gave up (reason %#x)",
+                            c->base.rank, why);
         if (c->check) NL_TRY(c->check(c->check_ctx));
         if (now_seconds() > deadline)
             return nl_error(NL_ERR_RUNTIME, "comm_shm: rank %d waited %.0f s at a barrier that %u of "

@@ -17,7 +17,8 @@ libnlcuda_a_SOURCES = \
 	kernels/cuda/cuda_common.cuh kernels/cuda/cuda_backend.h kernels/cuda/comm_nccl.h \
 	kernels/cuda/backend.cu kernels/cuda/gemm.cu kernels/cuda/elementwise.cu kernels/cuda/attention.cuh \
 	kernels/cuda/attention.cu kernels/cuda/attention_decode.cu kernels/cuda/attention_prefill.cu \
-	kernels/cuda/sample.cu kernels/cuda/comm_nccl.cu
+	kernels/cuda/sample.cu kernels/cuda/comm_nccl.cu \
+	kernels/cuda/comm_ipc.h kernels/cuda/comm_ipc.cu
 NVCCFLAGS = -O3 -std=c++17 $(CUDA_ARCH_FLAGS) -Xcompiler -fPIC -I$(top_srcdir) -I$(top_srcdir)/include -DNL_HAVE_CUDA=1 -I$(top_builddir) $(CUDA_CPPFLAGS)
 .cu.o:
 	$(AM_V_CC)$(NVCC) $(NVCCFLAGS) -c $< -o $@
@@ -26,7 +27,8 @@ $(libnlcuda_a_OBJECTS): $(top_srcdir)/kernels/cuda/cuda_common.cuh \
 	$(top_srcdir)/kernels/cuda/cuda_backend.h $(top_srcdir)/kernels/cuda/comm_nccl.h \
 	$(top_srcdir)/kernels/kernels.h $(top_srcdir)/kernels/comm.h \
 	$(top_srcdir)/common/sampling.h $(top_srcdir)/common/limits.h $(top_srcdir)/common/mix64.h \
-	$(top_srcdir)/common/dtype.h $(top_srcdir)/common/status.h $(top_srcdir)/include/nanollm.h
+	$(top_srcdir)/common/dtype.h $(top_srcdir)/common/status.h $(top_srcdir)/include/nanollm.h \
+	$(top_srcdir)/kernels/cuda/comm_ipc.h $(top_srcdir)/common/comm_area.h
 kernels/cuda/attention.o kernels/cuda/attention_decode.o kernels/cuda/attention_prefill.o: \
 	$(top_srcdir)/kernels/cuda/attention.cuh
 endif

@@ -11,6 +11,19 @@ tests_test_cuda_ops_LDADD = libnlkernels.la libnlcuda.a libnlcommon.la $(OPENBLA
 endif
 endif
 
+# The CUDA-IPC communicator against a host reference, at tp 2 and small
+# sizes under make check (skips with 77 without a GPU); --full (the sweep),
+# --bench and --fault run by hand on a GPU machine.  A plain program: it
+# forks its ranks and also runs where Check is not installed.
+if HAVE_CUDA
+check_PROGRAMS += tests/test_comm_ipc
+TESTS += tests/test_comm_ipc
+tests_test_comm_ipc_SOURCES = tests/test_comm_ipc.c
+tests_test_comm_ipc_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
+tests_test_comm_ipc_LDADD = libnlkernels.la libnlcuda.a libnlcommon.la $(OPENBLAS_LIBS) \
+	$(CUDA_LIBS) -lstdc++ -lm -lpthread
+endif
+
 # Timing of the hot ops on a GPU (built with the tests, never run by them).
 if HAVE_CUDA
 check_PROGRAMS += bench/bench_cuda_ops

@@ -7,8 +7,10 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "common/comm_area.h"
 #include "kernels/comm_shm.h"
 #include "tests/check_run.h"
 
@@ -83,7 +85,7 @@ START_TEST(test_barrier_wait_is_bounded)
 
     /* an arrival count past the number of ranks is a corrupt area */
     memset(area, 0, bytes);
-    atomic_uint *arrived = area;
+    atomic_uint *arrived = (atomic_uint *)((char *)area + 64); /* after the abort word's line */
     atomic_store(arrived, 7);
     ck_assert_int_eq(nl_comm_shm_create(area, bytes, 0, 2, NULL, NULL, &c), NL_OK);
     ck_assert_int_eq(c->ops->all_reduce_sum(c, &x, 1, NL_DTYPE_F32), NL_ERR_RUNTIME);
@@ -98,6 +100,45 @@ START_TEST(test_barrier_wait_is_bounded)
 }
 END_TEST
 
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* A rank that never arrives: once the abort word at the head of the area
+ * is set (as the leader does when it finds a rank dead), the waiting rank
+ * gives up at once instead of waiting for ever. */
+START_TEST(test_abort_word)
+{
+    const size_t area_bytes = 4096 + 3 * 1024;
+    void *area = mmap(NULL, area_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    ck_assert_ptr_ne(area, MAP_FAILED);
+    double *gave_up_after = mmap(NULL, sizeof(double), PROT_READ | PROT_WRITE,
+                                 MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        nl_comm *c;
+        if (nl_comm_shm_create(area, area_bytes, 0, 2, NULL, NULL, &c) != NL_OK) _exit(2);
+        float x = 1.0f;
+        nl_status st = c->ops->all_reduce_sum(c, &x, 1, NL_DTYPE_F32);
+        *gave_up_after = now_ms();
+        _exit(st == NL_ERR_WORKER && strstr(nl_last_error(), "gave up (reason 0x101)") ? 0 : 3);
+    }
+    usleep(200 * 1000);
+    double aborted_at = now_ms();
+    nl_comm_area_abort(area, NL_COMM_ABORT_RANK_DEAD + 1);
+    int st;
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status 0x%x", st);
+    ck_assert_msg(*gave_up_after - aborted_at < 1000.0, "gave up %.0f ms after the abort",
+                  *gave_up_after - aborted_at);
+    munmap(gave_up_after, sizeof(double));
+    munmap(area, area_bytes);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("comm_shm");
@@ -105,6 +146,7 @@ int main(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_all_reduce_and_gather_exact);
     tcase_add_test(tc, test_barrier_wait_is_bounded);
+    tcase_add_test(tc, test_abort_word);
     suite_add_tcase(s, tc);
     return check_run(s);
 }

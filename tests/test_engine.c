@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/engine_settings.h"
 #include "common/status.h"
 #include "leader/engine/engine_internal.h"
 #include "leader/engine/engine_state.h"
@@ -115,6 +116,46 @@ START_TEST(test_config_defaults_and_validation)
     c.model_dir = long_dir;
     ck_assert_int_eq(engine_config_validate(&c), NL_ERR_INVALID_ARG);
     ck_assert_ptr_nonnull(strstr(nl_last_error(), "longer than 4095 bytes"));
+    /* GPU placement: one GPU per rank, each a plausible index */
+    nl_engine_config_init(&c);
+    ck_assert_ptr_null(c.devices);
+    ck_assert_int_eq(c.all_reduce, NL_ALL_REDUCE_AUTO);
+    static const int32_t four_on_0[] = {0, 0, 0, 0}, bad_gpu[] = {0, -1};
+    c.tp = 4;
+    c.devices = four_on_0;
+    c.n_devices = 4;
+    ck_assert_int_eq(engine_config_validate(&c), NL_OK);
+    c.n_devices = 3;
+    ck_assert_int_eq(engine_config_validate(&c), NL_ERR_INVALID_ARG);
+    ck_assert_ptr_nonnull(strstr(nl_last_error(), "devices: 3 listed for tp 4"));
+    c.tp = 2;
+    c.devices = bad_gpu;
+    c.n_devices = 2;
+    ck_assert_int_eq(engine_config_validate(&c), NL_ERR_INVALID_ARG);
+    ck_assert_ptr_nonnull(strstr(nl_last_error(), "rank 1's GPU -1"));
+    nl_engine_config_init(&c);
+    c.all_reduce = (nl_all_reduce)7;
+    ck_assert_int_eq(engine_config_validate(&c), NL_ERR_INVALID_ARG);
+    ck_assert_ptr_nonnull(strstr(nl_last_error(), "all_reduce 7"));
+    /* resolved to the CPU, a GPU placement or all-reduce choice is refused */
+    engine_settings es;
+    nl_engine_config_init(&c);
+    c.tp = 2;
+    c.devices = four_on_0;
+    c.n_devices = 2;
+    c.model_dir = "/m";
+    ck_assert_int_eq(engine_settings_from_config(&c, &es), NL_OK);
+    ck_assert_int_eq(engine_settings_gpu(&es, 1), 0);
+    es.device = NL_DEVICE_CPU;
+    es.max_model_len = 64;
+    ck_assert_int_eq(engine_settings_validate(&es, true), NL_ERR_INVALID_ARG);
+    ck_assert_ptr_nonnull(strstr(nl_last_error(), "GPU placement was given"));
+    es.device = NL_DEVICE_CUDA;
+    ck_assert_int_eq(engine_settings_validate(&es, true), NL_OK);
+    ck_assert_int_eq(engine_settings_ranks_on_gpu(&es, 1), 2);
+    es.n_devices = 0; /* default placement: rank r on GPU r */
+    ck_assert_int_eq(engine_settings_gpu(&es, 1), 1);
+    ck_assert_int_eq(engine_settings_ranks_on_gpu(&es, 1), 1);
     nl_sampling_params sp;
     nl_sampling_params_init(&sp);
     ck_assert_int_eq(sp.max_tokens, 16);

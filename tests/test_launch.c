@@ -80,6 +80,18 @@ START_TEST(test_bad_usage)
     expect_usage((const char *[]){"--max-num-seqs", "20", "--max-num-batched-tokens", "10", "generate", "x", NULL},
                  "--max-num-batched-tokens");
     expect_usage((const char *[]){"--model", NULL}, "needs a value");
+    /* GPU placement and the all-reduce choice are checked before any device */
+    expect_usage((const char *[]){"--tp", "4", "--devices", "0,0", "generate", "x", NULL},
+                 "--devices: 2 GPU(s) listed for --tp 4");
+    expect_usage((const char *[]){"--devices", "0,0", "generate", "x", NULL}, "for --tp 1");
+    expect_usage((const char *[]){"--tp", "2", "--devices", "0,x", "generate", "x", NULL}, "'x'");
+    expect_usage((const char *[]){"--tp", "2", "--devices", "0,,1", "generate", "x", NULL},
+                 "comma-separated");
+    expect_usage((const char *[]){"--tp", "2", "--devices", "0,-1", "generate", "x", NULL}, "'-1'");
+    expect_usage((const char *[]){"--tp", "2", "--devices", "0,", "generate", "x", NULL},
+                 "comma-separated");
+    expect_usage((const char *[]){"--all-reduce", "mpi", "generate", "x", NULL},
+                 "--all-reduce: 'mpi' is not auto, ipc or nccl");
     expect_usage((const char *[]){"generate", NULL}, "no PROMPT");
     expect_usage((const char *[]){"generate", "--temperature", "-1", "x", NULL}, "--temperature");
     expect_usage((const char *[]){"generate", "--top-p", "0", "x", NULL}, "--top-p");
@@ -122,9 +134,18 @@ START_TEST(test_bad_usage)
     /* above the model's own context is bad usage too, named */
     rc = launch((const char *[]){"--device", "cpu", "--max-model-len", "100000", "generate", "x", NULL});
     ck_assert_msg(rc == 2 && strstr(err_text, "max_model_len 100000"), "exit %d: %s", rc, err_text);
+    /* a placement or all-reduce choice for an engine that runs on the CPU */
+    rc = launch((const char *[]){"--device", "cpu", "--tp", "2", "--devices", "0,0", "generate", "x", NULL});
+    ck_assert_msg(rc == 2 && strstr(err_text, "devices: a GPU placement was given"), "exit %d: %s", rc,
+                  err_text);
+    rc = launch((const char *[]){"--device", "cpu", "--all-reduce", "ipc", "generate", "x", NULL});
+    ck_assert_msg(rc == 2 && strstr(err_text, "all_reduce ipc: only GPU ranks"), "exit %d: %s", rc,
+                  err_text);
     ck_assert_int_eq(launch((const char *[]){"--help", NULL}), 0);
     ck_assert_ptr_nonnull(strstr(out_text, "usage: nanollm-launch"));
     ck_assert_ptr_nonnull(strstr(out_text, "--no-prefix-caching"));
+    ck_assert_ptr_nonnull(strstr(out_text, "--devices LIST"));
+    ck_assert_ptr_nonnull(strstr(out_text, "--all-reduce auto|ipc|nccl"));
 }
 END_TEST
 

@@ -245,11 +245,14 @@ static nl_status check_memory_plan(model_runner *r)
     size_t need = act + step_dev + (host_is_device ? step_host : 0);
     size_t free_b = 0, total_b = 0;
     NL_TRY(r->be->ops->memory_info(r->be, &free_b, &total_b));
-    /* CPU ranks share the machine's memory; a GPU keeps back its share */
+    /* CPU ranks share the machine's memory; a GPU keeps back its share,
+     * and the ranks placed on one GPU split the rest */
+    int32_t sharing = engine_settings_ranks_on_gpu(p, r->rank);
     double limit = host_is_device ? (double)free_b / p->tp
-                                  : (double)free_b - (1.0 - (p->gpu_memory_utilization > 0
-                                                                 ? p->gpu_memory_utilization
-                                                                 : 0.9)) * (double)total_b;
+                                  : ((double)free_b - (1.0 - (p->gpu_memory_utilization > 0
+                                                                  ? p->gpu_memory_utilization
+                                                                  : 0.9)) * (double)total_b) /
+                                        sharing;
     if ((double)need > limit)
         return nl_error(NL_ERR_NOMEM,
                         "memory plan: --max-num-batched-tokens %d and --max-num-seqs %d need "
@@ -348,6 +351,14 @@ static nl_status size_kv_cache(model_runner *r)
         source = "--num-kv-blocks";
     } else {
         size_t free_b = 0, total_b = 0;
+        int32_t sharing = engine_settings_ranks_on_gpu(p, r->rank);
+        if (sharing > 1) {
+            /* every rank of this GPU has loaded its weights before anyone
+             * reads what is free, and (agree_min below) reads it before
+             * anyone allocates its cache */
+            int64_t none = 0;
+            NL_TRY(agree_min(r, &none));
+        }
         NL_TRY(r->be->ops->memory_info(r->be, &free_b, &total_b));
         int64_t budget;
         if (strcmp(r->be->ops->name, "cpu") == 0) {
@@ -361,7 +372,9 @@ static nl_status size_kv_cache(model_runner *r)
              * free now, less the share kept back, is the cache's. */
             float util = p->gpu_memory_utilization > 0 ? p->gpu_memory_utilization : 0.9f;
             budget = (int64_t)free_b - (int64_t)((1.0 - util) * (double)total_b);
-            source = "gpu_memory_utilization";
+            budget /= sharing; /* the share applies to the GPU, not per rank */
+            source = sharing > 1 ? "gpu_memory_utilization, split between the GPU's ranks"
+                                 : "gpu_memory_utilization";
         }
         blocks = budget > 0 ? budget / (int64_t)block_bytes : 0;
     }

@@ -2,10 +2,10 @@
  *
  * The leader starts one of these per GPU (or per CPU shard) with the
  * segment's name and the rank on the command line.  This file only picks
- * the pieces for the configured device: the backend (CPU or CUDA), the
- * communicator (none for tp == 1, the shared-memory all-reduce between CPU
- * ranks, NCCL between GPUs) and the model runner; worker_loop.c does the
- * rest.
+ * the pieces for the configured device: the backend (CPU, or CUDA on the
+ * rank's GPU from the placement), the communicator (none for tp == 1, the
+ * shared-memory all-reduce between CPU ranks, CUDA IPC or NCCL between
+ * GPUs) and the model runner; worker_loop.c does the rest.
  */
 #include "config.h"
 
@@ -21,6 +21,7 @@
 #include "worker/model_runner.h"
 #include "worker/worker_loop.h"
 #ifdef NL_HAVE_CUDA
+#include "kernels/cuda/comm_ipc.h"
 #include "kernels/cuda/comm_nccl.h"
 #endif
 
@@ -35,7 +36,13 @@ static nl_status make_backend(real_worker *w, const worker_env *env)
     const engine_settings *cfg = env->config;
     if (cfg->device == NL_DEVICE_CUDA) {
 #ifdef NL_HAVE_CUDA
-        return nl_backend_cuda_create(env->rank, &w->be);
+        int gpu = engine_settings_gpu(cfg, env->rank), visible = nl_cuda_device_count();
+        if (gpu >= visible)
+            return nl_error(NL_ERR_INVALID_ARG,
+                            "rank %d is placed on GPU %d, but %d GPU(s) are visible%s", env->rank,
+                            gpu, visible,
+                            visible > 0 ? "; several ranks can share one GPU (--devices 0,0,...)" : "");
+        return nl_backend_cuda_create(gpu, &w->be);
 #else
         return nl_error(NL_ERR_UNSUPPORTED, "worker rank %d: this build has no CUDA backend", env->rank);
 #endif
@@ -63,6 +70,34 @@ static nl_status make_comm(real_worker *w, worker_env *env)
     if (cfg->device != NL_DEVICE_CUDA || (cfg->tp == 1 && !nccl_forced()))
         return worker_comm_cpu_create(env, &w->comm);
 #ifdef NL_HAVE_CUDA
+    int32_t gpus[NL_MAX_TP];
+    for (int32_t r = 0; r < cfg->tp; r++) gpus[r] = engine_settings_gpu(cfg, r);
+    bool ipc_ok = nl_comm_ipc_usable(gpus, cfg->tp) != 0;
+    bool use_ipc = cfg->tp > 1 && (cfg->all_reduce == NL_ALL_REDUCE_IPC ||
+                                   (cfg->all_reduce == NL_ALL_REDUCE_AUTO && ipc_ok));
+    if (use_ipc) {
+        if (!ipc_ok)
+            return nl_error(NL_ERR_UNSUPPORTED,
+                            "--all-reduce ipc: the %d ranks' GPUs are not all one GPU or peers "
+                            "(and at most %d ranks)", cfg->tp, NL_COMM_IPC_MAX_RANKS);
+        if (!env->seg->comm || env->seg->comm_bytes < NL_COMM_IPC_AREA_BYTES)
+            return nl_error(NL_ERR_INVALID_ARG, "worker rank %d: the segment has no IPC comm area",
+                            env->rank);
+        nl_comm_ipc_params p = {.area = env->seg->comm, .area_bytes = env->seg->comm_bytes,
+                                .rank = env->rank, .size = cfg->tp,
+                                .check = worker_check_leader, .check_ctx = env};
+        NL_TRY(nl_comm_ipc_create(&p, w->be, &w->comm));
+        if (env->rank == 0)
+            fprintf(stderr, "nanollm: CUDA-IPC all-reduce of %d ranks ready\n", cfg->tp);
+        return NL_OK;
+    }
+    for (int r = 0; r < cfg->tp; r++)
+        for (int q = 0; q < r; q++)
+            if (gpus[r] == gpus[q])
+                return nl_error(NL_ERR_UNSUPPORTED,
+                                "NCCL cannot run two ranks on one GPU (ranks %d and %d on GPU %d); "
+                                "use --all-reduce ipc or auto (up to %d ranks)", q, r, gpus[r],
+                                NL_COMM_IPC_MAX_RANKS);
     uint8_t id[NL_NCCL_UNIQUE_ID_BYTES];
     if (env->rank == 0) {
         NL_TRY(nl_comm_nccl_unique_id(id));
@@ -91,7 +126,10 @@ static nl_status real_init(void *ctx, worker_env *env, int32_t *num_kv_blocks)
 static nl_status real_execute(void *ctx, const wire_run *cmd, wire_reply *reply)
 {
     real_worker *w = ctx;
-    return model_runner_execute(w->runner, cmd, reply);
+    nl_status st = model_runner_execute(w->runner, cmd, reply);
+    /* a collective the group abandoned leaves garbage, not an answer */
+    nl_status cs = nl_comm_check(w->comm);
+    return st != NL_OK ? st : cs;
 }
 
 static void real_shutdown(void *ctx)

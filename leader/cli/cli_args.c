@@ -20,7 +20,7 @@
 enum {
     G_MODEL = 500, G_TP, G_DEVICE, G_THREADS, G_MAX_NUM_SEQS, G_MAX_NUM_BATCHED_TOKENS, G_MAX_MODEL_LEN,
     G_GPU_MEMORY_UTILIZATION, G_BLOCK_SIZE, G_NUM_KV_BLOCKS, G_ENFORCE_EAGER, G_NO_PREFIX_CACHING,
-    G_PREFIX_CACHING, G_HELP, G_VERSION, G_END,
+    G_PREFIX_CACHING, G_DEVICES, G_ALL_REDUCE, G_HELP, G_VERSION, G_END,
 };
 
 /* vLLM's names are aliases: --tensor-parallel-size, --num-gpu-blocks-override,
@@ -42,6 +42,8 @@ static const struct option global_options[] = {
     {"no-prefix-caching", no_argument, NULL, G_NO_PREFIX_CACHING},
     {"no-enable-prefix-caching", no_argument, NULL, G_NO_PREFIX_CACHING},
     {"enable-prefix-caching", no_argument, NULL, G_PREFIX_CACHING},
+    {"devices", required_argument, NULL, G_DEVICES},
+    {"all-reduce", required_argument, NULL, G_ALL_REDUCE},
     {"help", no_argument, NULL, G_HELP},
     {"version", no_argument, NULL, G_VERSION},
 };
@@ -54,6 +56,11 @@ static const char global_help[] =
     "  --tp N                      tensor-parallel workers (default 1; alias --tensor-parallel-size)\n"
     "  --device auto|cpu|cuda      (default auto: CUDA when built with it and a GPU is visible)\n"
     "  --threads N                 CPU backend: threads per worker (default: the cores / --tp)\n"
+    "  --devices LIST              GPU of each rank, one per rank (default: rank r on GPU r);\n"
+    "                              ranks may share a GPU (--tp 4 --devices 0,0,0,0) and then\n"
+    "                              split its --gpu-memory-utilization share\n"
+    "  --all-reduce auto|ipc|nccl  how GPU ranks combine shards (default auto: CUDA IPC when\n"
+    "                              all ranks' GPUs are one GPU or have peer access, else NCCL)\n"
     "  -h, --help                  this help;  --version  the library's version\n"
     "\n"
     "engine options:\n"
@@ -209,6 +216,37 @@ static const char *name_of(const cli_parser *p, int val)
     return "?";
 }
 
+/* --devices' list outlives the parser: the config only points at it.  As
+ * many entries as --tp allows ranks. */
+#define CLI_MAX_DEVICES 64
+static int32_t parsed_devices[CLI_MAX_DEVICES];
+
+/* "0,0,1": one GPU index per rank. */
+static int parse_devices(cli_parser *p, const char *text, nl_engine_config *cf)
+{
+    int n = 0;
+    const char *s = text;
+    for (;;) {
+        char item[32];
+        size_t len = strcspn(s, ",");
+        if (len == 0 || len >= sizeof item)
+            return cli_usage_error(p, "--devices: '%s' is not a comma-separated list of GPU indices",
+                                   text);
+        if (n == CLI_MAX_DEVICES)
+            return cli_usage_error(p, "--devices: '%s' lists more than %d GPUs", text, CLI_MAX_DEVICES);
+        memcpy(item, s, len);
+        item[len] = '\0';
+        int64_t v;
+        if (!cli_parse_int(p, "--devices", item, 0, 1023, &v)) return CLI_EXIT;
+        parsed_devices[n++] = (int32_t)v;
+        if (s[len] == '\0') break;
+        s += len + 1;
+    }
+    cf->devices = parsed_devices;
+    cf->n_devices = n;
+    return 0;
+}
+
 static int apply_global(cli_parser *p, int c, const char *v)
 {
     nl_engine_config *cf = &p->config;
@@ -232,6 +270,14 @@ static int apply_global(cli_parser *p, int c, const char *v)
         return 0;
     case G_ENFORCE_EAGER:
         cf->enforce_eager = true;
+        return 0;
+    case G_DEVICES:
+        return parse_devices(p, v, cf);
+    case G_ALL_REDUCE:
+        if (strcmp(v, "auto") == 0) cf->all_reduce = NL_ALL_REDUCE_AUTO;
+        else if (strcmp(v, "ipc") == 0) cf->all_reduce = NL_ALL_REDUCE_IPC;
+        else if (strcmp(v, "nccl") == 0) cf->all_reduce = NL_ALL_REDUCE_NCCL;
+        else return cli_usage_error(p, "--all-reduce: '%s' is not auto, ipc or nccl", v);
         return 0;
     case G_NO_PREFIX_CACHING:
         cf->enable_prefix_caching = false;
@@ -269,6 +315,9 @@ static int check_config(cli_parser *p)
     const nl_engine_config *cf = &p->config;
     if (cf->block_size % 16 != 0)
         return cli_usage_error(p, "--block-size: %d is not a multiple of 16", cf->block_size);
+    if (cf->devices && cf->n_devices != cf->tp)
+        return cli_usage_error(p, "--devices: %d GPU(s) listed for --tp %d: list one GPU per rank",
+                               cf->n_devices, cf->tp);
     if (cf->max_num_batched_tokens < cf->max_num_seqs)
         return cli_usage_error(p, "--max-num-batched-tokens: %d is below --max-num-seqs (%d)",
                                cf->max_num_batched_tokens, cf->max_num_seqs);

@@ -27,6 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/comm_area.h"
 #include "common/futex.h"
 #include "common/log.h"
 #include "ipc/shm.h"
@@ -175,6 +176,8 @@ static nl_status pool_rank_died(executor *pool, int rank, pid_t pid, int wait_st
     char how[64] = "its exit status was collected elsewhere";
     if (status_known) describe_exit(how, sizeof how, wait_status);
     pool_forget_pid(pool, rank);
+    /* peers waiting for this rank inside a collective stop waiting */
+    if (pool->seg.comm) nl_comm_area_abort(pool->seg.comm, NL_COMM_ABORT_RANK_DEAD + (uint32_t)rank);
     const char *why = rank_error(pool, rank);
     if (why) return pool_fail(pool, NL_ERR_WORKER, "worker rank %d: %s", rank, why);
     bool never_attached = atomic_load(&pool->seg.hdr->ranks[rank].state) == SHM_RANK_STARTING;
@@ -411,7 +414,8 @@ nl_status executor_start(const engine_settings *p, const char *worker_path, runn
         .n_ranks = p->tp,
         .cmd_capacity = POOL_CMD_RING_BYTES,
         .reply_capacity = POOL_REPLY_RING_BYTES,
-        .comm_bytes = p->device == NL_DEVICE_CPU && p->tp > 1 ? SHM_COMM_BYTES(p->tp) : 0,
+        .comm_bytes = p->tp == 1 ? 0
+                      : p->device == NL_DEVICE_CPU ? SHM_COMM_BYTES(p->tp) : NL_COMM_AREA_CUDA_BYTES,
     };
 
     executor *pool = calloc(1, sizeof *pool);

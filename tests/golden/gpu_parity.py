@@ -5,6 +5,9 @@ Usage:
   gpu_parity.py prompts  OUT.jsonl [--n 32] [--seed 0] [--vocab N]
       writes a batch-input file of random token-id prompts (64 greedy tokens each,
       top-5 logprobs requested).
+  gpu_parity.py pair  REF.jsonl OUT.jsonl [REF2.jsonl OUT2.jsonl ...]
+      the same rule between two nanollm outputs (e.g. tp 1 against tp 4), both
+      with top-5 logprobs.
   gpu_parity.py compare  MODEL_DIR PROMPTS.jsonl NANOLLM_OUT.jsonl... [--dtype bf16|fp32]
       runs the prompts once through transformers (greedy) and applies vLLM's rule
       to every prompt of every nanollm output file: the token sequences are equal, or at the first
@@ -41,6 +44,51 @@ def hf_greedy(model, ids, steps, torch):
         v, i = torch.topk(lp, 5)
         tops.append(list(zip(i.tolist(), v.tolist())))
     return tokens, tops
+
+
+def first_difference(ref_tokens, ref_tops, our_tokens, our_tops):
+    """None when equal; else (step, ok) under vLLM's top-5 rule."""
+    first = next((k for k, (a, b) in enumerate(zip(ref_tokens, our_tokens)) if a != b), None)
+    if first is None:
+        return None if len(ref_tokens) == len(our_tokens) else (min(len(ref_tokens), len(our_tokens)), False)
+    ok = our_tokens[first] in ref_tops[first] and ref_tokens[first] in our_tops[first]
+    return first, ok
+
+
+def load_out(path):
+    out = {}
+    for line in open(path):
+        r = json.loads(line)
+        out[r["id"]] = r
+    return out
+
+
+def pair(args):
+    status = 0
+    if len(args.files) % 2:
+        print("pair: give REF OUT pairs")
+        return 2
+    for ref_path, our_path in zip(args.files[::2], args.files[1::2]):
+        ref, ours = load_out(ref_path), load_out(our_path)
+        failures, exact = 0, 0
+        for pid, a in ref.items():
+            b = ours.get(pid)
+            if b is None or "error" in b or "error" in a:
+                print(f"{our_path}: {pid}: missing or error")
+                failures += 1
+                continue
+            tops = lambda r: [[t for t, _ in lp["top"]] for lp in r["logprobs"]]
+            d = first_difference(a["token_ids"], tops(a), b["token_ids"], tops(b))
+            if d is None:
+                exact += 1
+                continue
+            print(f"{our_path}: {pid}: first difference at step {d[0]} -> "
+                  f"{'within top-5 both ways' if d[1] else 'FAIL'}")
+            failures += 0 if d[1] else 1
+        print(f"parity {our_path} against {ref_path}: {len(ref)} prompts, {exact} identical, "
+              f"{failures} failing")
+        status |= 1 if failures else 0
+    return status
 
 
 def compare(args):
@@ -94,6 +142,8 @@ def main():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--vocab", type=int, default=151936)
     p.add_argument("--max-tokens", type=int, default=64)
+    q = sub.add_parser("pair")
+    q.add_argument("files", nargs="+")
     c = sub.add_parser("compare")
     c.add_argument("model")
     c.add_argument("prompts")
@@ -103,6 +153,8 @@ def main():
     if args.cmd == "prompts":
         make_prompts(args)
         return 0
+    if args.cmd == "pair":
+        return pair(args)
     return compare(args)
 
 
