@@ -31,6 +31,7 @@
 #include "common/futex.h"
 #include "common/log.h"
 #include "ipc/shm.h"
+#include "nl_paths.h" /* NL_PKGLIBEXECDIR, written by make */
 
 #define POOL_CMD_RING_BYTES ((size_t)64 << 20)
 #define POOL_REPLY_RING_BYTES ((size_t)4 << 20)
