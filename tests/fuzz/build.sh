@@ -18,6 +18,10 @@ tok=$(cd "$top" && ls leader/tokenizer/*.c)
 # The server's request parser goes only into the fuzz_server_* harnesses
 # (it calls the engine's API, which the others do not link).
 server="leader/server/request.c leader/server/api_error.c"
+# The batch line reader and writer go only into fuzz_batch_line, with the
+# CLI's sampling defaults and the engine library they stand on.
+batch="leader/cli/cli_batch_line.c leader/cli/cli_batch_output.c leader/cli/cli_args.c
+    $(cd "$top" && ls leader/engine/*.c leader/modelgen/*.c)"
 compile() { # sources -> object paths
     for src in "$@"; do
         obj="$out/$(echo "$src" | tr / _ | sed 's/\.c$/.o/')"
@@ -29,10 +33,14 @@ compile() { # sources -> object paths
 }
 objs=$(compile $common $ipc $tok)
 server_objs=$(compile $server)
+batch_objs=$(compile $batch)
 for h in "$top"/tests/fuzz/fuzz_*.c; do
     name=$(basename "$h" .c)
     extra=""
-    case $name in fuzz_server_*) extra=$server_objs ;; esac
+    case $name in
+    fuzz_server_*) extra=$server_objs ;;
+    fuzz_batch_line) extra=$batch_objs ;;
+    esac
     $CC $cflags -fsanitize=fuzzer "$h" $objs $extra $libs -o "$out/$name"
 done
 echo "fuzz harnesses built in $out"
