@@ -79,3 +79,7 @@ libnlleader_la_SOURCES += \
 
 # The OpenAI-compatible HTTP server behind `nanollm-launch serve`.
 include leader/server/local.mk
+
+# The executor includes the generated nl_paths.h: a build of named targets
+# (which skips BUILT_SOURCES) must still make it first.
+leader/engine/executor.lo: nl_paths.h
