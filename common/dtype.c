@@ -10,6 +10,7 @@ const char *nl_dtype_name(nl_dtype t)
     case NL_DTYPE_F16: return "F16";
     case NL_DTYPE_BF16: return "BF16";
     case NL_DTYPE_I32: return "I32";
+    case NL_DTYPE_F8_E4M3: return "F8_E4M3";
     }
     return "?";
 }
@@ -46,6 +47,33 @@ uint16_t nl_f32_to_f16(float f)
     return (uint16_t)(sign | h);
 }
 
+float nl_f8e4m3_to_f32(uint8_t v)
+{
+    unsigned exp = (v >> 3) & 0xf, man = v & 7;
+    float a;
+    if (exp == 15 && man == 7) a = NAN;
+    else if (exp == 0) a = ldexpf((float)man, -9);           /* subnormal: man / 8 * 2^-6 */
+    else a = ldexpf((float)(8 + man), (int)exp - 10);         /* (1 + man / 8) * 2^(exp - 7) */
+    return (v & 0x80) ? -a : a;
+}
+
+uint8_t nl_f32_to_f8e4m3(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    uint8_t sign = (uint8_t)((u >> 24) & 0x80);
+    float a = fabsf(f);
+    if (isnan(f)) return (uint8_t)(sign | 0x7f);
+    if (a >= 448.0f) return (uint8_t)(sign | 0x7e);
+    if (a < 0.015625f) /* below 2^-6: a multiple of 2^-9 (8 rounds up to 2^-6 itself) */
+        return (uint8_t)(sign | (uint32_t)nearbyintf(a * 512.0f));
+    memcpy(&u, &a, sizeof u);
+    uint32_t exp = ((u >> 23) & 0xff) - 120, man = u & 0x7fffff; /* e4m3 bias 7 */
+    uint32_t q = (exp << 3) | (man >> 20), rest = man & 0xfffff;
+    if (rest > 0x80000 || (rest == 0x80000 && (q & 1))) q++; /* a carry moves the exponent */
+    return (uint8_t)(sign | (q > 0x7e ? 0x7e : q));
+}
+
 /* src may be unaligned: nothing in a safetensors file aligns a tensor's
  * data, so every element is loaded with memcpy (which compiles to a plain
  * load where alignment does not matter). */
@@ -73,6 +101,9 @@ void nl_convert_to_f32(float *dst, const void *src, nl_dtype src_type, size_t n)
             memcpy(&k, p + 4 * i, sizeof k);
             dst[i] = (float)k;
         }
+        break;
+    case NL_DTYPE_F8_E4M3:
+        for (size_t i = 0; i < n; i++) dst[i] = nl_f8e4m3_to_f32(p[i]);
         break;
     }
 }

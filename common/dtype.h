@@ -11,11 +11,12 @@ typedef enum nl_dtype {
     NL_DTYPE_F16,
     NL_DTYPE_BF16,
     NL_DTYPE_I32,
+    NL_DTYPE_F8_E4M3, /* OCP e4m3 "FN": no infinities, 0x7f is NaN, max 448 */
 } nl_dtype;
 
 static inline size_t nl_dtype_size(nl_dtype t)
 {
-    return t == NL_DTYPE_F16 || t == NL_DTYPE_BF16 ? 2 : 4;
+    return t == NL_DTYPE_F8_E4M3 ? 1 : t == NL_DTYPE_F16 || t == NL_DTYPE_BF16 ? 2 : 4;
 }
 
 const char *nl_dtype_name(nl_dtype t);
@@ -40,6 +41,12 @@ static inline uint16_t nl_f32_to_bf16(float f)
 
 float nl_f16_to_f32(uint16_t h);
 uint16_t nl_f32_to_f16(float f);
+
+/* e4m3 as the KV cache stores it: round to nearest even, saturating at
+ * +-448 (as CUDA's __NV_SATFINITE conversion does, so both backends store
+ * the same byte); NaN stays NaN. */
+float nl_f8e4m3_to_f32(uint8_t v);
+uint8_t nl_f32_to_f8e4m3(float f);
 
 /* Converts n elements of src (of type src_type) to fp32. */
 void nl_convert_to_f32(float *dst, const void *src, nl_dtype src_type, size_t n);

@@ -13,7 +13,16 @@
  * step, hq / hk = query / key-value heads *of this shard*, hd = head_dim.
  *
  * KV cache, one pair of buffers per layer: [num_blocks, block_size, hk, hd].
- * A token's slot is block_id * block_size + offset_in_block.
+ * A token's slot is block_id * block_size + offset_in_block.  Its element
+ * type (kv_dtype of store_kv and attention) is the act_dtype or
+ * NL_DTYPE_F8_E4M3: e4m3 with one scale of 1.0 for the whole cache, i.e. a
+ * cached value is the activation rounded to the nearest e4m3 (saturating at
+ * +-448, nl_f32_to_f8e4m3), and attention reads it back exactly.  A single
+ * unit scale (vLLM's default without calibration) keeps both the store and
+ * the read a plain conversion with no extra bytes per token; it suits what
+ * the cache holds here: e4m3 keeps 3 mantissa bits at every magnitude in
+ * [2^-6, 448], K rows of Qwen3 come out of an RMSNorm, and V rows of a
+ * transformer layer sit well inside that range.
  */
 #ifndef NL_KERNELS_H
 #define NL_KERNELS_H
@@ -102,17 +111,17 @@ typedef struct nl_backend_ops {
                               const nl_weight *q_norm, const nl_weight *k_norm,
                               const float *inv_freq, int32_t n, int32_t hq, int32_t hk,
                               int32_t hd, float eps);
-    /* Copies the k and v parts of qkv into the paged cache at slots[n];
-     * a negative slot is skipped (padding). */
+    /* Copies the k and v parts of qkv into the paged cache at slots[n],
+     * converted to kv_dtype; a negative slot is skipped (padding). */
     nl_status (*store_kv)(nl_backend *be, void *k_cache, void *v_cache, const void *qkv,
                           const int32_t *slots, int32_t n, int32_t hq, int32_t hk,
-                          int32_t hd, int32_t block_size);
-    /* out[n, hq * hd] = causal softmax(q k^T * scale) v over the paged cache,
-     * GQA: query head h reads kv head h / (hq / hk). */
+                          int32_t hd, int32_t block_size, nl_dtype kv_dtype);
+    /* out[n, hq * hd] = causal softmax(q k^T * scale) v over the paged cache
+     * of kv_dtype, GQA: query head h reads kv head h / (hq / hk). */
     nl_status (*attention)(nl_backend *be, void *out, const void *qkv,
                            const void *k_cache, const void *v_cache,
                            const nl_attn_batch *batch, int32_t hq, int32_t hk,
-                           int32_t hd, float scale);
+                           int32_t hd, float scale, nl_dtype kv_dtype);
     /* out[n, inter] = silu(gate_up[:, :inter]) * gate_up[:, inter:]. */
     nl_status (*silu_mul)(nl_backend *be, void *out, const void *gate_up, int32_t n,
                           int32_t inter);

@@ -17,10 +17,10 @@
 #include <stdbool.h>
 #include <stdlib.h>
 
-size_t qwen_kv_block_bytes(const qwen_weights *w, nl_backend *be, int32_t block_size)
+size_t qwen_kv_block_bytes(const qwen_weights *w, nl_dtype kv_dtype, int32_t block_size)
 {
     return 2 * (size_t)w->cfg.num_hidden_layers * (size_t)block_size * (size_t)w->shard.hk *
-           (size_t)w->shard.hd * nl_dtype_size(be->ops->act_dtype);
+           (size_t)w->shard.hd * nl_dtype_size(kv_dtype);
 }
 
 static nl_status alloc_zero(nl_backend *be, size_t bytes, void **out)
@@ -98,15 +98,16 @@ nl_status qwen_state_create(nl_backend *be, const qwen_weights *w, int32_t max_t
 }
 
 nl_status qwen_state_alloc_kv(nl_backend *be, const qwen_weights *w, qwen_state *s,
-                              int32_t num_blocks, int32_t block_size)
+                              int32_t num_blocks, int32_t block_size, nl_dtype kv_dtype)
 {
     int32_t layers = w->cfg.num_hidden_layers;
-    size_t bytes = (size_t)num_blocks * qwen_kv_block_bytes(w, be, block_size) / (2 * (size_t)layers);
+    size_t bytes = (size_t)num_blocks * qwen_kv_block_bytes(w, kv_dtype, block_size) / (2 * (size_t)layers);
     s->k_cache = calloc((size_t)layers, sizeof *s->k_cache);
     s->v_cache = calloc((size_t)layers, sizeof *s->v_cache);
     if (!s->k_cache || !s->v_cache) return nl_error(NL_ERR_NOMEM, "KV cache: no memory for %d layers", layers);
     s->num_blocks = num_blocks;
     s->block_size = block_size;
+    s->kv_dtype = kv_dtype;
     /* Zeroed so that padding rows of a captured graph read finite values. */
     for (int32_t l = 0; l < layers; l++) {
         nl_status st = alloc_zero(be, bytes, &s->k_cache[l]);
@@ -170,9 +171,9 @@ nl_status qwen_forward(nl_backend *be, nl_comm *comm, const qwen_weights *w, qwe
         NL_TRY(op->qk_norm_rope(be, qkv, in->positions, L->q_norm, L->k_norm, w->rope_inv_freq,
                                 n, hq, hk, hd, eps));
         NL_TRY(op->store_kv(be, s->k_cache[l], s->v_cache[l], qkv, in->slots, n, hq, hk, hd,
-                            s->block_size));
+                            s->block_size, s->kv_dtype));
         NL_TRY(op->attention(be, attn, qkv, s->k_cache[l], s->v_cache[l], &in->attn, hq, hk, hd,
-                             scale)); /* [n, hq hd] */
+                             scale, s->kv_dtype)); /* [n, hq hd] */
         /* row-parallel partial sums; rank 0 alone adds the bias, so the
          * all-reduce adds it once (vLLM's RowParallelLinear) */
         NL_TRY(op->linear(be, s->x, attn, L->o_proj, sh->rank == 0 ? L->o_bias : NULL, n));

@@ -41,11 +41,12 @@ typedef struct qwen_state {
     float *logits_gathered; /* [tp, max_logits, vocab / tp], rank 0, tp>1 */
     float *logits;          /* [max_logits, vocab], rank 0: the result    */
     int32_t num_blocks, block_size;
+    nl_dtype kv_dtype;         /* the cache's elements (kernels.h)           */
     void **k_cache, **v_cache; /* per layer [num_blocks, block_size, hk, hd] */
 } qwen_state;
 
 /* Bytes of KV cache one block takes over all layers of this shard. */
-size_t qwen_kv_block_bytes(const qwen_weights *w, nl_backend *be, int32_t block_size);
+size_t qwen_kv_block_bytes(const qwen_weights *w, nl_dtype kv_dtype, int32_t block_size);
 
 /* Bytes of backend memory qwen_state_create takes for these maxima (the
  * memory plan adds it up before anything is allocated). */
@@ -54,9 +55,10 @@ size_t qwen_state_bytes(nl_backend *be, const qwen_weights *w, int32_t max_token
  * rows. */
 nl_status qwen_state_create(nl_backend *be, const qwen_weights *w, int32_t max_tokens,
                             int32_t max_logits, qwen_state **out);
-/* Allocates (zeroed) the KV cache: num_blocks blocks of block_size tokens. */
+/* Allocates (zeroed) the KV cache: num_blocks blocks of block_size tokens
+ * of kv_dtype elements. */
 nl_status qwen_state_alloc_kv(nl_backend *be, const qwen_weights *w, qwen_state *s,
-                              int32_t num_blocks, int32_t block_size);
+                              int32_t num_blocks, int32_t block_size, nl_dtype kv_dtype);
 void qwen_state_destroy(nl_backend *be, const qwen_weights *w, qwen_state *s);
 
 /* Runs the model over in->n_tokens tokens, storing their K/V, and leaves

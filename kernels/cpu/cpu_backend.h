@@ -2,7 +2,8 @@
  * the fp32 weight, and the small thread pool that splits loops.
  *
  * Everything on the CPU is fp32 in host memory: activations, the KV cache
- * and weights (converted from bf16/f16 when filled).  Matrix products go to
+ * (unless it is asked to be bf16 or e4m3) and weights (converted from
+ * bf16/f16 when filled).  Matrix products go to
  * OpenBLAS, which keeps its own threads; the pool here runs the other ops.
  */
 #ifndef NL_KERNELS_CPU_BACKEND_H
@@ -57,10 +58,10 @@ nl_status cpu_qk_norm_rope(nl_backend *be, void *qkv, const int32_t *positions,
                            int32_t n, int32_t hq, int32_t hk, int32_t hd, float eps);
 nl_status cpu_store_kv(nl_backend *be, void *k_cache, void *v_cache, const void *qkv,
                        const int32_t *slots, int32_t n, int32_t hq, int32_t hk, int32_t hd,
-                       int32_t block_size);
+                       int32_t block_size, nl_dtype kv_dtype);
 nl_status cpu_attention(nl_backend *be, void *out, const void *qkv, const void *k_cache,
                         const void *v_cache, const nl_attn_batch *batch, int32_t hq,
-                        int32_t hk, int32_t hd, float scale);
+                        int32_t hk, int32_t hd, float scale, nl_dtype kv_dtype);
 nl_status cpu_silu_mul(nl_backend *be, void *out, const void *gate_up, int32_t n,
                        int32_t inter);
 nl_status cpu_gather_rows(nl_backend *be, void *out, const void *x, const int32_t *rows,

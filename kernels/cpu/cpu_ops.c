@@ -177,17 +177,43 @@ nl_status cpu_qk_norm_rope(nl_backend *be, void *qkv, const int32_t *positions,
     return NL_OK;
 }
 
+/* The cache types the CPU stores and reads: fp32 (its act_dtype), and bf16
+ * and e4m3 so that CI runs the narrow caches the GPU uses. */
+static bool cpu_kv_dtype_ok(nl_dtype t)
+{
+    return t == NL_DTYPE_F32 || t == NL_DTYPE_BF16 || t == NL_DTYPE_F8_E4M3;
+}
+
 nl_status cpu_store_kv(nl_backend *be, void *k_cache, void *v_cache, const void *qkv_,
                        const int32_t *slots, int32_t n, int32_t hq, int32_t hk, int32_t hd,
-                       int32_t block_size)
+                       int32_t block_size, nl_dtype kv_dtype)
 {
     const float *qkv = qkv_; /* [n, (hq + 2 hk) * hd] */
     size_t kv = (size_t)hk * hd, width = (size_t)(hq + 2 * hk) * hd;
+    if (!cpu_kv_dtype_ok(kv_dtype))
+        return nl_error(NL_ERR_UNSUPPORTED, "store_kv: KV cache dtype %s (cpu: F32, BF16 or F8_E4M3)",
+                        nl_dtype_name(kv_dtype));
     for (int32_t t = 0; t < n; t++) {
         if (slots[t] < 0) continue;
         const float *row = qkv + t * width + (size_t)hq * hd;
-        memcpy((float *)k_cache + (size_t)slots[t] * kv, row, kv * sizeof(float));
-        memcpy((float *)v_cache + (size_t)slots[t] * kv, row + kv, kv * sizeof(float));
+        if (kv_dtype == NL_DTYPE_F32) {
+            memcpy((float *)k_cache + (size_t)slots[t] * kv, row, kv * sizeof(float));
+            memcpy((float *)v_cache + (size_t)slots[t] * kv, row + kv, kv * sizeof(float));
+        } else if (kv_dtype == NL_DTYPE_BF16) {
+            uint16_t *k16 = (uint16_t *)k_cache + (size_t)slots[t] * kv;
+            uint16_t *v16 = (uint16_t *)v_cache + (size_t)slots[t] * kv;
+            for (size_t i = 0; i < kv; i++) {
+                k16[i] = nl_f32_to_bf16(row[i]);
+                v16[i] = nl_f32_to_bf16(row[kv + i]);
+            }
+        } else {
+            uint8_t *k8 = (uint8_t *)k_cache + (size_t)slots[t] * kv;
+            uint8_t *v8 = (uint8_t *)v_cache + (size_t)slots[t] * kv;
+            for (size_t i = 0; i < kv; i++) {
+                k8[i] = nl_f32_to_f8e4m3(row[i]);
+                v8[i] = nl_f32_to_f8e4m3(row[kv + i]);
+            }
+        }
     }
     return NL_OK;
 }
@@ -196,12 +222,32 @@ nl_status cpu_store_kv(nl_backend *be, void *k_cache, void *v_cache, const void 
 
 struct attn_ctx {
     float *out;
-    const float *qkv, *k_cache, *v_cache;
+    const float *qkv;
+    const void *k_cache, *v_cache;
     const nl_attn_batch *b;
     int32_t hq, hk, hd;
     float scale;
+    nl_dtype kv_dtype;             /* F32, BF16 or F8_E4M3                  */
+    const float *f8;               /* [256] e4m3 byte -> value              */
     atomic_bool failed; /* a thread had no memory for its scores */
 };
+
+/* The hd values of kv head kvh at a slot, as floats: in place for an F32
+ * cache, decoded into tmp[hd] for a narrower one. */
+static const float *kv_head_row(const struct attn_ctx *c, const void *cache, size_t slot,
+                                int32_t kvh, float *tmp)
+{
+    size_t off = (slot * c->hk + kvh) * c->hd;
+    if (c->kv_dtype == NL_DTYPE_F32) return (const float *)cache + off;
+    if (c->kv_dtype == NL_DTYPE_BF16) {
+        const uint16_t *p = (const uint16_t *)cache + off;
+        for (int32_t d = 0; d < c->hd; d++) tmp[d] = nl_bf16_to_f32(p[d]);
+    } else {
+        const uint8_t *p = (const uint8_t *)cache + off;
+        for (int32_t d = 0; d < c->hd; d++) tmp[d] = c->f8[p[d]];
+    }
+    return tmp;
+}
 
 /* Eight partial sums: vectorisable, and closer to the exact sum than one. */
 static float dot_f32(const float *a, const float *b, int32_t n)
@@ -221,13 +267,13 @@ static void attn_task(void *ctx_, int64_t begin, int64_t end)
     struct attn_ctx *c = ctx_;
     const nl_attn_batch *b = c->b;
     int32_t hd = c->hd, group = c->hq / c->hk, bs = b->block_size;
-    size_t width = (size_t)(c->hq + 2 * c->hk) * hd, kv_row = (size_t)c->hk * hd;
-    float *scores = malloc(sizeof(float) * ((size_t)b->max_context_len + 1 + (size_t)hd));
+    size_t width = (size_t)(c->hq + 2 * c->hk) * hd;
+    float *scores = malloc(sizeof(float) * ((size_t)b->max_context_len + 1 + 2 * (size_t)hd));
     if (!scores) {
         atomic_store(&c->failed, true);
         return;
     }
-    float *acc = scores + b->max_context_len + 1;
+    float *acc = scores + b->max_context_len + 1, *tmp = acc + hd;
     int32_t s = 0;
     for (int64_t item = begin; item < end; item++) {
         int32_t t = (int32_t)(item / c->hq), h = (int32_t)(item % c->hq), kvh = h / group;
@@ -239,7 +285,7 @@ static void attn_task(void *ctx_, int64_t begin, int64_t end)
         float mx = -INFINITY;
         for (int32_t j = 0; j <= pos; j++) {
             size_t slot = (size_t)table[j / bs] * bs + j % bs;
-            scores[j] = dot_f32(q, c->k_cache + slot * kv_row + (size_t)kvh * hd, hd) * c->scale;
+            scores[j] = dot_f32(q, kv_head_row(c, c->k_cache, slot, kvh, tmp), hd) * c->scale;
             if (scores[j] > mx) mx = scores[j];
         }
         double sum = 0.0;
@@ -250,7 +296,7 @@ static void attn_task(void *ctx_, int64_t begin, int64_t end)
         memset(acc, 0, sizeof(float) * hd);
         for (int32_t j = 0; j <= pos; j++) {
             size_t slot = (size_t)table[j / bs] * bs + j % bs;
-            const float *v = c->v_cache + slot * kv_row + (size_t)kvh * hd;
+            const float *v = kv_head_row(c, c->v_cache, slot, kvh, tmp);
             float p = scores[j];
             for (int32_t d = 0; d < hd; d++) acc[d] += p * v[d];
         }
@@ -262,8 +308,11 @@ static void attn_task(void *ctx_, int64_t begin, int64_t end)
 
 nl_status cpu_attention(nl_backend *be, void *out, const void *qkv, const void *k_cache,
                         const void *v_cache, const nl_attn_batch *batch, int32_t hq, int32_t hk,
-                        int32_t hd, float scale)
+                        int32_t hd, float scale, nl_dtype kv_dtype)
 {
+    if (!cpu_kv_dtype_ok(kv_dtype))
+        return nl_error(NL_ERR_UNSUPPORTED, "attention: KV cache dtype %s (cpu: F32, BF16 or F8_E4M3)",
+                        nl_dtype_name(kv_dtype));
     if (hk <= 0 || hq % hk)
         return nl_error(NL_ERR_INVALID_ARG, "attention: %d query heads not a multiple of %d kv heads", hq, hk);
     /* The host maxima size the scratch; check them against the real lengths
@@ -278,7 +327,9 @@ nl_status cpu_attention(nl_backend *be, void *out, const void *qkv, const void *
                             "%d blocks of %d)", s, q_len, ctx, batch->max_context_len,
                             batch->max_blocks_per_seq, batch->block_size);
     }
-    struct attn_ctx c = {out, qkv, k_cache, v_cache, batch, hq, hk, hd, scale, false};
+    float f8[256];
+    for (int i = 0; i < 256; i++) f8[i] = nl_f8e4m3_to_f32((uint8_t)i);
+    struct attn_ctx c = {out, qkv, k_cache, v_cache, batch, hq, hk, hd, scale, kv_dtype, f8, false};
     cpu_parallel_for(CPU(be), (int64_t)batch->n_tokens * hq, 2, attn_task, &c);
     if (atomic_load(&c.failed))
         return nl_error(NL_ERR_NOMEM, "attention: no memory for the scores of %d context tokens",

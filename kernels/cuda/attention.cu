@@ -49,7 +49,7 @@ static size_t attn_smem_bytes(int hd, int rpw)
            sizeof(__nv_bfloat162);
 }
 
-template <int HDC, int RPW>
+template <int HDC, int RPW, typename KV>
 __global__ void __launch_bounds__(ATTN_WARPS * 32)
     kernel_attention(attn_params p)
 {
@@ -125,8 +125,8 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32)
                 size_t slot = (size_t)table[key / p.block_size] * p.block_size +
                               key % p.block_size;
                 size_t off = (slot * p.hk + g) * hd + piece * 8;
-                kv = *(const uint4 *)(p.k_cache + off);
-                vv = *(const uint4 *)(p.v_cache + off);
+                kv = attn_load8_as_bf16((const KV *)p.k_cache + off);
+                vv = attn_load8_as_bf16((const KV *)p.v_cache + off);
             }
             uint32_t *kd = (uint32_t *)&ks[j * kst + piece * 4];
             uint32_t *vd = (uint32_t *)&vs[j * kst + piece * 4];
@@ -254,16 +254,23 @@ __global__ void kernel_attn_merge(bf16 *out, const float *part_o, const float *p
     }
 }
 
+template <int HDC, int RPW, typename KV>
+static nl_status launch_kv(cuda_backend *be, attn_params *p, int n_seqs, int q_tiles)
+{
+    const size_t smem = attn_smem_bytes(p->hd, RPW);
+    NL_CUDA_CHECK(cudaFuncSetAttribute(kernel_attention<HDC, RPW, KV>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    dim3 grid(q_tiles * p->n_splits, n_seqs, p->hk);
+    kernel_attention<HDC, RPW, KV><<<grid, ATTN_WARPS * 32, smem, be->stream>>>(*p);
+    NL_CUDA_CHECK_LAUNCH();
+    return NL_OK;
+}
+
 template <int HDC, int RPW>
 static nl_status launch(cuda_backend *be, attn_params *p, int n_seqs, int q_tiles)
 {
-    const size_t smem = attn_smem_bytes(p->hd, RPW);
-    NL_CUDA_CHECK(cudaFuncSetAttribute(kernel_attention<HDC, RPW>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    dim3 grid(q_tiles * p->n_splits, n_seqs, p->hk);
-    kernel_attention<HDC, RPW><<<grid, ATTN_WARPS * 32, smem, be->stream>>>(*p);
-    NL_CUDA_CHECK_LAUNCH();
-    return NL_OK;
+    return p->kv_fp8 ? launch_kv<HDC, RPW, fp8>(be, p, n_seqs, q_tiles)
+                     : launch_kv<HDC, RPW, bf16>(be, p, n_seqs, q_tiles);
 }
 
 template <int HDC>
@@ -343,9 +350,12 @@ static bool use_generic(void)
 
 nl_status cuda_attention(nl_backend *backend, void *out, const void *qkv, const void *k_cache,
                          const void *v_cache, const nl_attn_batch *b, int32_t hq, int32_t hk,
-                         int32_t hd, float scale)
+                         int32_t hd, float scale, nl_dtype kv_dtype)
 {
     cuda_backend *be = cuda_be(backend);
+    if (kv_dtype != NL_DTYPE_BF16 && kv_dtype != NL_DTYPE_F8_E4M3)
+        return nl_error(NL_ERR_UNSUPPORTED, "cuda: attention over a %s KV cache (BF16 or F8_E4M3)",
+                        nl_dtype_name(kv_dtype));
     if (b->n_seqs <= 0 || b->n_tokens <= 0) return NL_OK;
     if (hk <= 0 || hq % hk != 0)
         return nl_error(NL_ERR_INVALID_ARG, "cuda: attention heads hq=%d not a multiple of hk=%d",
@@ -358,8 +368,9 @@ nl_status cuda_attention(nl_backend *backend, void *out, const void *qkv, const 
     attn_args a;
     a.out = (bf16 *)out;
     a.qkv = (const bf16 *)qkv;
-    a.k_cache = (const bf16 *)k_cache;
-    a.v_cache = (const bf16 *)v_cache;
+    a.k_cache = k_cache;
+    a.v_cache = v_cache;
+    a.kv_fp8 = kv_dtype == NL_DTYPE_F8_E4M3;
     a.cu_seqlens_q = b->cu_seqlens_q;
     a.context_lens = b->context_lens;
     a.block_tables = b->block_tables;

@@ -17,8 +17,10 @@
 struct attn_args {
     bf16 *out;                   /* [n, hq * hd]                             */
     const bf16 *qkv;             /* [n, (hq + 2 hk) * hd]                    */
-    const bf16 *k_cache;         /* [num_blocks, block_size, hk, hd]         */
-    const bf16 *v_cache;
+    const void *k_cache;         /* [num_blocks, block_size, hk, hd] of bf16,
+                                    or of fp8 when kv_fp8 (kernels.h)        */
+    const void *v_cache;
+    bool kv_fp8;
     const int32_t *cu_seqlens_q; /* [n_seqs + 1]                             */
     const int32_t *context_lens; /* [n_seqs]                                 */
     const int32_t *block_tables; /* [n_seqs, max_blocks_per_seq]             */
@@ -51,6 +53,27 @@ nl_status cuda_attention_prefill(cuda_backend *be, const attn_args *a, const nl_
  * multiple of 8 up to 256: the path for head dims without a specialised
  * kernel, and a reference (NL_ATTN_GENERIC=1) to compare those against. */
 nl_status cuda_attention_generic(cuda_backend *be, const attn_args *a, const nl_attn_batch *b);
+
+/* Eight cache elements (bf16 or fp8 KV) as eight bf16, the 16-byte piece
+ * of a shared-memory K/V row; the fp8 conversion is exact. */
+template <typename KV>
+static __device__ __forceinline__ uint4 attn_load8_as_bf16(const KV *p)
+{
+    if constexpr (sizeof(KV) == 2) {
+        return *(const uint4 *)p;
+    } else {
+        float f[8];
+        fp8x8_to_float(*(const uint2 *)p, f);
+        uint4 r;
+        uint32_t *w = (uint32_t *)&r;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            __nv_bfloat162 h = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
+            w[i] = *(uint32_t *)&h;
+        }
+        return r;
+    }
+}
 
 static __device__ __forceinline__ void attn_cp_async16(void *smem, const void *gmem)
 {

@@ -3,12 +3,12 @@
  *
  * A block owns one (context split, sequence, kv head) and up to G query heads
  * of that kv head's group, so every K/V byte is read from memory once.  Each
- * token's head row (hd bf16 = hd / 8 16-byte pieces) is read by hd / 8
- * lanes, one piece each, inside a power-of-two lane group (head_dim 80 and 96
+ * token's head row (hd bf16 = hd / 8 16-byte pieces; an fp8 cache's rows are
+ * hd / 8 8-byte pieces) is read by hd / 8 lanes, one piece each, inside a power-of-two lane group (head_dim 80 and 96
  * leave the top lanes of a 16-lane group idle, so the xor reductions stay
  * inside the group); a warp thus covers 32 / group tokens per load and
  * unrolls U loads of K and of V before using any, which keeps U * 32 bytes per
- * lane in flight.  Each lane group keeps its own online softmax state
+ * lane in flight (fp8 doubles U to keep as many bytes).  Each lane group keeps its own online softmax state
  * (base-2 domain, fp32); the block merges its groups in shared memory.
  *
  * Splits: the host picks their number from the batch's block count alone
@@ -74,9 +74,28 @@ static __device__ __forceinline__ uint4 dec_load(const bf16 *p)
     return v;
 }
 
-template <int HD, int G, int U>
+static __device__ __forceinline__ uint2 dec_load(const fp8 *p)
+{
+    uint2 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];\n"
+                 : "=r"(v.x), "=r"(v.y)
+                 : "l"(p));
+    return v;
+}
+
+static __device__ __forceinline__ void dec_unpack(uint2 v, float f[8])
+{
+    fp8x8_to_float(v, f);
+}
+
+/* A lane's 8 elements of a K or V row as loaded: 16 bytes of bf16, 8 of fp8. */
+template <typename KV> struct dec_raw { typedef uint4 type; };
+template <> struct dec_raw<fp8> { typedef uint2 type; };
+
+template <int HD, int G, int U, typename KV>
 __global__ void __launch_bounds__(DEC_WARPS * 32) kernel_decode(dec_params p)
 {
+    typedef typename dec_raw<KV>::type raw;
     constexpr int LIVE = HD / 8;            /* lanes that load a token's row */
     constexpr int LPT = dec_pow2_ceil(LIVE); /* lanes per token              */
     constexpr int TPW = 32 / LPT;           /* tokens per warp per load      */
@@ -129,13 +148,13 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) kernel_decode(dec_params p)
     const size_t head_off = (size_t)kvh * HD + (live ? li : 0) * 8;
 
     for (int base = k_begin; base < k_end; base += STEP) {
-        uint4 kr[U], vr[U];
+        raw kr[U], vr[U];
         bool ok[U];
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int key = base + (warp * U + u) * TPW + sub;
             ok[u] = key < k_end;
-            kr[u] = vr[u] = make_uint4(0, 0, 0, 0);
+            kr[u] = vr[u] = raw{};
             if (ok[u] && live) {
                 int bi, bo;
                 if (p.block_shift >= 0) {
@@ -147,8 +166,8 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) kernel_decode(dec_params p)
                 }
                 const size_t slot = (size_t)table[bi] * p.block_size + bo;
                 const size_t off = slot * row_stride + head_off;
-                kr[u] = dec_load(p.k_cache + off);
-                vr[u] = dec_load(p.v_cache + off);
+                kr[u] = dec_load((const KV *)p.k_cache + off);
+                vr[u] = dec_load((const KV *)p.v_cache + off);
             }
         }
 
@@ -277,10 +296,15 @@ __global__ void kernel_decode_merge(dec_params p, int hd)
 template <int HD, int G>
 static nl_status launch_decode(cuda_backend *be, const dec_params *p, int n_seqs)
 {
-    /* Fewer loads in flight for wide groups keeps q and o in registers. */
+    /* Fewer loads in flight for wide groups keeps q and o in registers;
+     * an fp8 load is half as wide, so twice as many keep the same bytes in
+     * flight. */
     constexpr int U = G <= 2 ? 8 : G == 4 ? 4 : 2;
     dim3 grid(p->n_splits, n_seqs, p->hk * p->n_slices);
-    kernel_decode<HD, G, U><<<grid, DEC_WARPS * 32, 0, be->stream>>>(*p);
+    if (p->kv_fp8)
+        kernel_decode<HD, G, 2 * U, fp8><<<grid, DEC_WARPS * 32, 0, be->stream>>>(*p);
+    else
+        kernel_decode<HD, G, U, bf16><<<grid, DEC_WARPS * 32, 0, be->stream>>>(*p);
     NL_CUDA_CHECK_LAUNCH();
     return NL_OK;
 }

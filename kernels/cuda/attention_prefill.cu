@@ -8,7 +8,8 @@
  * most of a thread's registers, and which also re-reads its query fragments
  * from shared memory instead of holding them), gathered through the block
  * table with cp.async into a double buffer so that the next tile loads while
- * the current one is used.  S = Q K^T and
+ * the current one is used (an fp8 cache is converted to bf16 on the way in,
+ * with plain loads).  S = Q K^T and
  * O += P V run as m16n8k16 bf16 mma.sync with fp32 accumulators, operands
  * fetched by ldmatrix from row-padded shared memory (no bank conflicts); the
  * online softmax stays in registers in the base-2 domain.  Tiles past a
@@ -49,7 +50,7 @@ static __device__ __forceinline__ void pf_ldsm_x2(uint32_t r[2], const bf16 *p)
                  : "r"(a));
 }
 
-template <int HD>
+template <int HD, typename KV>
 __global__ void __launch_bounds__(PF_WARPS * 32) kernel_prefill(pf_params p)
 {
     constexpr int PF_BK = pf_bk<HD>();
@@ -102,8 +103,13 @@ __global__ void __launch_bounds__(PF_WARPS * 32) kernel_prefill(pf_params p)
                 const int bi = key / p.block_size;
                 const size_t slot = (size_t)table[bi] * p.block_size + (key - bi * p.block_size);
                 const size_t off = (slot * p.hk + kvh) * HD + piece * 8;
-                attn_cp_async16(kd + j * ST + piece * 8, p.k_cache + off);
-                attn_cp_async16(vd + j * ST + piece * 8, p.v_cache + off);
+                if constexpr (sizeof(KV) == 2) {
+                    attn_cp_async16(kd + j * ST + piece * 8, (const KV *)p.k_cache + off);
+                    attn_cp_async16(vd + j * ST + piece * 8, (const KV *)p.v_cache + off);
+                } else { /* converted on the way: a plain load, then a store */
+                    *(uint4 *)(kd + j * ST + piece * 8) = attn_load8_as_bf16((const KV *)p.k_cache + off);
+                    *(uint4 *)(vd + j * ST + piece * 8) = attn_load8_as_bf16((const KV *)p.v_cache + off);
+                }
             } else {
                 *(uint4 *)(kd + j * ST + piece * 8) = make_uint4(0, 0, 0, 0);
                 *(uint4 *)(vd + j * ST + piece * 8) = make_uint4(0, 0, 0, 0);
@@ -267,16 +273,23 @@ __global__ void __launch_bounds__(PF_WARPS * 32) kernel_prefill(pf_params p)
     }
 }
 
+template <int HD, typename KV>
+static nl_status launch_prefill_kv(cuda_backend *be, const pf_params *p, int n_seqs, int q_tiles)
+{
+    const size_t smem = pf_smem_bytes<HD>();
+    NL_CUDA_CHECK(cudaFuncSetAttribute(kernel_prefill<HD, KV>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    dim3 grid(q_tiles, n_seqs, p->hq);
+    kernel_prefill<HD, KV><<<grid, PF_WARPS * 32, smem, be->stream>>>(*p);
+    NL_CUDA_CHECK_LAUNCH();
+    return NL_OK;
+}
+
 template <int HD>
 static nl_status launch_prefill(cuda_backend *be, const pf_params *p, int n_seqs, int q_tiles)
 {
-    const size_t smem = pf_smem_bytes<HD>();
-    NL_CUDA_CHECK(cudaFuncSetAttribute(kernel_prefill<HD>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    dim3 grid(q_tiles, n_seqs, p->hq);
-    kernel_prefill<HD><<<grid, PF_WARPS * 32, smem, be->stream>>>(*p);
-    NL_CUDA_CHECK_LAUNCH();
-    return NL_OK;
+    return p->kv_fp8 ? launch_prefill_kv<HD, fp8>(be, p, n_seqs, q_tiles)
+                     : launch_prefill_kv<HD, bf16>(be, p, n_seqs, q_tiles);
 }
 
 nl_status cuda_attention_prefill(cuda_backend *be, const attn_args *a, const nl_attn_batch *b)

@@ -11,6 +11,8 @@
 
 #include <cublasLt.h>
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
 
@@ -43,6 +45,33 @@ extern "C" {
 #define NL_CUDA_CHECK_LAUNCH() NL_CUDA_CHECK(cudaGetLastError())
 
 typedef __nv_bfloat16 bf16;
+typedef __nv_fp8_e4m3 fp8; /* a KV-cache element of an NL_DTYPE_F8_E4M3 cache */
+
+/* Eight e4m3 bytes (element 0 in the lowest byte) to floats, exactly: every
+ * e4m3 value is an fp16 value, which the hardware converts pairwise. */
+static __device__ __forceinline__ void fp8x8_to_float(uint2 v, float f[8])
+{
+    const __nv_fp8x2_storage_t *p = (const __nv_fp8x2_storage_t *)&v;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        float2 t = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(p[i], __NV_E4M3)));
+        f[2 * i] = t.x;
+        f[2 * i + 1] = t.y;
+    }
+}
+
+/* Eight floats to e4m3: round to nearest even, saturating at +-448 (the
+ * host's nl_f32_to_f8e4m3 gives the same bytes). */
+static __device__ __forceinline__ uint2 float_to_fp8x8(const float f[8])
+{
+    uint2 r;
+    __nv_fp8x2_storage_t *o = (__nv_fp8x2_storage_t *)&r;
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        o[i] = __nv_cvt_float2_to_fp8x2(make_float2(f[2 * i], f[2 * i + 1]), __NV_SATFINITE,
+                                        __NV_E4M3);
+    return r;
+}
 
 #define NL_GEMM_PLAN_CACHE 256
 
@@ -107,14 +136,14 @@ nl_status cuda_qk_norm_rope(nl_backend *b, void *qkv, const int32_t *positions,
 /* Slots are absolute, so block_size is not needed here. */
 nl_status cuda_store_kv(nl_backend *b, void *k_cache, void *v_cache, const void *qkv,
                         const int32_t *slots, int32_t n, int32_t hq, int32_t hk, int32_t hd,
-                        int32_t block_size);
+                        int32_t block_size, nl_dtype kv_dtype);
 nl_status cuda_silu_mul(nl_backend *b, void *out, const void *gate_up, int32_t n,
                         int32_t inter);
 nl_status cuda_gather_rows(nl_backend *b, void *out, const void *x, const int32_t *rows,
                            int32_t m, int32_t dim);
 nl_status cuda_attention(nl_backend *b, void *out, const void *qkv, const void *k_cache,
                          const void *v_cache, const nl_attn_batch *batch, int32_t hq,
-                         int32_t hk, int32_t hd, float scale);
+                         int32_t hk, int32_t hd, float scale, nl_dtype kv_dtype);
 nl_status cuda_sample(nl_backend *b, const float *logits, int32_t m, int32_t vocab,
                       const nl_sample_row *rows, int32_t *ids, float *logprobs,
                       int32_t *top_ids, float *top_logprobs);

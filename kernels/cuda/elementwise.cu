@@ -238,9 +238,11 @@ nl_status cuda_qk_norm_rope(nl_backend *b, void *qkv, const int32_t *positions,
     return NL_OK;
 }
 
-/* ---- KV-cache store: one thread per 16-byte piece --------------------------------- */
+/* ---- KV-cache store: one thread per 16-byte piece of the k (and v) row ---------- */
 
-__global__ void kernel_store_kv(bf16 *k_cache, bf16 *v_cache, const bf16 *qkv,
+/* KV is bf16 (a copy) or fp8 (8 converted bytes per piece). */
+template <typename KV>
+__global__ void kernel_store_kv(KV *k_cache, KV *v_cache, const bf16 *qkv,
                                 const int32_t *slots, int n, int hq, int hk, int hd)
 {
     int per_token = hk * hd / VEC; /* vectors of k (and of v) per token */
@@ -252,23 +254,39 @@ __global__ void kernel_store_kv(bf16 *k_cache, bf16 *v_cache, const bf16 *qkv,
     const bf16 *row = qkv + (size_t)t * (hq + 2 * hk) * hd;
     const bf16x8 *k = (const bf16x8 *)(row + (size_t)hq * hd);
     const bf16x8 *v = (const bf16x8 *)(row + (size_t)(hq + hk) * hd);
-    ((bf16x8 *)(k_cache + (size_t)slot * hk * hd))[j] = k[j];
-    ((bf16x8 *)(v_cache + (size_t)slot * hk * hd))[j] = v[j];
+    if constexpr (sizeof(KV) == 2) {
+        ((bf16x8 *)(k_cache + (size_t)slot * hk * hd))[j] = k[j];
+        ((bf16x8 *)(v_cache + (size_t)slot * hk * hd))[j] = v[j];
+    } else {
+        float f[VEC];
+        unpack8(k[j], f);
+        ((uint2 *)(k_cache + (size_t)slot * hk * hd))[j] = float_to_fp8x8(f);
+        unpack8(v[j], f);
+        ((uint2 *)(v_cache + (size_t)slot * hk * hd))[j] = float_to_fp8x8(f);
+    }
 }
 
 nl_status cuda_store_kv(nl_backend *b, void *k_cache, void *v_cache, const void *qkv,
                         const int32_t *slots, int32_t n, int32_t hq, int32_t hk, int32_t hd,
-                        int32_t block_size)
+                        int32_t block_size, nl_dtype kv_dtype)
 {
     cuda_backend *be = cuda_be(b);
+    if (kv_dtype != NL_DTYPE_BF16 && kv_dtype != NL_DTYPE_F8_E4M3)
+        return nl_error(NL_ERR_UNSUPPORTED, "cuda: store_kv to a %s KV cache (BF16 or F8_E4M3)",
+                        nl_dtype_name(kv_dtype));
     if (n <= 0) return NL_OK;
     if (hd % VEC != 0 || !aligned16(qkv) || !aligned16(k_cache) || !aligned16(v_cache))
         return nl_error(NL_ERR_UNSUPPORTED,
                         "cuda: store_kv needs head_dim %% 8 == 0 (got %d) and aligned buffers", hd);
     int64_t total = (int64_t)n * hk * hd / VEC;
     int threads = 256;
-    kernel_store_kv<<<(unsigned)((total + threads - 1) / threads), threads, 0, be->stream>>>(
-        (bf16 *)k_cache, (bf16 *)v_cache, (const bf16 *)qkv, slots, n, hq, hk, hd);
+    unsigned blocks = (unsigned)((total + threads - 1) / threads);
+    if (kv_dtype == NL_DTYPE_BF16)
+        kernel_store_kv<bf16><<<blocks, threads, 0, be->stream>>>(
+            (bf16 *)k_cache, (bf16 *)v_cache, (const bf16 *)qkv, slots, n, hq, hk, hd);
+    else
+        kernel_store_kv<fp8><<<blocks, threads, 0, be->stream>>>(
+            (fp8 *)k_cache, (fp8 *)v_cache, (const bf16 *)qkv, slots, n, hq, hk, hd);
     NL_CUDA_CHECK_LAUNCH();
     return NL_OK;
 }
