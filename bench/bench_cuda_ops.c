@@ -80,11 +80,12 @@ static void *dev_ints(const int32_t *h, size_t n)
 
 /* host_max > ctx: the batch carries that maximum context and a block table
  * row stride to match, as a CUDA-graph capture at max_model_len does. */
-static void bench_decode(int n_seqs, int ctx, int hq, int hk, int hd, int bs, int host_max)
+static void bench_decode_kv(int n_seqs, int ctx, int hq, int hk, int hd, int bs, int host_max,
+                            nl_dtype kv)
 {
     int blocks_per = (ctx + bs - 1) / bs, nb = n_seqs * blocks_per;
     int max_ctx = host_max > ctx ? host_max : ctx, stride = (max_ctx + bs - 1) / bs;
-    size_t cache = (size_t)nb * bs * hk * hd * 2;
+    size_t cache = (size_t)nb * bs * hk * hd * nl_dtype_size(kv);
     void *kc = dev_alloc(cache), *vc = dev_alloc(cache);
     void *qkv = dev_alloc((size_t)n_seqs * (hq + 2 * hk) * hd * 2);
     void *out = dev_alloc((size_t)n_seqs * hq * hd * 2);
@@ -98,10 +99,12 @@ static void bench_decode(int n_seqs, int ctx, int hq, int hk, int hd, int bs, in
     nl_attn_batch b = {n_seqs, n_seqs, 1, max_ctx, stride, bs, true,
                        dev_ints(cu, n_seqs + 1), dev_ints(cl, n_seqs),
                        dev_ints(tab, (size_t)n_seqs * stride)};
-    double t = TIME(be->ops->attention(be, out, qkv, kc, vc, &b, hq, hk, hd, 0.088f));
-    double bytes = 2.0 * n_seqs * ctx * hk * hd * 2;
-    char extra[48] = "";
+    double t = TIME(be->ops->attention(be, out, qkv, kc, vc, &b, hq, hk, hd, 0.088f, kv));
+    double bytes = 2.0 * n_seqs * ctx * hk * hd * (double)nl_dtype_size(kv);
+    char extra[64] = "";
     if (max_ctx > ctx) snprintf(extra, sizeof extra, ", host max %d", max_ctx);
+    if (kv != NL_DTYPE_BF16)
+        snprintf(extra + strlen(extra), sizeof extra - strlen(extra), ", %s cache", nl_dtype_name(kv));
     printf("| decode attention | %d seqs x ctx %d, hq %d hk %d hd %d%s | %.1f us | %.0f GB/s |\n",
            n_seqs, ctx, hq, hk, hd, extra, t * 1e6, bytes / t / 1e9);
     be->ops->free(be, kc);
@@ -114,6 +117,11 @@ static void bench_decode(int n_seqs, int ctx, int hq, int hk, int hd, int bs, in
     free(cu);
     free(cl);
     free(tab);
+}
+
+static void bench_decode(int n_seqs, int ctx, int hq, int hk, int hd, int bs, int host_max)
+{
+    bench_decode_kv(n_seqs, ctx, hq, hk, hd, bs, host_max, NL_DTYPE_BF16);
 }
 
 static void bench_prefill(int n_seqs, int len, int hq, int hk, int hd, int bs)
@@ -130,7 +138,7 @@ static void bench_prefill(int n_seqs, int len, int hq, int hk, int hd, int bs)
     for (int i = 0; i < nb; i++) tab[i] = i;
     nl_attn_batch b = {n_seqs, n, len, len, blocks_per, bs, false,
                        dev_ints(cu, n_seqs + 1), dev_ints(cl, n_seqs), dev_ints(tab, nb)};
-    double t = TIME(be->ops->attention(be, out, qkv, kc, vc, &b, hq, hk, hd, 0.088f));
+    double t = TIME(be->ops->attention(be, out, qkv, kc, vc, &b, hq, hk, hd, 0.088f, NL_DTYPE_BF16));
     double flops = 4.0 * n_seqs * hq * hd * (double)len * (len + 1) / 2.0;
     printf("| prefill attention | %d seqs x %d tokens, hq %d hk %d hd %d | %.1f us | %.1f TFLOP/s |\n",
            n_seqs, len, hq, hk, hd, t * 1e6, flops / t / 1e12);
@@ -236,6 +244,9 @@ int main(int argc, char **argv)
     bench_decode(64, 1024, 32, 8, 80, 16, 0);
     bench_decode(64, 1024, 16, 4, 96, 16, 0);
     bench_decode(64, 1024, 16, 4, 256, 16, 0);
+    bench_decode_kv(256, 1000, 16, 8, 128, 16, 0, NL_DTYPE_F8_E4M3);
+    bench_decode_kv(64, 2000, 16, 8, 128, 16, 0, NL_DTYPE_F8_E4M3);
+    bench_decode_kv(1, 2000, 16, 8, 128, 16, 0, NL_DTYPE_F8_E4M3);
     bench_prefill(1, 4096, 32, 8, 128, 16);
     bench_prefill(8, 512, 32, 8, 128, 16);
     bench_prefill(4, 1024, 16, 8, 128, 16);

@@ -38,6 +38,7 @@ nl_status engine_settings_from_config(const nl_engine_config *c, engine_settings
         out->n_devices = c->n_devices;
         memcpy(out->devices, c->devices, sizeof(int32_t) * (size_t)c->n_devices);
     }
+    out->kv_cache_dtype = (int32_t)c->kv_cache_dtype;
     NL_TRY(engine_settings_validate(out, false));
     return engine_settings_set_model_dir(out, c->model_dir);
 }
@@ -72,6 +73,10 @@ nl_status engine_settings_validate(const engine_settings *c, bool resolved)
     if (c->cpu_kv_bytes < 0)
         return nl_error(NL_ERR_INVALID_ARG, "cpu_kv_bytes %lld: must be >= 0 (0: a quarter of free memory)",
                         (long long)c->cpu_kv_bytes);
+    if (c->kv_cache_dtype != NL_KV_CACHE_AUTO && c->kv_cache_dtype != NL_KV_CACHE_BF16 &&
+        c->kv_cache_dtype != NL_KV_CACHE_FP8)
+        return nl_error(NL_ERR_INVALID_ARG, "kv_cache_dtype %d: not auto (0), bf16 (1) or fp8 (2)",
+                        c->kv_cache_dtype);
     if (c->enforce_eager != 0 && c->enforce_eager != 1)
         return nl_error(NL_ERR_INVALID_ARG, "enforce_eager %d: must be 0 or 1", c->enforce_eager);
     if (c->enable_prefix_caching != 0 && c->enable_prefix_caching != 1)

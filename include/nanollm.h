@@ -107,6 +107,13 @@ typedef enum nl_all_reduce {
     NL_ALL_REDUCE_NCCL,
 } nl_all_reduce;
 
+/* The KV cache's element type. */
+typedef enum nl_kv_cache_dtype {
+    NL_KV_CACHE_AUTO = 0, /* the activations' type: bf16 on CUDA, fp32 on the CPU */
+    NL_KV_CACHE_BF16,
+    NL_KV_CACHE_FP8,      /* e4m3 with a unit scale: twice the tokens of bf16 */
+} nl_kv_cache_dtype;
+
 typedef struct nl_engine_config {
     const char *model_dir;          /* NULL: the built-in demo model          */
     int32_t tp;                     /* tensor-parallel workers, default 1     */
@@ -128,6 +135,7 @@ typedef struct nl_engine_config {
     const int32_t *devices;
     int32_t n_devices;
     nl_all_reduce all_reduce;       /* default AUTO                           */
+    nl_kv_cache_dtype kv_cache_dtype; /* default AUTO                         */
 } nl_engine_config;
 
 void nl_engine_config_init(nl_engine_config *config);

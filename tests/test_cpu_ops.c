@@ -219,46 +219,34 @@ START_TEST(test_qk_norm_rope)
 }
 END_TEST
 
-/* A ragged batch over a shuffled paged cache: a fresh prefill, a chunk
- * after a cached prefix that crosses block boundaries, and decodes. */
-static void check_attention(int hq, int hk, int hd)
+/* Writes n floats into a cache of kv_dtype at element offset off, rounded as
+ * the cache stores them. */
+static void cache_put(void *cache, nl_dtype kv_dtype, size_t off, const float *src, size_t n)
 {
-    enum { S = 4, BS = 16, NB = 12, MAXB = 4 };
-    int32_t q_len[S] = {5, 3, 1, 1}, ctx[S] = {5, 37, 20, 48};
-    int32_t tables[S][MAXB] = {{7, 0, 0, 0}, {3, 10, 1, 0}, {11, 2, 0, 0}, {4, 9, 5, 0}};
-    int width = (hq + 2 * hk) * hd, kvw = hk * hd;
-    int32_t cu[S + 1] = {0}, n = 0;
-    for (int s = 0; s < S; s++) cu[s + 1] = cu[s] + q_len[s];
-    n = cu[S];
-    float *qkv = rand_array((size_t)(n + 1) * width); /* + a padding row */
-    float *kc = calloc((size_t)NB * BS * kvw, sizeof(float)), *vc = calloc((size_t)NB * BS * kvw, sizeof(float));
-    float *keys[S], *vals[S]; /* [ctx, hk, hd] per seq, the reference's view */
-    int32_t slots[16];
-    for (int s = 0; s < S; s++) {
-        keys[s] = rand_array((size_t)ctx[s] * kvw);
-        vals[s] = rand_array((size_t)ctx[s] * kvw);
-        for (int p = 0; p < ctx[s]; p++) {
-            int slot = tables[s][p / BS] * BS + p % BS, i = p - (ctx[s] - q_len[s]);
-            if (i < 0) { /* cached prefix: already in the cache */
-                memcpy(kc + (size_t)slot * kvw, keys[s] + p * kvw, sizeof(float) * kvw);
-                memcpy(vc + (size_t)slot * kvw, vals[s] + p * kvw, sizeof(float) * kvw);
-            } else { /* new token: its k, v travel in qkv */
-                memcpy(qkv + (cu[s] + i) * width + hq * hd, keys[s] + p * kvw, sizeof(float) * kvw);
-                memcpy(qkv + (cu[s] + i) * width + (hq + hk) * hd, vals[s] + p * kvw, sizeof(float) * kvw);
-                slots[cu[s] + i] = slot;
-            }
-        }
+    for (size_t i = 0; i < n; i++) {
+        if (kv_dtype == NL_DTYPE_F32) ((float *)cache)[off + i] = src[i];
+        else if (kv_dtype == NL_DTYPE_BF16) ((uint16_t *)cache)[off + i] = nl_f32_to_bf16(src[i]);
+        else ((uint8_t *)cache)[off + i] = nl_f32_to_f8e4m3(src[i]);
     }
-    slots[n] = -1; /* a padding row must be skipped */
-    ck_assert_int_eq(be->ops->store_kv(be, kc, vc, qkv, slots, n + 1, hq, hk, hd, BS), NL_OK);
-    nl_attn_batch b = {.n_seqs = S, .n_tokens = n, .max_q_len = 5, .max_context_len = 48,
-                       .max_blocks_per_seq = MAXB, .block_size = BS, .all_decode = false,
-                       .cu_seqlens_q = cu, .context_lens = ctx, .block_tables = &tables[0][0]};
-    float *out = malloc(sizeof(float) * n * hq * hd);
-    float scale = 1.0f / sqrtf((float)hd);
-    ck_assert_int_eq(be->ops->attention(be, out, qkv, kc, vc, &b, hq, hk, hd, scale), NL_OK);
-    double *sc = malloc(sizeof(double) * 64);
-    for (int s = 0; s < S; s++)
+}
+
+/* x as a cache of kv_dtype holds it. */
+static float cache_round(nl_dtype kv_dtype, float x)
+{
+    if (kv_dtype == NL_DTYPE_BF16) return nl_bf16_to_f32(nl_f32_to_bf16(x));
+    if (kv_dtype == NL_DTYPE_F8_E4M3) return nl_f8e4m3_to_f32(nl_f32_to_f8e4m3(x));
+    return x;
+}
+
+/* Causal attention in double over per-sequence keys and values [ctx, hk, hd]:
+ * want[n, hq, hd]. */
+static void ref_attention(double *want, const float *qkv, float *const *keys, float *const *vals,
+                          const int32_t *cu, const int32_t *q_len, const int32_t *ctx, int n_seqs,
+                          int hq, int hk, int hd, float scale)
+{
+    int width = (hq + 2 * hk) * hd, kvw = hk * hd;
+    double sc[64];
+    for (int s = 0; s < n_seqs; s++)
         for (int i = 0; i < q_len[s]; i++) {
             int t = cu[s] + i, pos = ctx[s] - q_len[s] + i;
             for (int h = 0; h < hq; h++) {
@@ -273,14 +261,81 @@ static void check_attention(int hq, int hk, int hd)
                 }
                 for (int j = 0; j <= pos; j++) sum += (sc[j] = exp(sc[j] - mx));
                 for (int e = 0; e < hd; e++) {
-                    double want = 0;
-                    for (int j = 0; j <= pos; j++) want += sc[j] / sum * vals[s][j * kvw + kvh * hd + e];
-                    ASSERT_CLOSE(out[t * hq * hd + h * hd + e], want, 1e-5);
+                    double w = 0;
+                    for (int j = 0; j <= pos; j++) w += sc[j] / sum * vals[s][j * kvw + kvh * hd + e];
+                    want[(size_t)t * hq * hd + h * hd + e] = w;
                 }
             }
         }
-    for (int s = 0; s < S; s++) free(keys[s]), free(vals[s]);
-    free(qkv), free(kc), free(vc), free(out), free(sc);
+}
+
+/* A ragged batch over a shuffled paged cache of kv_dtype: a fresh prefill,
+ * a chunk after a cached prefix that crosses block boundaries, and decodes.
+ * The output must match attention over the values as the cache rounds them
+ * (1e-5), and attention over the unrounded values within float_tol; returns
+ * the largest difference from the latter. */
+static double check_attention_kv(int hq, int hk, int hd, nl_dtype kv_dtype, double float_tol)
+{
+    enum { S = 4, BS = 16, NB = 12, MAXB = 4 };
+    int32_t q_len[S] = {5, 3, 1, 1}, ctx[S] = {5, 37, 20, 48};
+    int32_t tables[S][MAXB] = {{7, 0, 0, 0}, {3, 10, 1, 0}, {11, 2, 0, 0}, {4, 9, 5, 0}};
+    int width = (hq + 2 * hk) * hd, kvw = hk * hd;
+    int32_t cu[S + 1] = {0}, n = 0;
+    for (int s = 0; s < S; s++) cu[s + 1] = cu[s] + q_len[s];
+    n = cu[S];
+    float *qkv = rand_array((size_t)(n + 1) * width); /* + a padding row */
+    size_t esz = nl_dtype_size(kv_dtype);
+    void *kc = calloc((size_t)NB * BS * kvw, esz), *vc = calloc((size_t)NB * BS * kvw, esz);
+    float *keys[S], *vals[S], *keys_r[S], *vals_r[S]; /* [ctx, hk, hd]: exact, as cached */
+    int32_t slots[16];
+    for (int s = 0; s < S; s++) {
+        keys[s] = rand_array((size_t)ctx[s] * kvw);
+        vals[s] = rand_array((size_t)ctx[s] * kvw);
+        keys_r[s] = malloc(sizeof(float) * ctx[s] * kvw);
+        vals_r[s] = malloc(sizeof(float) * ctx[s] * kvw);
+        for (int e = 0; e < ctx[s] * kvw; e++) {
+            keys_r[s][e] = cache_round(kv_dtype, keys[s][e]);
+            vals_r[s][e] = cache_round(kv_dtype, vals[s][e]);
+        }
+        for (int p = 0; p < ctx[s]; p++) {
+            int slot = tables[s][p / BS] * BS + p % BS, i = p - (ctx[s] - q_len[s]);
+            if (i < 0) { /* cached prefix: already in the cache */
+                cache_put(kc, kv_dtype, (size_t)slot * kvw, keys[s] + p * kvw, kvw);
+                cache_put(vc, kv_dtype, (size_t)slot * kvw, vals[s] + p * kvw, kvw);
+            } else { /* new token: its k, v travel in qkv */
+                memcpy(qkv + (cu[s] + i) * width + hq * hd, keys[s] + p * kvw, sizeof(float) * kvw);
+                memcpy(qkv + (cu[s] + i) * width + (hq + hk) * hd, vals[s] + p * kvw, sizeof(float) * kvw);
+                slots[cu[s] + i] = slot;
+            }
+        }
+    }
+    slots[n] = -1; /* a padding row must be skipped */
+    ck_assert_int_eq(be->ops->store_kv(be, kc, vc, qkv, slots, n + 1, hq, hk, hd, BS, kv_dtype), NL_OK);
+    nl_attn_batch b = {.n_seqs = S, .n_tokens = n, .max_q_len = 5, .max_context_len = 48,
+                       .max_blocks_per_seq = MAXB, .block_size = BS, .all_decode = false,
+                       .cu_seqlens_q = cu, .context_lens = ctx, .block_tables = &tables[0][0]};
+    size_t n_out = (size_t)n * hq * hd;
+    float *out = malloc(sizeof(float) * n_out);
+    double *want_r = malloc(sizeof(double) * n_out), *want = malloc(sizeof(double) * n_out);
+    float scale = 1.0f / sqrtf((float)hd);
+    ck_assert_int_eq(be->ops->attention(be, out, qkv, kc, vc, &b, hq, hk, hd, scale, kv_dtype), NL_OK);
+    ref_attention(want_r, qkv, keys_r, vals_r, cu, q_len, ctx, S, hq, hk, hd, scale);
+    ref_attention(want, qkv, keys, vals, cu, q_len, ctx, S, hq, hk, hd, scale);
+    double worst = 0;
+    for (size_t i = 0; i < n_out; i++) {
+        ASSERT_CLOSE(out[i], want_r[i], 1e-5);
+        ck_assert_msg(fabs(out[i] - want[i]) <= float_tol, "%s cache: out[%zu] %g, float reference %g",
+                      nl_dtype_name(kv_dtype), i, (double)out[i], want[i]);
+        if (fabs(out[i] - want[i]) > worst) worst = fabs(out[i] - want[i]);
+    }
+    for (int s = 0; s < S; s++) free(keys[s]), free(vals[s]), free(keys_r[s]), free(vals_r[s]);
+    free(qkv), free(kc), free(vc), free(out), free(want_r), free(want);
+    return worst;
+}
+
+static void check_attention(int hq, int hk, int hd)
+{
+    check_attention_kv(hq, hk, hd, NL_DTYPE_F32, 1e-5);
 }
 
 START_TEST(test_attention_gqa)
@@ -296,6 +351,30 @@ START_TEST(test_attention_mqa_mha)
 }
 END_TEST
 
+/* e4m3 keeps 3 mantissa bits (relative error up to 2^-4 per value, 2^-4
+ * of the value's magnitude), so with keys and values in [-1, 1) an output,
+ * a weighted mean of values, may move by up to ~0.06 from rounding of V
+ * alone; on average far less.  bf16 must land an order closer. */
+START_TEST(test_attention_fp8_cache)
+{
+    double bf16_worst = check_attention_kv(4, 2, 16, NL_DTYPE_BF16, 8e-3);
+    double fp8_worst = check_attention_kv(4, 2, 16, NL_DTYPE_F8_E4M3, 0.06);
+    ck_assert_msg(bf16_worst < fp8_worst, "bf16 %g, fp8 %g", bf16_worst, fp8_worst);
+    check_attention_kv(3, 1, 8, NL_DTYPE_F8_E4M3, 0.06);
+    check_attention_kv(2, 2, 32, NL_DTYPE_F8_E4M3, 0.06);
+}
+END_TEST
+
+START_TEST(test_store_kv_rejects_other_dtypes)
+{
+    float buf[256] = {0};
+    int32_t slot = 0;
+    ck_assert_int_eq(be->ops->store_kv(be, buf, buf, buf, &slot, 1, 1, 1, 8, 16, NL_DTYPE_I32),
+                     NL_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(nl_last_error(), "I32"));
+}
+END_TEST
+
 START_TEST(test_attention_rejects_bad_lengths)
 {
     int32_t cu[2] = {0, 2}, ctx[1] = {40}, table[2] = {0, 1};
@@ -303,7 +382,7 @@ START_TEST(test_attention_rejects_bad_lengths)
     nl_attn_batch b = {.n_seqs = 1, .n_tokens = 2, .max_q_len = 2, .max_context_len = 40,
                        .max_blocks_per_seq = 2, .block_size = 16, .cu_seqlens_q = cu,
                        .context_lens = ctx, .block_tables = table};
-    ck_assert_int_eq(be->ops->attention(be, buf, buf, buf, buf, &b, 1, 1, 8, 1.0f), NL_ERR_INVALID_ARG);
+    ck_assert_int_eq(be->ops->attention(be, buf, buf, buf, buf, &b, 1, 1, 8, 1.0f, NL_DTYPE_F32), NL_ERR_INVALID_ARG);
 }
 END_TEST
 
@@ -534,6 +613,8 @@ static Suite *cpu_ops_suite(void)
     tcase_add_test(tc, test_qk_norm_rope);
     tcase_add_test(tc, test_attention_gqa);
     tcase_add_test(tc, test_attention_mqa_mha);
+    tcase_add_test(tc, test_attention_fp8_cache);
+    tcase_add_test(tc, test_store_kv_rejects_other_dtypes);
     tcase_add_test(tc, test_attention_rejects_bad_lengths);
     tcase_add_test(tc, test_silu_mul_gather);
     suite_add_tcase(s, tc);

@@ -389,8 +389,8 @@ static void check_store_kv(int hq, int hk, int hd)
     pair pq = pair_from(q, (size_t)n * (hq + 2 * hk) * hd);
     pair kc = pair_from(zero, cache), vc = pair_from(zero, cache);
     raw ps = raw_from(slots, sizeof slots);
-    OK_BOTH(cpu->ops->store_kv(cpu, kc.c, vc.c, pq.c, ps.c, n, hq, hk, hd, bs),
-            gpu->ops->store_kv(gpu, kc.g, vc.g, pq.g, ps.g, n, hq, hk, hd, bs));
+    OK_BOTH(cpu->ops->store_kv(cpu, kc.c, vc.c, pq.c, ps.c, n, hq, hk, hd, bs, NL_DTYPE_F32),
+            gpu->ops->store_kv(gpu, kc.g, vc.g, pq.g, ps.g, n, hq, hk, hd, bs, NL_DTYPE_BF16));
     char what[96];
     snprintf(what, sizeof what, "store_kv k cache (skipping slot -1) hd=%d", hd);
     expect_close(kc, what);
@@ -421,6 +421,9 @@ static int attn_extra_blocks;
 /* >= 0: sequences from this index on are a graph's padding rows: context 1
  * and a block-table row of block 0 (a block other sequences use). */
 static int attn_pad_from = -1;
+
+/* true: the cache is e4m3 on both backends (the same bytes). */
+static bool attn_kv_fp8;
 
 /* Sequences with q_len new tokens each on top of prefix cached tokens; the
  * cache holds random K/V in randomly placed blocks. */
@@ -469,17 +472,31 @@ static void check_attention(int n_seqs, const int *q_lens, const int *prefix, in
     float *hq_ = rand_bf16((size_t)n * width, 1.0f);
     pair kc = pair_from(hk_, cache), vc = pair_from(hv, cache), pq = pair_from(hq_, (size_t)n * width);
     pair out = pair_new((size_t)n * hq * hd);
+    uint8_t *k8 = malloc(cache), *v8 = malloc(cache);
+    for (size_t i = 0; i < cache; i++) {
+        k8[i] = nl_f32_to_f8e4m3(hk_[i]);
+        v8[i] = nl_f32_to_f8e4m3(hv[i]);
+    }
+    raw rk8 = raw_from(k8, cache), rv8 = raw_from(v8, cache);
+    nl_dtype kv_c = attn_kv_fp8 ? NL_DTYPE_F8_E4M3 : NL_DTYPE_F32;
+    nl_dtype kv_g = attn_kv_fp8 ? NL_DTYPE_F8_E4M3 : NL_DTYPE_BF16;
+    void *kcc = attn_kv_fp8 ? rk8.c : kc.c, *vcc = attn_kv_fp8 ? rv8.c : vc.c;
+    void *kcg = attn_kv_fp8 ? rk8.g : kc.g, *vcg = attn_kv_fp8 ? rv8.g : vc.g;
     raw rcu = raw_from(cu, (n_seqs + 1) * 4), rctx = raw_from(ctx, n_seqs * 4);
     raw rtab = raw_from(table, (size_t)n_seqs * max_blocks * 4);
     nl_attn_batch bc = {n_seqs, n, max_q, max_ctx, max_blocks, bs, all_decode, rcu.c, rctx.c, rtab.c};
     nl_attn_batch bg = {n_seqs, n, max_q, max_ctx, max_blocks, bs, all_decode, rcu.g, rctx.g, rtab.g};
     float scale = 1.0f / sqrtf((float)hd);
-    OK_BOTH(cpu->ops->attention(cpu, out.c, pq.c, kc.c, vc.c, &bc, hq, hk, hd, scale),
-            gpu->ops->attention(gpu, out.g, pq.g, kc.g, vc.g, &bg, hq, hk, hd, scale));
+    OK_BOTH(cpu->ops->attention(cpu, out.c, pq.c, kcc, vcc, &bc, hq, hk, hd, scale, kv_c),
+            gpu->ops->attention(gpu, out.g, pq.g, kcg, vcg, &bg, hq, hk, hd, scale, kv_g));
     char what[128];
-    snprintf(what, sizeof what, "attention %s hq=%d hk=%d hd=%d bs=%d max_ctx=%d", label, hq, hk,
-             hd, bs, max_ctx);
+    snprintf(what, sizeof what, "attention %s hq=%d hk=%d hd=%d bs=%d max_ctx=%d%s", label, hq, hk,
+             hd, bs, max_ctx, attn_kv_fp8 ? " fp8 KV" : "");
     expect_close(out, what);
+    raw_free(rk8);
+    raw_free(rv8);
+    free(k8);
+    free(v8);
     pair_free(kc);
     pair_free(vc);
     pair_free(pq);
@@ -582,6 +599,79 @@ START_TEST(test_attention_decode_graph_small)
 }
 END_TEST
 
+/* An e4m3 cache: the CPU and the GPU read the same bytes, through the
+ * decode, prefill and generic kernels. */
+START_TEST(test_attention_fp8_kv)
+{
+    attn_kv_fp8 = true;
+    int q1[] = {1, 17, 64, 100, 33}, p1[] = {0, 5, 32, 0, 70};
+    check_attention(5, q1, p1, 16, 8, 128, 16, "prefill ragged+prefix");
+    check_attention(5, q1, p1, 4, 2, 32, 16, "prefill");
+    check_attention(5, q1, p1, 8, 8, 80, 16, "prefill");
+    check_attention(5, q1, p1, 8, 2, 256, 16, "prefill");
+    check_attention(5, q1, p1, 8, 2, 72, 16, "prefill generic");
+    int q3[] = {3, 1, 64}, p3[] = {61, 0, 64};
+    check_attention(3, q3, p3, 32, 8, 128, 16, "mixed");
+    int q[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    int pd[] = {0, 15, 16, 17, 63, 64, 65, 200};
+    check_attention(8, q, pd, 16, 8, 128, 16, "decode block edges");
+    check_attention(8, q, pd, 10, 2, 80, 16, "decode block edges");
+    check_attention(8, q, pd, 32, 8, 64, 16, "decode block edges");
+    check_attention(8, q, pd, 8, 2, 72, 16, "decode generic");
+    int p2[] = {8191, 4000, 1, 8000};
+    check_attention(4, q, p2, 16, 8, 128, 16, "decode long split-K");
+    check_attention(4, q, p2, 16, 1, 128, 16, "decode long MQA");
+    check_attention(4, q, p2, 16, 2, 256, 16, "decode long split-K");
+    attn_extra_blocks = 300;
+    check_attention(8, q, pd, 16, 8, 128, 16, "decode graph maxima");
+    attn_extra_blocks = 0;
+    attn_kv_fp8 = false;
+}
+END_TEST
+
+/* The e4m3 store writes the bytes the CPU's rounding gives. */
+START_TEST(test_store_kv_fp8)
+{
+    static const int shapes[][3] = {{16, 8, 128}, {4, 2, 32}, {10, 2, 80}};
+    for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
+        int hq = shapes[c][0], hk = shapes[c][1], hd = shapes[c][2];
+        int n = 37, bs = 16, blocks = 8;
+        size_t cache = (size_t)blocks * bs * hk * hd, width = (size_t)(hq + 2 * hk) * hd;
+        float *q = rand_bf16((size_t)n * width, 600.0f); /* past +-448: saturation too */
+        for (size_t i = 0; i < (size_t)n * width; i += 3) /* and subnormals, still bf16 values */
+            q[i] = nl_bf16_to_f32(nl_f32_to_bf16(q[i] * 1e-3f));
+        int32_t slots[37];
+        for (int i = 0; i < n; i++) slots[i] = i % 9 == 4 ? -1 : (int)((i * 37 + 5) % (blocks * bs));
+        pair pq = pair_from(q, (size_t)n * width);
+        raw kc = raw_from(NULL, cache), vc = raw_from(NULL, cache), ps = raw_from(slots, sizeof slots);
+        ck_assert_int_eq(cpu->ops->memset_zero(cpu, kc.c, cache), NL_OK);
+        ck_assert_int_eq(cpu->ops->memset_zero(cpu, vc.c, cache), NL_OK);
+        ck_assert_int_eq(gpu->ops->memset_zero(gpu, kc.g, cache), NL_OK);
+        ck_assert_int_eq(gpu->ops->memset_zero(gpu, vc.g, cache), NL_OK);
+        OK_BOTH(cpu->ops->store_kv(cpu, kc.c, vc.c, pq.c, ps.c, n, hq, hk, hd, bs, NL_DTYPE_F8_E4M3),
+                gpu->ops->store_kv(gpu, kc.g, vc.g, pq.g, ps.g, n, hq, hk, hd, bs, NL_DTYPE_F8_E4M3));
+        uint8_t *a = malloc(cache), *b = malloc(cache);
+        for (int which = 0; which < 2; which++) {
+            raw r = which ? vc : kc;
+            ck_assert_int_eq(cpu->ops->download(cpu, a, r.c, cache), NL_OK);
+            ck_assert_int_eq(gpu->ops->download(gpu, b, r.g, cache), NL_OK);
+            size_t diff = 0;
+            for (size_t i = 0; i < cache; i++) diff += a[i] != b[i];
+            printf("  store_kv fp8 %s cache hd=%d: %zu of %zu bytes differ\n", which ? "v" : "k", hd,
+                   diff, cache);
+            ck_assert_msg(diff == 0, "store_kv fp8 hd=%d: %zu bytes differ", hd, diff);
+        }
+        free(a);
+        free(b);
+        pair_free(pq);
+        raw_free(kc);
+        raw_free(vc);
+        raw_free(ps);
+        free(q);
+    }
+}
+END_TEST
+
 /* Head dims are refused by value when no kernel can take them. */
 START_TEST(test_attention_head_dim_refused)
 {
@@ -591,7 +681,7 @@ START_TEST(test_attention_head_dim_refused)
     raw rtab = raw_from(tab, sizeof tab);
     nl_attn_batch b = {1, 1, 1, 1, 1, 16, true, rcu.g, rctx.g, rtab.g};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        nl_status st = gpu->ops->attention(gpu, NULL, NULL, NULL, NULL, &b, 2, 1, bad[i], 0.1f);
+        nl_status st = gpu->ops->attention(gpu, NULL, NULL, NULL, NULL, &b, 2, 1, bad[i], 0.1f, NL_DTYPE_BF16);
         ck_assert_int_eq(st, NL_ERR_UNSUPPORTED);
         char want[16];
         snprintf(want, sizeof want, "head_dim %d", bad[i]);
@@ -928,6 +1018,8 @@ int main(void)
     tcase_add_test(tc, test_silu_gather);
     tcase_add_test(tc, test_qk_norm_rope);
     tcase_add_test(tc, test_store_kv);
+    tcase_add_test(tc, test_store_kv_fp8);
+    tcase_add_test(tc, test_attention_fp8_kv);
     tcase_add_test(tc, test_attention_prefill);
     tcase_add_test(tc, test_attention_decode);
     tcase_add_test(tc, test_attention_decode_graph_small);

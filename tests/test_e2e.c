@@ -13,6 +13,8 @@
  *   tokens of the plain run: how the work is batched never changes a token.
  * - tensor parallel: tp 2 and tp 4 (shared-memory all-reduce between the
  *   workers) against tp 1, the one-KV-head model included.
+ * - an e4m3 KV cache: the golden models within vLLM's top-5 rule, and four
+ *   times the blocks of the fp32 cache from the same budget.
  */
 #include <check.h>
 #include <jansson.h>
@@ -575,6 +577,89 @@ START_TEST(test_background_mode)
 }
 END_TEST
 
+/* ---- 5. an e4m3 KV cache ------------------------------------------------------ */
+
+/* Rounding K and V to 3 mantissa bits moves logprobs a little, so a token
+ * whose top two are close may flip.  The rule: until the first difference
+ * the chosen logprobs stay within FP8_LOGPROB_TOL of HF's; at the first
+ * difference each side's token is among the other's top 5 (vLLM's rule)
+ * and, in HF's logprobs, ours trails HF's token by less than twice that
+ * tolerance (a near tie, which the cache's rounding may break either way). */
+#define FP8_LOGPROB_TOL 0.05
+
+START_TEST(test_golden_fp8_kv)
+{
+    golden g;
+    load_golden(model_names[_i], &g);
+    char dir[512];
+    model_dir(_i, dir, sizeof dir);
+    nl_engine_config c;
+    base_config(&c, dir, 1);
+    c.kv_cache_dtype = NL_KV_CACHE_FP8;
+    request rq[MAX_PROMPTS];
+    output out[MAX_PROMPTS];
+    golden_requests(&g, rq);
+    run_all(&c, g.n_prompts, rq, g.steps, out, NULL);
+    int differing = 0, compared = 0;
+    double worst = 0;
+    for (int p = 0; p < g.n_prompts; p++) {
+        ck_assert_int_eq(out[p].n, g.steps);
+        for (int k = 0; k < g.steps; k++) {
+            if (out[p].tokens[k] != g.tokens[p][k]) {
+                int ours_in_hf = -1;
+                bool hf_in_ours = false;
+                for (int j = 0; j < N_TOP; j++) {
+                    if (g.top_ids[p][k][j] == out[p].tokens[k]) ours_in_hf = j;
+                    hf_in_ours |= out[p].top_ids[k][j] == g.tokens[p][k];
+                }
+                ck_assert_msg(ours_in_hf >= 0 && hf_in_ours, "%s prompt %d step %d: token %d, golden %d",
+                              model_names[_i], p, k, out[p].tokens[k], g.tokens[p][k]);
+                double gap = g.top_lp[p][k][0] - g.top_lp[p][k][ours_in_hf];
+                ck_assert_msg(gap < 2 * FP8_LOGPROB_TOL, "%s prompt %d step %d: token %d trails golden "
+                              "%d by %.4f in HF's logprobs", model_names[_i], p, k, out[p].tokens[k],
+                              g.tokens[p][k], gap);
+                differing++;
+                break;
+            }
+            compared++;
+            double d = fabs(out[p].logprob[k] - g.top_lp[p][k][0]);
+            if (d > worst) worst = d;
+            ck_assert_msg(d < FP8_LOGPROB_TOL, "%s prompt %d step %d: logprob %.6f, golden %.6f",
+                          model_names[_i], p, k, out[p].logprob[k], g.top_lp[p][k][0]);
+        }
+    }
+    /* Near-tie flips may shorten comparisons, never make them vacuous. */
+    ck_assert_int_ge(compared, g.n_prompts * g.steps / 2);
+    fprintf(stderr, "e2e fp8 KV %s: %d of %d prompts differ, %d steps compared, largest logprob "
+            "difference %.4f\n", model_names[_i], differing, g.n_prompts, compared, worst);
+}
+END_TEST
+
+/* Sized from the same budget, an e4m3 cache holds four times the blocks
+ * of the CPU's fp32 cache and twice those of a bf16 one. */
+START_TEST(test_kv_dtype_sizes_blocks)
+{
+    char dir[512];
+    model_dir(0, dir, sizeof dir);
+    static const nl_kv_cache_dtype kinds[3] = {NL_KV_CACHE_AUTO, NL_KV_CACHE_BF16, NL_KV_CACHE_FP8};
+    int32_t blocks[3];
+    for (int i = 0; i < 3; i++) {
+        nl_engine_config c;
+        base_config(&c, dir, 1);
+        c.num_kv_blocks = 0; /* from NANOLLM_CPU_KV_BYTES */
+        c.kv_cache_dtype = kinds[i];
+        nl_engine *e = open_engine(&c);
+        nl_engine_stats st;
+        nl_engine_get_stats(e, &st);
+        blocks[i] = st.num_kv_blocks;
+        nl_engine_close(e);
+    }
+    ck_assert_int_gt(blocks[0], 0);
+    ck_assert_int_eq(blocks[1] / 2, blocks[0]);
+    ck_assert_int_eq(blocks[2] / 2, blocks[1]);
+}
+END_TEST
+
 int main(void)
 {
     init_long_prompt();
@@ -604,6 +689,8 @@ int main(void)
     tcase_add_test(tc, test_tp_not_dividing);
     tcase_add_test(tc, test_open_in_thread);
     tcase_add_test(tc, test_background_mode);
+    tcase_add_loop_test(tc, test_golden_fp8_kv, 0, N_MODELS);
+    tcase_add_test(tc, test_kv_dtype_sizes_blocks);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -546,6 +546,18 @@ START_TEST(test_exit_codes)
                         "batch", "--input", in_path, "--output", out_path, NULL};
     ck_assert_int_eq(launch(kv, NULL), 1);
     ck_assert_msg(strstr(err_text, "max_model_len 64"), "%s", err_text);
+    /* An e4m3 KV cache runs the batch; the worker says what it holds (an
+     * INFO message). */
+    const char *fp8[] = {"--model", model, "--device", "cpu", "--num-kv-blocks", "8", "--kv-cache-dtype",
+                         "fp8", "batch", "--input", in_path, "--output", out_path, NULL};
+    setenv("NANOLLM_LOG_LEVEL", "info", 1);
+    int fp8_rc = launch(fp8, NULL);
+    unsetenv("NANOLLM_LOG_LEVEL");
+    ck_assert_msg(fp8_rc == 0, "%s", err_text);
+    ck_assert_msg(strstr(err_text, "F8_E4M3"), "%s", err_text);
+    const char *bad_kv[] = {"--model", model, "--kv-cache-dtype", "fp4", "batch", NULL};
+    ck_assert_int_eq(launch(bad_kv, NULL), 2);
+    ck_assert_msg(strstr(err_text, "--kv-cache-dtype") && strstr(err_text, "fp4"), "%s", err_text);
     const char *bad_opt[] = {"--model", model, "--tp", "two", "batch", NULL};
     ck_assert_int_eq(launch(bad_opt, NULL), 2);
     ck_assert_ptr_nonnull(strstr(err_text, "--tp"));

@@ -400,6 +400,67 @@ START_TEST(test_bf16_f16_conversion)
 }
 END_TEST
 
+/* The value of an e4m3 code read off the OCP definition (bias 7, 3 mantissa
+ * bits, subnormals below 2^-6, 0x7f / 0xff NaN), written apart from dtype.c. */
+static double e4m3_value(int c)
+{
+    int sign = c >> 7, e = (c >> 3) & 15, m = c & 7;
+    double mag = e == 0 ? m / 8.0 * pow(2.0, -6) : (1.0 + m / 8.0) * pow(2.0, e - 7);
+    return sign ? -mag : mag;
+}
+
+/* The code of the e4m3 value nearest x by search over every finite code,
+ * ties to the even code, |x| beyond 448 to +-448. */
+static int e4m3_nearest(double x)
+{
+    int best = -1;
+    double best_d = INFINITY;
+    for (int c = 0; c < 256; c++) {
+        if ((c & 0x7f) == 0x7f) continue; /* NaN */
+        if (c == 0x80) continue;          /* -0: +0 stands for both */
+        double d = fabs(x - e4m3_value(c));
+        if (d < best_d || (d == best_d && (c & 1) == 0)) best = c, best_d = d;
+    }
+    if (x < 0 && best == 0) best = 0x80; /* the sign of a negative that rounds to zero */
+    return best;
+}
+
+START_TEST(test_f8e4m3_conversion)
+{
+    ck_assert_uint_eq(nl_f32_to_f8e4m3(1.0f), 0x38);
+    ck_assert_uint_eq(nl_f32_to_f8e4m3(-448.0f), 0xfe);
+    ck_assert_uint_eq(nl_f32_to_f8e4m3(500.0f), 0x7e);      /* saturates */
+    ck_assert_uint_eq(nl_f32_to_f8e4m3(-INFINITY), 0xfe);
+    ck_assert_uint_eq(nl_f32_to_f8e4m3(0x1p-9f), 0x01);     /* smallest subnormal */
+    ck_assert_uint_eq(nl_f32_to_f8e4m3(0x1p-11f), 0x00);    /* a quarter of it: zero */
+    ck_assert_uint_eq(nl_f32_to_f8e4m3(1.0625f), 0x38);     /* tie to even (down) */
+    ck_assert_uint_eq(nl_f32_to_f8e4m3(1.1875f), 0x3a);     /* tie to even (up) */
+    ck_assert_uint_eq(nl_f32_to_f8e4m3(15.5f * 0x1p-10f), 0x08); /* 0x07.c: carries to 2^-6 */
+    ck_assert_uint_eq(nl_f32_to_f8e4m3(NAN) & 0x7f, 0x7f);
+    ck_assert(isnan(nl_f8e4m3_to_f32(0x7f)) && isnan(nl_f8e4m3_to_f32(0xff)));
+    /* Every code decodes to its definition and encodes back to itself. */
+    for (int c = 0; c < 256; c++) {
+        if ((c & 0x7f) == 0x7f) continue;
+        ck_assert_msg(nl_f8e4m3_to_f32((uint8_t)c) == (float)e4m3_value(c), "code 0x%02x", c);
+        ck_assert_msg(nl_f32_to_f8e4m3(nl_f8e4m3_to_f32((uint8_t)c)) == c, "code 0x%02x", c);
+    }
+    /* Rounding: midpoints between neighbours (ties), points just off them,
+     * and a log-spaced sweep over the whole range and past it. */
+    for (int c = 0; c < 0x7e; c++) {
+        float mid = (float)((e4m3_value(c) + e4m3_value(c + 1)) / 2); /* exact */
+        float xs[] = {mid, nextafterf(mid, 0.0f), nextafterf(mid, 1e9f), -mid};
+        for (size_t k = 0; k < sizeof xs / sizeof xs[0]; k++)
+            ck_assert_msg(nl_f32_to_f8e4m3(xs[k]) == e4m3_nearest(xs[k]),
+                          "x %.9g: got 0x%02x, nearest 0x%02x", (double)xs[k],
+                          nl_f32_to_f8e4m3(xs[k]), e4m3_nearest(xs[k]));
+    }
+    for (double x = 1e-4; x < 1000; x *= 1.0137) {
+        ck_assert_int_eq(nl_f32_to_f8e4m3((float)x), e4m3_nearest((float)x));
+        ck_assert_int_eq(nl_f32_to_f8e4m3((float)-x), e4m3_nearest((float)-x));
+    }
+}
+END_TEST
+
 static Suite *safetensors_suite(void)
 {
     Suite *s = suite_create("safetensors");
@@ -423,6 +484,7 @@ static Suite *safetensors_suite(void)
     tcase_add_test(tc, test_index_bad);
     tcase_add_test(tc, test_no_model);
     tcase_add_test(tc, test_bf16_f16_conversion);
+    tcase_add_test(tc, test_f8e4m3_conversion);
     tcase_add_test(tc, test_unaligned_data);
     suite_add_tcase(s, tc);
     return s;

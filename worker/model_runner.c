@@ -147,6 +147,7 @@ typedef struct model_runner {
     qwen_weights *w;
     qwen_state *s;
     int32_t num_blocks;
+    nl_dtype kv_dtype;          /* the KV cache's elements (kernels.h) */
     int32_t max_blocks_per_seq; /* ceil(max_model_len / block_size) */
 
     void *dev[BUF_COUNT];  /* step buffers on the backend, NULL if host only */
@@ -343,7 +344,7 @@ static nl_status agree_min(model_runner *r, int64_t *value)
 static nl_status size_kv_cache(model_runner *r)
 {
     const engine_settings *p = &r->p;
-    size_t block_bytes = qwen_kv_block_bytes(r->w, r->be, p->block_size);
+    size_t block_bytes = qwen_kv_block_bytes(r->w, r->kv_dtype, p->block_size);
     int64_t blocks;
     const char *source;
     if (p->num_kv_blocks > 0) {
@@ -385,11 +386,11 @@ static nl_status size_kv_cache(model_runner *r)
         return nl_error(NL_ERR_NOMEM, "KV cache: %s leaves no room for one block of %zu bytes",
                         source, block_bytes);
     r->num_blocks = (int32_t)blocks;
-    NL_TRY(qwen_state_alloc_kv(r->be, r->w, r->s, r->num_blocks, p->block_size));
+    NL_TRY(qwen_state_alloc_kv(r->be, r->w, r->s, r->num_blocks, p->block_size, r->kv_dtype));
     if (r->rank == 0)
-        nl_log(NL_LOG_INFO, "KV cache: %d blocks x %d tokens = %lld tokens (%.1f MiB per worker, from %s)",
+        nl_log(NL_LOG_INFO, "KV cache: %d blocks x %d tokens = %lld tokens of %s (%.1f MiB per worker, from %s)",
                 r->num_blocks, p->block_size, (long long)r->num_blocks * p->block_size,
-                (double)block_bytes * r->num_blocks / 1048576.0, source);
+                nl_dtype_name(r->kv_dtype), (double)block_bytes * r->num_blocks / 1048576.0, source);
     return NL_OK;
 }
 
@@ -491,9 +492,21 @@ static nl_status capture_graphs(model_runner *r)
 
 /* ---- create ------------------------------------------------------------- */
 
+/* --kv-cache-dtype as an element type: auto is the backend's activation
+ * type; the backend's store and attention refuse a type they lack. */
+static nl_dtype kv_dtype_of(const model_runner *r)
+{
+    switch (r->p.kv_cache_dtype) {
+    case NL_KV_CACHE_BF16: return NL_DTYPE_BF16;
+    case NL_KV_CACHE_FP8: return NL_DTYPE_F8_E4M3;
+    default: return r->be->ops->act_dtype; /* AUTO; engine_settings_validate refuses others */
+    }
+}
+
 static nl_status runner_init(model_runner *r)
 {
     const engine_settings *p = &r->p;
+    r->kv_dtype = kv_dtype_of(r);
     NL_TRY(model_config_load(p->model_dir, &r->cfg));
     st_model *m = NULL;
     NL_TRY(st_open(p->model_dir, &m));

@@ -20,7 +20,7 @@
 enum {
     G_MODEL = 500, G_TP, G_DEVICE, G_THREADS, G_MAX_NUM_SEQS, G_MAX_NUM_BATCHED_TOKENS, G_MAX_MODEL_LEN,
     G_GPU_MEMORY_UTILIZATION, G_BLOCK_SIZE, G_NUM_KV_BLOCKS, G_ENFORCE_EAGER, G_NO_PREFIX_CACHING,
-    G_PREFIX_CACHING, G_DEVICES, G_ALL_REDUCE, G_HELP, G_VERSION, G_END,
+    G_PREFIX_CACHING, G_DEVICES, G_ALL_REDUCE, G_KV_CACHE_DTYPE, G_HELP, G_VERSION, G_END,
 };
 
 /* vLLM's names are aliases: --tensor-parallel-size, --num-gpu-blocks-override,
@@ -38,6 +38,7 @@ static const struct option global_options[] = {
     {"block-size", required_argument, NULL, G_BLOCK_SIZE},
     {"num-kv-blocks", required_argument, NULL, G_NUM_KV_BLOCKS},
     {"num-gpu-blocks-override", required_argument, NULL, G_NUM_KV_BLOCKS},
+    {"kv-cache-dtype", required_argument, NULL, G_KV_CACHE_DTYPE},
     {"enforce-eager", no_argument, NULL, G_ENFORCE_EAGER},
     {"no-prefix-caching", no_argument, NULL, G_NO_PREFIX_CACHING},
     {"no-enable-prefix-caching", no_argument, NULL, G_NO_PREFIX_CACHING},
@@ -71,6 +72,8 @@ static const char global_help[] =
     "  --block-size N              tokens per KV block, a multiple of 16 (default 16)\n"
     "  --num-kv-blocks N           KV blocks (default: sized from memory; alias\n"
     "                              --num-gpu-blocks-override)\n"
+    "  --kv-cache-dtype auto|bf16|fp8  KV cache elements (default auto: bf16 on CUDA, fp32 on\n"
+    "                              the CPU; fp8 is e4m3, twice the tokens of bf16)\n"
     "  --enforce-eager             no CUDA graphs\n"
     "  --no-prefix-caching         do not share KV blocks between prompts (alias\n"
     "                              --no-enable-prefix-caching; --enable-prefix-caching: the default)\n"
@@ -267,6 +270,12 @@ static int apply_global(cli_parser *p, int c, const char *v)
         if (!cli_parse_float(p, "--gpu-memory-utilization", v, 0.0, 1.0, &fv)) return CLI_EXIT;
         if (fv <= 0.0) return cli_usage_error(p, "--gpu-memory-utilization: '%s' must be in (0, 1]", v);
         cf->gpu_memory_utilization = (float)fv;
+        return 0;
+    case G_KV_CACHE_DTYPE:
+        if (strcmp(v, "auto") == 0) cf->kv_cache_dtype = NL_KV_CACHE_AUTO;
+        else if (strcmp(v, "bf16") == 0) cf->kv_cache_dtype = NL_KV_CACHE_BF16;
+        else if (strcmp(v, "fp8") == 0) cf->kv_cache_dtype = NL_KV_CACHE_FP8;
+        else return cli_usage_error(p, "--kv-cache-dtype: '%s' is not auto, bf16 or fp8", v);
         return 0;
     case G_ENFORCE_EAGER:
         cf->enforce_eager = true;
