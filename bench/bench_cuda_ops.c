@@ -215,6 +215,22 @@ int main(int argc, char **argv)
     setvbuf(stdout, NULL, _IOLBF, 0); /* rows survive a timeout */
     printf("| op | shape | time | rate |\n| --- | --- | --- | --- |\n");
     bool only_sample = argc > 2 && strcmp(argv[2], "sample") == 0;
+    if (argc > 2 && strcmp(argv[2], "gemv") == 0) {
+        /* batch-1 linear shapes of Qwen3-0.6B and Qwen3-8B (NANOLLM_GEMV=0:
+         * cuBLASLt) */
+        bench_gemm("0.6B qkv", 1, 4096, 1024, false);
+        bench_gemm("0.6B o_proj", 1, 1024, 2048, false);
+        bench_gemm("0.6B gate_up", 1, 6144, 1024, false);
+        bench_gemm("0.6B down", 1, 1024, 3072, false);
+        bench_gemm("0.6B lm_head", 1, 151936, 1024, true);
+        bench_gemm("8B qkv", 1, 6144, 4096, false);
+        bench_gemm("8B gate_up", 1, 24576, 4096, false);
+        bench_gemm("8B down", 1, 4096, 12288, false);
+        bench_gemm("0.6B gate_up", 4, 6144, 1024, false);
+        bench_gemm("8B gate_up", 4, 24576, 4096, false);
+        nl_backend_destroy(be);
+        return 0;
+    }
     if (only_sample) goto sample;
     /* Small batches of the throughput benchmark's tail under a graph
      * captured at max_model_len 40960 (Qwen3-0.6B heads). */

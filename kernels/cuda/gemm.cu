@@ -5,8 +5,10 @@
  * GEMM, so each shape's descriptors and algorithm are kept in the backend's
  * plan cache (round-robin replacement when full) and a repeated shape goes
  * straight to cublasLtMatmul.  The workspace is the backend's, fixed at
- * creation, so a captured graph can replay the call.
+ * creation, so a captured graph can replay the call.  Up to GEMV_MAX_N
+ * tokens take a GEMV kernel of this file instead (batch-1 latency).
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cuda/cuda_common.cuh"
@@ -92,6 +94,117 @@ static nl_status plan_get(cuda_backend *be, int64_t m, int64_t n, int64_t k,
     return NL_OK;
 }
 
+/* ---- small batches: a GEMV kernel ------------------------------------------
+ *
+ * With one to GEMV_MAX_N tokens a linear op is a pass over the weight, and
+ * its time is the weight's bytes over the HBM rate plus the launch.  Each
+ * warp owns one output row: its lanes stream the row in 16-byte pieces
+ * (GEMV_UNROLL in flight per lane, bypassing L1, since no other warp reads
+ * them), multiply them with every token's x (small and shared by all warps,
+ * so cached), and reduce across the warp in fp32; the bias is added in fp32
+ * and the sum rounded once, as cuBLASLt's epilogue does.  NANOLLM_GEMV=0
+ * sends these shapes to cuBLASLt too. */
+#define GEMV_MAX_N 4
+#define GEMV_WARPS 4
+#define GEMV_UNROLL 4
+
+static __device__ __forceinline__ uint4 gemv_load_stream(const uint4 *p)
+{
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
+static __device__ __forceinline__ float gemv_dot8(uint4 a, uint4 b)
+{
+    const __nv_bfloat162 *ha = (const __nv_bfloat162 *)&a, *hb = (const __nv_bfloat162 *)&b;
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        float2 fa = __bfloat1622float2(ha[i]), fb = __bfloat1622float2(hb[i]);
+        s = fmaf(fa.x, fb.x, fmaf(fa.y, fb.y, s));
+    }
+    return s;
+}
+
+static __device__ __forceinline__ void gemv_store(bf16 *p, float v) { *p = __float2bfloat16(v); }
+static __device__ __forceinline__ void gemv_store(float *p, float v) { *p = v; }
+
+/* out[N, m] = x[N, k] @ w[m, k]^T (+ bias[m]); k % 8 == 0, rows 16-byte aligned. */
+template <int N, typename OUT>
+__global__ void __launch_bounds__(GEMV_WARPS * 32)
+    kernel_gemv(OUT *out, const bf16 *x, const bf16 *w, const bf16 *bias, int m, int k)
+{
+    const int row = blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (row >= m) return;
+    const int kv = k / 8; /* 16-byte pieces per row */
+    const uint4 *wr = (const uint4 *)(w + (size_t)row * k);
+    const uint4 *xr = (const uint4 *)x;
+    float acc[N];
+#pragma unroll
+    for (int t = 0; t < N; t++) acc[t] = 0.0f;
+    for (int base = lane; base < kv; base += 32 * GEMV_UNROLL) {
+        uint4 wv[GEMV_UNROLL];
+#pragma unroll
+        for (int u = 0; u < GEMV_UNROLL; u++) {
+            const int i = base + u * 32;
+            wv[u] = i < kv ? gemv_load_stream(wr + i) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int u = 0; u < GEMV_UNROLL; u++) {
+            const int i = base + u * 32;
+            if (i < kv)
+#pragma unroll
+                for (int t = 0; t < N; t++) acc[t] += gemv_dot8(wv[u], xr[(size_t)t * kv + i]);
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < N; t++)
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) acc[t] += __shfl_xor_sync(0xffffffffu, acc[t], off);
+    if (lane == 0) {
+        const float b = bias ? __bfloat162float(bias[row]) : 0.0f;
+#pragma unroll
+        for (int t = 0; t < N; t++) gemv_store(out + (size_t)t * m + row, acc[t] + b);
+    }
+}
+
+/* NANOLLM_GEMV=0 turns the GEMV path off (read once). */
+static bool gemv_enabled(void)
+{
+    static int cached = -1;
+    if (cached < 0) {
+        const char *v = getenv("NANOLLM_GEMV");
+        cached = !(v && strcmp(v, "0") == 0);
+    }
+    return cached != 0;
+}
+
+template <typename OUT>
+static nl_status gemv_launch(cuda_backend *be, OUT *out, const bf16 *x, const nl_weight *w,
+                             const bf16 *bias, int n)
+{
+    const int m = (int)w->rows, k = (int)w->cols;
+    const unsigned blocks = (unsigned)((m + GEMV_WARPS - 1) / GEMV_WARPS);
+    switch (n) {
+    case 1: kernel_gemv<1, OUT><<<blocks, GEMV_WARPS * 32, 0, be->stream>>>(out, x, w->data, bias, m, k); break;
+    case 2: kernel_gemv<2, OUT><<<blocks, GEMV_WARPS * 32, 0, be->stream>>>(out, x, w->data, bias, m, k); break;
+    case 3: kernel_gemv<3, OUT><<<blocks, GEMV_WARPS * 32, 0, be->stream>>>(out, x, w->data, bias, m, k); break;
+    default: kernel_gemv<4, OUT><<<blocks, GEMV_WARPS * 32, 0, be->stream>>>(out, x, w->data, bias, m, k); break;
+    }
+    NL_CUDA_CHECK_LAUNCH();
+    return NL_OK;
+}
+
+/* Whether the GEMV kernel takes this call. */
+static bool gemv_fits(const void *x, const nl_weight *w, int32_t n)
+{
+    return n <= GEMV_MAX_N && gemv_enabled() && w->cols % 8 == 0 && w->rows <= INT32_MAX &&
+           ((uintptr_t)x & 15) == 0 && ((uintptr_t)w->data & 15) == 0;
+}
+
 /* Row-major out[n, w.rows] = x[n, w.cols] @ w^T (+ bias), out of out_type. */
 static nl_status cuda_gemm(cuda_backend *be, void *out, cudaDataType_t out_type, const void *x,
                     const nl_weight *w, const nl_weight *bias, int32_t n)
@@ -100,6 +213,11 @@ static nl_status cuda_gemm(cuda_backend *be, void *out, cudaDataType_t out_type,
     if (bias && bias->rows * bias->cols != w->rows)
         return nl_error(NL_ERR_INVALID_ARG, "cuda: linear bias has %lld values for %lld rows",
                         (long long)(bias->rows * bias->cols), (long long)w->rows);
+    if (gemv_fits(x, w, n)) {
+        const bf16 *bp = bias ? bias->data : NULL;
+        if (out_type == CUDA_R_32F) return gemv_launch(be, (float *)out, (const bf16 *)x, w, bp, n);
+        return gemv_launch(be, (bf16 *)out, (const bf16 *)x, w, bp, n);
+    }
     cuda_gemm_plan *p;
     NL_TRY(plan_get(be, w->rows, n, w->cols, out_type, bias != NULL, &p));
     if (bias) {
