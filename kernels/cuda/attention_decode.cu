@@ -3,13 +3,16 @@
  *
  * A block owns one (context split, sequence, kv head) and up to G query heads
  * of that kv head's group, so every K/V byte is read from memory once.  Each
- * token's head row (hd bf16 = hd / 8 16-byte pieces; an fp8 cache's rows are
- * hd / 8 8-byte pieces) is read by hd / 8 lanes, one piece each, inside a power-of-two lane group (head_dim 80 and 96
- * leave the top lanes of a 16-lane group idle, so the xor reductions stay
- * inside the group); a warp thus covers 32 / group tokens per load and
- * unrolls U loads of K and of V before using any, which keeps U * 32 bytes per
- * lane in flight (fp8 doubles U to keep as many bytes).  Each lane group keeps its own online softmax state
- * (base-2 domain, fp32); the block merges its groups in shared memory.
+ * token's head row is read in 16-byte pieces (8 bf16, or 16 fp8 of an e4m3
+ * cache), one per lane, inside a power-of-two lane group (head_dim 80 and 96
+ * leave the top lanes of the group idle, so the xor reductions stay inside
+ * it); a warp thus covers 32 / group tokens per load and unrolls U loads of
+ * K and of V before using any, which keeps U * 32 bytes per lane in flight.
+ * An fp8 lane's 16 values halve the lanes, shuffles and exponentials per key
+ * (the work that bounds the kernel once the bytes halve); where the larger
+ * merge buffer that brings would not fit, fp8 lanes take 8-byte pieces with
+ * twice the loads in flight.  Each lane group keeps its own online softmax
+ * state (base-2 domain, fp32); the block merges its groups in shared memory.
  *
  * Splits: the host picks their number from the batch's block count alone
  * (enough blocks for a few waves of SMs when the sequences alone are too few,
@@ -74,7 +77,7 @@ static __device__ __forceinline__ uint4 dec_load(const bf16 *p)
     return v;
 }
 
-static __device__ __forceinline__ uint2 dec_load(const fp8 *p)
+static __device__ __forceinline__ uint2 dec_load(const fp8 *p, uint2)
 {
     uint2 v;
     asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];\n"
@@ -83,24 +86,46 @@ static __device__ __forceinline__ uint2 dec_load(const fp8 *p)
     return v;
 }
 
-static __device__ __forceinline__ void dec_unpack(uint2 v, float f[8])
+static __device__ __forceinline__ uint4 dec_load(const fp8 *p, uint4)
 {
-    fp8x8_to_float(v, f);
+    return dec_load((const bf16 *)p);
 }
 
-/* A lane's 8 elements of a K or V row as loaded: 16 bytes of bf16, 8 of fp8. */
-template <typename KV> struct dec_raw { typedef uint4 type; };
-template <> struct dec_raw<fp8> { typedef uint2 type; };
+static __device__ __forceinline__ uint4 dec_load(const bf16 *p, uint4)
+{
+    return dec_load(p);
+}
 
-template <int HD, int G, int U, typename KV>
+/* A lane's EPL elements of a K or V row as loaded: 16 or 8 bytes. */
+template <int BYTES> struct dec_raw { typedef uint4 type; };
+template <> struct dec_raw<8> { typedef uint2 type; };
+
+/* The loaded elements as floats: 8 bf16, or 8 or 16 fp8. */
+template <typename KV, typename RAW>
+static __device__ __forceinline__ void dec_unpack_kv(const RAW &v, float *f)
+{
+    if constexpr (sizeof(KV) == 2) {
+        dec_unpack(v, f);
+    } else {
+        const uint2 *h = (const uint2 *)&v;
+#pragma unroll
+        for (int c = 0; c < (int)(sizeof(RAW) / 8); c++) fp8x8_to_float(h[c], f + 8 * c);
+    }
+}
+
+/* EPL: elements of a row each lane loads (8 for bf16; 8 or 16 for fp8, whose
+ * 16 fill a 16-byte load and halve the lanes, shuffles and softmax work per
+ * key). */
+template <int HD, int G, int U, typename KV, int EPL>
 __global__ void __launch_bounds__(DEC_WARPS * 32) kernel_decode(dec_params p)
 {
-    typedef typename dec_raw<KV>::type raw;
-    constexpr int LIVE = HD / 8;            /* lanes that load a token's row */
+    typedef typename dec_raw<EPL * (int)sizeof(KV)>::type raw;
+    constexpr int LIVE = HD / EPL;          /* lanes that load a token's row */
     constexpr int LPT = dec_pow2_ceil(LIVE); /* lanes per token              */
     constexpr int TPW = 32 / LPT;           /* tokens per warp per load      */
     constexpr int PARTS = DEC_WARPS * TPW;  /* softmax states per block      */
     constexpr int STEP = PARTS * U;         /* keys per loop iteration       */
+    static_assert(HD % EPL == 0, "a row splits into whole pieces");
     __shared__ float sh_o[PARTS][G][HD];
     __shared__ float sh_m[PARTS][G], sh_l[PARTS][G];
 
@@ -120,32 +145,35 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) kernel_decode(dec_params p)
     const int h0 = kvh * p.group + slice * G; /* first query head served   */
     const int nh = min(G, p.group - slice * G);
 
-    float q[G][8];
+    float q[G][EPL];
     const bf16 *qrow = p.qkv + (size_t)tok * (p.hq + 2 * p.hk) * HD;
 #pragma unroll
     for (int gi = 0; gi < G; gi++) {
         if (gi < nh && live) {
-            dec_unpack(*(const uint4 *)(qrow + (size_t)(h0 + gi) * HD + li * 8), q[gi]);
 #pragma unroll
-            for (int i = 0; i < 8; i++) q[gi][i] *= p.scale_log2;
+            for (int c = 0; c < EPL / 8; c++)
+                dec_unpack(*(const uint4 *)(qrow + (size_t)(h0 + gi) * HD + li * EPL + c * 8),
+                           q[gi] + 8 * c);
+#pragma unroll
+            for (int i = 0; i < EPL; i++) q[gi][i] *= p.scale_log2;
         } else {
 #pragma unroll
-            for (int i = 0; i < 8; i++) q[gi][i] = 0.0f;
+            for (int i = 0; i < EPL; i++) q[gi][i] = 0.0f;
         }
     }
 
-    float m[G], l[G], o[G][8];
+    float m[G], l[G], o[G][EPL];
 #pragma unroll
     for (int gi = 0; gi < G; gi++) {
         m[gi] = -INFINITY;
         l[gi] = 0.0f;
 #pragma unroll
-        for (int i = 0; i < 8; i++) o[gi][i] = 0.0f;
+        for (int i = 0; i < EPL; i++) o[gi][i] = 0.0f;
     }
 
     const int32_t *table = p.block_tables + (size_t)seq * p.max_blocks_per_seq;
     const size_t row_stride = (size_t)p.hk * HD;
-    const size_t head_off = (size_t)kvh * HD + (live ? li : 0) * 8;
+    const size_t head_off = (size_t)kvh * HD + (live ? li : 0) * EPL;
 
     for (int base = k_begin; base < k_end; base += STEP) {
         raw kr[U], vr[U];
@@ -166,21 +194,21 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) kernel_decode(dec_params p)
                 }
                 const size_t slot = (size_t)table[bi] * p.block_size + bo;
                 const size_t off = slot * row_stride + head_off;
-                kr[u] = dec_load((const KV *)p.k_cache + off);
-                vr[u] = dec_load((const KV *)p.v_cache + off);
+                kr[u] = dec_load((const KV *)p.k_cache + off, raw{});
+                vr[u] = dec_load((const KV *)p.v_cache + off, raw{});
             }
         }
 
         float s[U][G];
 #pragma unroll
         for (int u = 0; u < U; u++) {
-            float kf[8];
-            dec_unpack(kr[u], kf);
+            float kf[EPL];
+            dec_unpack_kv<KV>(kr[u], kf);
 #pragma unroll
             for (int gi = 0; gi < G; gi++) {
                 float acc = 0.0f;
 #pragma unroll
-                for (int i = 0; i < 8; i++) acc = fmaf(q[gi][i], kf[i], acc);
+                for (int i = 0; i < EPL; i++) acc = fmaf(q[gi][i], kf[i], acc);
                 s[u][gi] = acc;
             }
         }
@@ -209,18 +237,18 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) kernel_decode(dec_params p)
             m[gi] = m_new;
             l[gi] *= alpha;
 #pragma unroll
-            for (int i = 0; i < 8; i++) o[gi][i] *= alpha;
+            for (int i = 0; i < EPL; i++) o[gi][i] *= alpha;
         }
 #pragma unroll
         for (int u = 0; u < U; u++) {
-            float vf[8];
-            dec_unpack(vr[u], vf);
+            float vf[EPL];
+            dec_unpack_kv<KV>(vr[u], vf);
 #pragma unroll
             for (int gi = 0; gi < G; gi++) {
                 const float pr = exp2f(s[u][gi] - m_use[gi]);
                 l[gi] += pr;
 #pragma unroll
-                for (int i = 0; i < 8; i++) o[gi][i] = fmaf(pr, vf[i], o[gi][i]);
+                for (int i = 0; i < EPL; i++) o[gi][i] = fmaf(pr, vf[i], o[gi][i]);
             }
         }
     }
@@ -229,7 +257,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) kernel_decode(dec_params p)
     for (int gi = 0; gi < G; gi++) {
         if (live) {
 #pragma unroll
-            for (int i = 0; i < 8; i++) sh_o[part][gi][li * 8 + i] = o[gi][i];
+            for (int i = 0; i < EPL; i++) sh_o[part][gi][li * EPL + i] = o[gi][i];
         }
         if (li == 0) {
             sh_m[part][gi] = m[gi];
@@ -296,15 +324,20 @@ __global__ void kernel_decode_merge(dec_params p, int hd)
 template <int HD, int G>
 static nl_status launch_decode(cuda_backend *be, const dec_params *p, int n_seqs)
 {
-    /* Fewer loads in flight for wide groups keeps q and o in registers;
-     * an fp8 load is half as wide, so twice as many keep the same bytes in
-     * flight. */
+    /* Fewer loads in flight for wide groups keeps q and o in registers. */
     constexpr int U = G <= 2 ? 8 : G == 4 ? 4 : 2;
+    /* fp8 lanes take 16 elements (one 16-byte load, as bf16 lanes do) where
+     * the block's merge buffer, larger with more lane groups, still fits
+     * 32 KiB; otherwise 8 (an 8-byte load) with twice the loads in flight. */
+    constexpr int PARTS16 = DEC_WARPS * 32 / dec_pow2_ceil(HD / 16);
+    constexpr bool WIDE = (size_t)PARTS16 * G * HD * sizeof(float) <= 32768;
     dim3 grid(p->n_splits, n_seqs, p->hk * p->n_slices);
-    if (p->kv_fp8)
-        kernel_decode<HD, G, 2 * U, fp8><<<grid, DEC_WARPS * 32, 0, be->stream>>>(*p);
+    if (!p->kv_fp8)
+        kernel_decode<HD, G, U, bf16, 8><<<grid, DEC_WARPS * 32, 0, be->stream>>>(*p);
+    else if (WIDE)
+        kernel_decode<HD, G, U, fp8, 16><<<grid, DEC_WARPS * 32, 0, be->stream>>>(*p);
     else
-        kernel_decode<HD, G, U, bf16><<<grid, DEC_WARPS * 32, 0, be->stream>>>(*p);
+        kernel_decode<HD, G, 2 * U, fp8, 8><<<grid, DEC_WARPS * 32, 0, be->stream>>>(*p);
     NL_CUDA_CHECK_LAUNCH();
     return NL_OK;
 }
