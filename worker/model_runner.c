@@ -33,7 +33,12 @@
 #include "common/safetensors.h"
 #include "worker/qwen.h"
 
-/* Decode batch sizes captured as graphs: 1, 2, 4, 8, then steps of 8. */
+/* Decode batch sizes captured as graphs: 1, 2, 4, 8, then steps of 8 to
+ * 32, of 16 to 128, of 32 to 256 and of 64 beyond, and max_num_seqs itself:
+ * 19 graphs for 512 sequences instead of 68 in steps of 8, since each costs
+ * an eager warm-up, a capture and an instantiation at start-up.  Padding
+ * rows cost little in a decode step (no KV written, one key read), so a
+ * coarser step loses little. */
 #define GRAPH_MAX_SIZES 128
 
 /* ---- the step buffers ---------------------------------------------------
@@ -460,12 +465,19 @@ static nl_status upload_inputs(model_runner *r, const step_plan *plan, qwen_inpu
     return NL_OK;
 }
 
+/* The captured decode batch size after n (see GRAPH_MAX_SIZES). */
+static int32_t graph_size_next(int32_t n)
+{
+    return n < 8 ? 2 * n : n < 32 ? n + 8 : n < 128 ? n + 16 : n < 256 ? n + 32 : n + 64;
+}
+
 static nl_status capture_graphs(model_runner *r)
 {
     nl_backend *be = r->be;
     int32_t max = r->p.max_num_seqs < r->p.max_num_batched_tokens ? r->p.max_num_seqs
                                                                    : r->p.max_num_batched_tokens;
-    for (int32_t n = 1; n <= max && r->n_graphs < GRAPH_MAX_SIZES; n = n < 8 ? n * 2 : n + 8) {
+    for (int32_t n = 1; r->n_graphs < GRAPH_MAX_SIZES; n = graph_size_next(n)) {
+        if (n > max) n = max;
         step_plan plan = {.graph = -1};
         qwen_inputs in;
         ((int32_t *)r->host[BUF_CU])[0] = 0;
@@ -483,6 +495,7 @@ static nl_status capture_graphs(model_runner *r)
         if (end != NL_OK) return nl_error_prefix(end, "capturing decode graph of %d seqs: ", n);
         r->graph_size[r->n_graphs] = n;
         r->graph[r->n_graphs++] = g;
+        if (n == max) break;
     }
     if (r->rank == 0)
         nl_log(NL_LOG_INFO, "captured %d decode graphs (batch sizes up to %d)", r->n_graphs,
@@ -503,10 +516,21 @@ static nl_dtype kv_dtype_of(const model_runner *r)
     }
 }
 
+/* NANOLLM_PROFILE=1: one start-up phase's seconds, to stderr (rank 0). */
+static void profile_startup(const model_runner *r, const char *phase, double *mark)
+{
+    if (!r->profile) return;
+    r->be->ops->synchronize(r->be);
+    double t = now_s();
+    if (r->rank == 0) fprintf(stderr, "nanollm: profile start-up %-22s %.3f s\n", phase, t - *mark);
+    *mark = t;
+}
+
 static nl_status runner_init(model_runner *r)
 {
     const engine_settings *p = &r->p;
     r->kv_dtype = kv_dtype_of(r);
+    double mark = now_s();
     NL_TRY(model_config_load(p->model_dir, &r->cfg));
     st_model *m = NULL;
     NL_TRY(st_open(p->model_dir, &m));
@@ -514,12 +538,16 @@ static nl_status runner_init(model_runner *r)
     if (st == NL_OK) st = weights_load(r->be, &r->cfg, m, r->rank, p->tp, &r->w);
     st_close(m); /* the weights are copies on the backend now */
     NL_TRY(st);
+    profile_startup(r, "weights read + upload", &mark);
     r->max_blocks_per_seq = (p->max_model_len + p->block_size - 1) / p->block_size;
     NL_TRY(check_memory_plan(r));
     NL_TRY(qwen_state_create(r->be, r->w, p->max_num_batched_tokens, p->max_num_seqs, &r->s));
     NL_TRY(alloc_step_buffers(r));
+    profile_startup(r, "activations", &mark);
     NL_TRY(size_kv_cache(r));
+    profile_startup(r, "KV cache", &mark);
     if (r->be->ops->capture_begin && !p->enforce_eager) NL_TRY(capture_graphs(r));
+    profile_startup(r, "graph capture", &mark);
     return NL_OK;
 }
 

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/log.h"
@@ -116,7 +117,14 @@ static nl_status make_comm(real_worker *w, worker_env *env)
 static nl_status real_init(void *ctx, worker_env *env, int32_t *num_kv_blocks)
 {
     real_worker *w = ctx;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     NL_TRY(make_backend(w, env));
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    const char *profile = getenv("NANOLLM_PROFILE");
+    if (profile && strcmp(profile, "1") == 0 && env->rank == 0)
+        fprintf(stderr, "nanollm: profile start-up %-22s %.3f s\n", "backend (device context)",
+                (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
     NL_TRY(make_comm(w, env));
     NL_TRY(model_runner_create(env->config, env->rank, w->be, w->comm, &w->runner));
     *num_kv_blocks = model_runner_num_kv_blocks(w->runner);
