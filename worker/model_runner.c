@@ -35,7 +35,7 @@
 
 /* Decode batch sizes captured as graphs: 1, 2, 4, 8, then steps of 8 to
  * 32, of 16 to 128, of 32 to 256 and of 64 beyond, and max_num_seqs itself:
- * 19 graphs for 512 sequences instead of 68 in steps of 8, since each costs
+ * 21 graphs for 512 sequences instead of 68 in steps of 8, since each costs
  * an eager warm-up, a capture and an instantiation at start-up.  Padding
  * rows cost little in a decode step (no KV written, one key read), so a
  * coarser step loses little. */
