@@ -108,6 +108,11 @@ START_TEST(test_config_defaults_and_validation)
     c.max_num_batched_tokens = 100;
     ck_assert_int_eq(engine_config_validate(&c), NL_ERR_INVALID_ARG);
     ck_assert_ptr_nonnull(strstr(nl_last_error(), "max_num_batched_tokens 100"));
+    nl_engine_config_init(&c);
+    ck_assert_int_eq(c.kv_cache_dtype, NL_KV_CACHE_AUTO);
+    c.kv_cache_dtype = (nl_kv_cache_dtype)7;
+    ck_assert_int_eq(engine_config_validate(&c), NL_ERR_INVALID_ARG);
+    ck_assert_ptr_nonnull(strstr(nl_last_error(), "kv_cache_dtype 7"));
     /* a directory the workers could not be told is refused up front */
     nl_engine_config_init(&c);
     char long_dir[NL_MODEL_DIR_MAX + 8];
