@@ -226,8 +226,9 @@ START_TEST(test_linear)
     check_linear(100, 384, 512, true, false);
     check_linear(5, 10000, 512, false, true);
     check_linear(64, 32000, 1024, false, true);
-    /* 1 to 4 tokens take the GEMV kernel: ragged k (a tail of 16-byte
-     * pieces), bias, fp32 out, the LM head's wide rows */
+    /* small batches around the GEMV kernel (one token; gemm.cu): ragged k
+     * (a tail of 16-byte pieces), bias, fp32 out, the LM head's wide rows */
+    check_linear(1, 1000, 8 * 300 + 8, true, false);
     check_linear(2, 1000, 8 * 300 + 8, true, false);
     check_linear(3, 4096, 1024, false, false);
     check_linear(4, 4096, 2048, true, false);

@@ -5,8 +5,8 @@
  * GEMM, so each shape's descriptors and algorithm are kept in the backend's
  * plan cache (round-robin replacement when full) and a repeated shape goes
  * straight to cublasLtMatmul.  The workspace is the backend's, fixed at
- * creation, so a captured graph can replay the call.  Up to GEMV_MAX_N
- * tokens take a GEMV kernel of this file instead (batch-1 latency).
+ * creation, so a captured graph can replay the call.  A single token takes
+ * a GEMV kernel of this file instead (batch-1 latency).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -96,15 +96,20 @@ static nl_status plan_get(cuda_backend *be, int64_t m, int64_t n, int64_t k,
 
 /* ---- small batches: a GEMV kernel ------------------------------------------
  *
- * With one to GEMV_MAX_N tokens a linear op is a pass over the weight, and
+ * With one token (up to GEMV_MAX_N) a linear op is a pass over the weight, and
  * its time is the weight's bytes over the HBM rate plus the launch.  Each
  * warp owns one output row: its lanes stream the row in 16-byte pieces
  * (GEMV_UNROLL in flight per lane, bypassing L1, since no other warp reads
  * them), multiply them with every token's x (small and shared by all warps,
  * so cached), and reduce across the warp in fp32; the bias is added in fp32
  * and the sum rounded once, as cuBLASLt's epilogue does.  NANOLLM_GEMV=0
- * sends these shapes to cuBLASLt too. */
-#define GEMV_MAX_N 4
+ * sends these shapes to cuBLASLt too.
+ *
+ * The kernel takes up to 4 tokens, but on an H200 only one token gained:
+ * 0.6B shapes 5.2-5.8 us against cuBLASLt's 8.3-13.7 us, 8B shapes equal;
+ * with 4 tokens it equalled cuBLASLt on 0.6B's gate_up and lost on 8B's
+ * (65 us against 51 us), so GEMV_MAX_N is 1. */
+#define GEMV_MAX_N 1
 #define GEMV_WARPS 4
 #define GEMV_UNROLL 4
 
@@ -188,6 +193,7 @@ static nl_status gemv_launch(cuda_backend *be, OUT *out, const bf16 *x, const nl
 {
     const int m = (int)w->rows, k = (int)w->cols;
     const unsigned blocks = (unsigned)((m + GEMV_WARPS - 1) / GEMV_WARPS);
+    static_assert(GEMV_MAX_N <= 4, "kernel_gemv is instantiated for up to 4 tokens");
     switch (n) {
     case 1: kernel_gemv<1, OUT><<<blocks, GEMV_WARPS * 32, 0, be->stream>>>(out, x, w->data, bias, m, k); break;
     case 2: kernel_gemv<2, OUT><<<blocks, GEMV_WARPS * 32, 0, be->stream>>>(out, x, w->data, bias, m, k); break;
