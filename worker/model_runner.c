@@ -522,7 +522,8 @@ static void profile_startup(const model_runner *r, const char *phase, double *ma
     if (!r->profile) return;
     r->be->ops->synchronize(r->be);
     double t = now_s();
-    if (r->rank == 0) fprintf(stderr, "nanollm: profile start-up %-22s %.3f s\n", phase, t - *mark);
+    /* Asked for with NANOLLM_PROFILE=1, so shown at WARN and above. */
+    if (r->rank == 0) nl_log(NL_LOG_WARN, "profile start-up %-22s %.3f s", phase, t - *mark);
     *mark = t;
 }
 

@@ -123,7 +123,7 @@ static nl_status real_init(void *ctx, worker_env *env, int32_t *num_kv_blocks)
     clock_gettime(CLOCK_MONOTONIC, &t1);
     const char *profile = getenv("NANOLLM_PROFILE");
     if (profile && strcmp(profile, "1") == 0 && env->rank == 0)
-        fprintf(stderr, "nanollm: profile start-up %-22s %.3f s\n", "backend (device context)",
+        nl_log(NL_LOG_WARN, "profile start-up %-22s %.3f s", "backend (device context)",
                 (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
     NL_TRY(make_comm(w, env));
     NL_TRY(model_runner_create(env->config, env->rank, w->be, w->comm, &w->runner));
