@@ -23,8 +23,10 @@ here=$(dirname "$0")
 mkdir -p "$out"
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv >"$out/gpu.txt"
 /usr/bin/time -f "mkmodel %e s" "$launch" mkmodel --preset "$preset" --out "$model" 2>&1 | tail -2
+# prompt ids inside the model's own vocabulary (Llama's is smaller than Qwen's)
+vocab=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["vocab_size"])' "$model/config.json")
 python3 "$here/gpu_parity.py" prompts /tmp/prompts.jsonl --n "${N_PROMPTS:-32}" \
-    --max-tokens "${MAX_TOKENS:-64}"
+    --max-tokens "${MAX_TOKENS:-64}" --vocab "$vocab"
 outs=()
 pairs=()
 for tp in ${TPS:-1}; do
