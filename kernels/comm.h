@@ -12,6 +12,7 @@
 #define NL_KERNELS_COMM_H
 
 #include <stddef.h>
+#include <stdlib.h>
 
 #include "common/dtype.h"
 #include "common/status.h"
@@ -44,6 +45,22 @@ nl_comm *nl_comm_single(void);
 static inline nl_status nl_comm_check(nl_comm *c)
 {
     return c && c->ops->check ? c->ops->check(c) : NL_OK;
+}
+
+/* Every wait of a communicator is bounded: the bound in seconds is
+ * $NANOLLM_COMM_TIMEOUT_S when set (a positive number), else fallback. */
+static inline nl_status nl_comm_timeout_s(double fallback, double *out)
+{
+    const char *env = getenv("NANOLLM_COMM_TIMEOUT_S");
+    *out = fallback;
+    if (!env || !env[0]) return NL_OK;
+    char *end;
+    double t = strtod(env, &end);
+    if (*end != '\0' || !(t > 0) || t > 1e6)
+        return nl_error(NL_ERR_INVALID_ARG, "NANOLLM_COMM_TIMEOUT_S=\"%s\": expected a positive "
+                        "number of seconds", env);
+    *out = t;
+    return NL_OK;
 }
 
 static inline void nl_comm_destroy(nl_comm *c)

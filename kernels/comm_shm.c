@@ -225,17 +225,10 @@ nl_status nl_comm_shm_create(void *area, size_t bytes, int rank, int size,
     c->slot_bytes = ((bytes - COMM_HEADER_BYTES) / ((size_t)size + 1)) & ~(size_t)63;
     c->check = check;
     c->check_ctx = check_ctx;
-    c->timeout_s = COMM_BARRIER_TIMEOUT_S;
-    const char *env = getenv("NANOLLM_COMM_TIMEOUT_S");
-    if (env && env[0]) {
-        char *end;
-        double t = strtod(env, &end);
-        if (*end != '\0' || !(t > 0) || t > 1e6) {
-            free(c);
-            return nl_error(NL_ERR_INVALID_ARG, "NANOLLM_COMM_TIMEOUT_S=\"%s\": expected a "
-                            "positive number of seconds", env);
-        }
-        c->timeout_s = t;
+    nl_status st = nl_comm_timeout_s(COMM_BARRIER_TIMEOUT_S, &c->timeout_s);
+    if (st != NL_OK) {
+        free(c);
+        return st;
     }
     *out = &c->base;
     return NL_OK;

@@ -580,17 +580,13 @@ extern "C" nl_status nl_comm_ipc_create(const nl_comm_ipc_params *p, nl_backend 
     c->area = (ipc_area *)p->area;
     c->stream = (cudaStream_t)nl_backend_cuda_stream(be);
     c->device = nl_backend_cuda_device(be);
-    c->timeout_s = p->timeout_s > 0 ? p->timeout_s : 60.0;
-    const char *env = getenv("NANOLLM_COMM_TIMEOUT_S"); /* as for the CPU all-reduce */
-    if (p->timeout_s <= 0 && env && env[0]) {
-        char *end;
-        double t = strtod(env, &end);
-        if (*end != '\0' || !(t > 0) || t > 1e6) {
+    c->timeout_s = p->timeout_s;
+    if (p->timeout_s <= 0) { /* as for the CPU all-reduce */
+        nl_status st = nl_comm_timeout_s(60.0, &c->timeout_s);
+        if (st != NL_OK) {
             free(c);
-            return nl_error(NL_ERR_INVALID_ARG, "NANOLLM_COMM_TIMEOUT_S=\"%s\": expected a "
-                            "positive number of seconds", env);
+            return st;
         }
-        c->timeout_s = t;
     }
     c->check = p->check;
     c->check_ctx = p->check_ctx;
