@@ -141,4 +141,10 @@ int64_t model_dim_size(model_dim dim, const nl_model_config *cfg);
 /* The tensor's checkpoint name for a layer (ignored for model-wide ones). */
 void model_tensor_name(const model_tensor_def *d, int layer, char *buf, size_t cap);
 
+/* One row of a family's tensor table: name, [dim0, dim1], shard, slot and
+ * part, kind, presence; a tied LM head is the embedding. */
+#define MODEL_TENSOR(name, d0, d1, shard, slot, part, kind, presence)                          \
+    {name, {MODEL_DIM_##d0, MODEL_DIM_##d1}, MODEL_SHARD_##shard, MODEL_SLOT_##slot, part,      \
+     MODEL_TENSOR_##kind, MODEL_PRESENT_##presence, MODEL_SLOT_EMBED}
+
 #endif

@@ -14,11 +14,7 @@
 
 #define LAYER "model.layers.%d."
 
-/* name, [dim0, dim1], shard, slot (part), kind, presence; a tied LM head is
- * the embedding */
-#define T(name, d0, d1, shard, slot, part, kind, presence)                                     \
-    {name, {MODEL_DIM_##d0, MODEL_DIM_##d1}, MODEL_SHARD_##shard, MODEL_SLOT_##slot, part,      \
-     MODEL_TENSOR_##kind, MODEL_PRESENT_##presence, MODEL_SLOT_EMBED}
+#define T MODEL_TENSOR
 
 static const model_tensor_def llama_tensors[] = {
     T("model.embed_tokens.weight", VOCAB, HIDDEN, VOCAB, EMBED, 0, MATRIX, ALWAYS),

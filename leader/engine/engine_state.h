@@ -106,8 +106,9 @@ void engine_publish_stats_locked(nl_engine *e);
 bool engine_on_stepping_thread(const nl_engine *e);
 /* Wakes the engine's thread (under lock). */
 void engine_wake(nl_engine *e);
-/* The step itself (engine_step.c), holding step_lock. */
-nl_status engine_step_locked(nl_engine *e);
+/* One step (engine_step.c): takes step_lock and marks the step as running
+ * for the callbacks it makes; the caller holds no lock. */
+nl_status engine_run_step(nl_engine *e);
 /* Monotonic seconds. */
 double engine_now(void);
 

@@ -56,7 +56,7 @@ static nl_status fail_engine(nl_engine *e, nl_status st)
     return nl_error(st, "%s", e->fail_msg);
 }
 
-nl_status engine_step_locked(nl_engine *e)
+static nl_status step_locked(nl_engine *e)
 {
     if (e->failed)
         return nl_error(e->failed, "engine stopped after an earlier failure: %s", e->fail_msg);
@@ -123,6 +123,16 @@ nl_status engine_step_locked(nl_engine *e)
     return NL_OK;
 }
 
+nl_status engine_run_step(nl_engine *e)
+{
+    pthread_mutex_lock(&e->step_lock);
+    e->in_step = true;
+    nl_status st = step_locked(e);
+    e->in_step = false;
+    pthread_mutex_unlock(&e->step_lock);
+    return st;
+}
+
 nl_status nl_engine_check(nl_engine *e)
 {
     pthread_mutex_lock(&e->lock);
@@ -150,12 +160,7 @@ nl_status nl_engine_step(nl_engine *e)
     }
     e->driver = pthread_self();
     pthread_mutex_unlock(&e->lock);
-    pthread_mutex_lock(&e->step_lock);
-    e->in_step = true;
-    nl_status st = engine_step_locked(e);
-    e->in_step = false;
-    pthread_mutex_unlock(&e->step_lock);
-    return st;
+    return engine_run_step(e);
 }
 
 bool nl_engine_has_unfinished(const nl_engine *engine)

@@ -125,11 +125,7 @@ static void *engine_thread_main(void *arg)
         while (!e->stopping && !has_work(e)) pthread_cond_wait(&e->wake, &e->lock);
         if (e->stopping) break;
         pthread_mutex_unlock(&e->lock);
-        pthread_mutex_lock(&e->step_lock);
-        e->in_step = true;
-        nl_status st = engine_step_locked(e);
-        e->in_step = false;
-        pthread_mutex_unlock(&e->step_lock);
+        nl_status st = engine_run_step(e);
         /* A failed step has ended every request with the reason (their
          * final callbacks said why) and refuses new ones. */
         if (st != NL_OK) nl_log(NL_LOG_WARN, "engine step failed: %s", nl_last_error());

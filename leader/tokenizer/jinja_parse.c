@@ -178,6 +178,30 @@ static jv literal_str(parser *p, const char *s, size_t len)
     return v;
 }
 
+
+/* The items of a tuple, list or dict literal up to its closing bracket
+ * (consumed), comma-separated with an optional trailing comma; a dict's
+ * items are key, value pairs.  True when a comma was seen (a one-item
+ * tuple is "(x,)", a parenthesised expression "(x)"). */
+static bool parse_items(parser *p, const char *close, bool pairs, nodes *items)
+{
+    bool comma = false;
+    while (!is_op(p, close)) {
+        if (items->n) {
+            expect_op(p, ",");
+            comma = true;
+            if (is_op(p, close)) break;
+        }
+        nodes_push(p, items, parse_expression(p));
+        if (pairs) {
+            expect_op(p, ":");
+            nodes_push(p, items, parse_expression(p));
+        }
+    }
+    expect_op(p, close);
+    return comma;
+}
+
 static jnode *parse_primary(parser *p)
 {
     const jtok *t = cur(p);
@@ -225,16 +249,7 @@ static jnode *parse_primary(parser *p)
             n = node(p, JN_TUPLE);
             p->pos++;
             nodes items = {0};
-            bool tuple = false;
-            while (!is_op(p, ")")) {
-                if (items.n) {
-                    expect_op(p, ",");
-                    tuple = true;
-                    if (is_op(p, ")")) break;
-                }
-                nodes_push(p, &items, parse_expression(p));
-            }
-            expect_op(p, ")");
+            bool tuple = parse_items(p, ")", false, &items);
             if (items.n == 1 && !tuple) return items.v[0];
             n->kids = items.v;
             n->n_kids = items.n;
@@ -244,14 +259,7 @@ static jnode *parse_primary(parser *p)
             n = node(p, JN_LIST);
             p->pos++;
             nodes items = {0};
-            while (!is_op(p, "]")) {
-                if (items.n) {
-                    expect_op(p, ",");
-                    if (is_op(p, "]")) break;
-                }
-                nodes_push(p, &items, parse_expression(p));
-            }
-            expect_op(p, "]");
+            parse_items(p, "]", false, &items);
             n->kids = items.v;
             n->n_kids = items.n;
             return n;
@@ -260,16 +268,7 @@ static jnode *parse_primary(parser *p)
             n = node(p, JN_DICT);
             p->pos++;
             nodes items = {0};
-            while (!is_op(p, "}")) {
-                if (items.n) {
-                    expect_op(p, ",");
-                    if (is_op(p, "}")) break;
-                }
-                nodes_push(p, &items, parse_expression(p));
-                expect_op(p, ":");
-                nodes_push(p, &items, parse_expression(p));
-            }
-            expect_op(p, "}");
+            parse_items(p, "}", true, &items);
             n->kids = items.v;
             n->n_kids = items.n;
             return n;
