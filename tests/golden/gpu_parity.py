@@ -8,6 +8,8 @@ Usage:
   gpu_parity.py pair  REF.jsonl OUT.jsonl [REF2.jsonl OUT2.jsonl ...]
       the same rule between two nanollm outputs (e.g. tp 1 against tp 4), both
       with top-5 logprobs.
+  gpu_parity.py reference  MODEL_DIR PROMPTS.jsonl OUT.jsonl [--dtype bf16|fp32]
+      writes transformers' greedy outputs in the batch output format, for pair.
   gpu_parity.py compare  MODEL_DIR PROMPTS.jsonl NANOLLM_OUT.jsonl... [--dtype bf16|fp32]
       runs the prompts once through transformers (greedy) and applies vLLM's rule
       to every prompt of every nanollm output file: the token sequences are equal, or at the first
@@ -63,73 +65,73 @@ def load_out(path):
     return out
 
 
+def top_ids(r):
+    return [[t for t, _ in lp["top"]] for lp in r["logprobs"]]
+
+
+def check_against(ref, ours, label):
+    """Applies the rule to every prompt of ref (id -> batch output line);
+    prints the differences and a summary, returns the number failing."""
+    failures, exact = 0, 0
+    for pid, a in ref.items():
+        b = ours.get(pid)
+        if b is None or "error" in b or "error" in a:
+            print(f"{label}: {pid}: missing or error: {b and b.get('error')}")
+            failures += 1
+            continue
+        d = first_difference(a["token_ids"], top_ids(a), b["token_ids"], top_ids(b))
+        if d is None:
+            exact += 1
+            continue
+        step, ok = d
+        at = lambda r: r["token_ids"][step] if step < len(r["token_ids"]) else None
+        print(f"{label}: {pid}: first difference at step {step}: ref {at(a)} ours {at(b)} -> "
+              f"{'within top-5 both ways' if ok else 'FAIL'}")
+        failures += 0 if ok else 1
+    print(f"parity {label}: {len(ref)} prompts, {exact} identical, {failures} failing")
+    return failures
+
+
 def pair(args):
-    status = 0
     if len(args.files) % 2:
         print("pair: give REF OUT pairs")
         return 2
+    status = 0
     for ref_path, our_path in zip(args.files[::2], args.files[1::2]):
-        ref, ours = load_out(ref_path), load_out(our_path)
-        failures, exact = 0, 0
-        for pid, a in ref.items():
-            b = ours.get(pid)
-            if b is None or "error" in b or "error" in a:
-                print(f"{our_path}: {pid}: missing or error")
-                failures += 1
-                continue
-            tops = lambda r: [[t for t, _ in lp["top"]] for lp in r["logprobs"]]
-            d = first_difference(a["token_ids"], tops(a), b["token_ids"], tops(b))
-            if d is None:
-                exact += 1
-                continue
-            print(f"{our_path}: {pid}: first difference at step {d[0]} -> "
-                  f"{'within top-5 both ways' if d[1] else 'FAIL'}")
-            failures += 0 if d[1] else 1
-        print(f"parity {our_path} against {ref_path}: {len(ref)} prompts, {exact} identical, "
-              f"{failures} failing")
-        status |= 1 if failures else 0
+        if check_against(load_out(ref_path), load_out(our_path), f"{our_path} against {ref_path}"):
+            status = 1
     return status
 
 
-def compare(args):
+def hf_reference(model_dir, prompts_path, dtype_name):
+    """Greedy transformers outputs of every prompt, as batch output lines
+    (id -> {"id", "token_ids", "logprobs": [{"top": [[id, logprob], ...]}]})."""
     import torch
     from transformers import AutoModelForCausalLM
-    dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
-    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=dtype).cuda().eval()
-    prompts = [json.loads(l) for l in open(args.prompts)]
-    reference = {p["id"]: hf_greedy(model, p["prompt_token_ids"], p["max_tokens"], torch)
-                 for p in prompts}
+    dtype = torch.bfloat16 if dtype_name == "bf16" else torch.float32
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).cuda().eval()
+    ref = {}
+    for line in open(prompts_path):
+        p = json.loads(line)
+        tokens, tops = hf_greedy(model, p["prompt_token_ids"], p["max_tokens"], torch)
+        ref[p["id"]] = {"id": p["id"], "token_ids": tokens,
+                        "logprobs": [{"top": [[t, v] for t, v in top]} for top in tops]}
+    return ref
+
+
+def reference(args):
+    with open(args.out, "w") as f:
+        for r in hf_reference(args.model, args.prompts, args.dtype).values():
+            f.write(json.dumps(r) + "\n")
+    return 0
+
+
+def compare(args):
+    ref = hf_reference(args.model, args.prompts, args.dtype)
     status = 0
     for path in args.ours:
-        ours = {}
-        for line in open(path):
-            r = json.loads(line)
-            ours[r["id"]] = r
-        failures, exact = 0, 0
-        for p in prompts:
-            r = ours.get(p["id"])
-            if r is None or "error" in r:
-                print(f"{path}: {p['id']}: missing or error: {r and r.get('error')}")
-                failures += 1
-                continue
-            hf_tokens, hf_tops = reference[p["id"]]
-            our_tokens = r["token_ids"]
-            first = next((k for k, (a, b) in enumerate(zip(hf_tokens, our_tokens)) if a != b), None)
-            if first is None and len(hf_tokens) == len(our_tokens):
-                exact += 1
-                continue
-            if first is None:
-                print(f"{path}: {p['id']}: length differs: hf {len(hf_tokens)} ours {len(our_tokens)}")
-                failures += 1
-                continue
-            hf_top = [t for t, _ in hf_tops[first]]
-            our_top = [t for t, _ in r["logprobs"][first]["top"]]
-            ok = our_tokens[first] in hf_top and hf_tokens[first] in our_top
-            print(f"{path}: {p['id']}: first difference at step {first}: hf {hf_tokens[first]} "
-                  f"ours {our_tokens[first]} -> {'within top-5 both ways' if ok else 'FAIL'}")
-            failures += 0 if ok else 1
-        print(f"parity {path}: {len(prompts)} prompts, {exact} identical, {failures} failing")
-        status |= 1 if failures else 0
+        if check_against(ref, load_out(path), path):
+            status = 1
     return status
 
 
@@ -149,12 +151,19 @@ def main():
     c.add_argument("prompts")
     c.add_argument("ours", nargs="+")
     c.add_argument("--dtype", default="bf16")
+    r = sub.add_parser("reference")
+    r.add_argument("model")
+    r.add_argument("prompts")
+    r.add_argument("out")
+    r.add_argument("--dtype", default="bf16")
     args = ap.parse_args()
     if args.cmd == "prompts":
         make_prompts(args)
         return 0
     if args.cmd == "pair":
         return pair(args)
+    if args.cmd == "reference":
+        return reference(args)
     return compare(args)
 
 
