@@ -39,6 +39,7 @@ nl_status engine_settings_from_config(const nl_engine_config *c, engine_settings
         memcpy(out->devices, c->devices, sizeof(int32_t) * (size_t)c->n_devices);
     }
     out->kv_cache_dtype = (int32_t)c->kv_cache_dtype;
+    out->prefill_first = c->prefill_first;
     NL_TRY(engine_settings_validate(out, false));
     return engine_settings_set_model_dir(out, c->model_dir);
 }
@@ -82,6 +83,8 @@ nl_status engine_settings_validate(const engine_settings *c, bool resolved)
     if (c->enable_prefix_caching != 0 && c->enable_prefix_caching != 1)
         return nl_error(NL_ERR_INVALID_ARG, "enable_prefix_caching %d: must be 0 or 1",
                         c->enable_prefix_caching);
+    if (c->prefill_first != 0 && c->prefill_first != 1)
+        return nl_error(NL_ERR_INVALID_ARG, "prefill_first %d: must be 0 or 1", c->prefill_first);
     if (c->all_reduce != NL_ALL_REDUCE_AUTO && c->all_reduce != NL_ALL_REDUCE_IPC &&
         c->all_reduce != NL_ALL_REDUCE_NCCL)
         return nl_error(NL_ERR_INVALID_ARG, "all_reduce %d: not auto, ipc or nccl", c->all_reduce);

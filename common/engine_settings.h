@@ -36,6 +36,7 @@ typedef struct engine_settings {
     int32_t n_devices;                /* 0: rank r on GPU r; else tp             */
     int32_t devices[NL_MAX_TP];       /* CUDA: the GPU of each rank, n_devices   */
     int32_t kv_cache_dtype;           /* nl_kv_cache_dtype                       */
+    int32_t prefill_first;            /* 1: no decodes in a step with prompt work */
 } engine_settings;
 
 /* The GPU of a rank: its entry of devices, or the rank's own number. */

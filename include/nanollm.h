@@ -136,6 +136,8 @@ typedef struct nl_engine_config {
     int32_t n_devices;
     nl_all_reduce all_reduce;       /* default AUTO                           */
     nl_kv_cache_dtype kv_cache_dtype; /* default AUTO                         */
+    bool prefill_first;             /* steps with prompt work carry no decodes
+                                       (default false: mixed steps)           */
 } nl_engine_config;
 
 void nl_engine_config_init(nl_engine_config *config);

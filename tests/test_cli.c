@@ -3,8 +3,9 @@
  * - every command answers --help (and -h) with exit 0 and its own usage;
  * - every usage error reads "nanollm-launch CMD: WHAT (see --help)" and
  *   exits 2: unknown, ambiguous, value-less and value-taking options;
- * - global options work after the command, vLLM's names are aliases, and
- *   --threads reaches the CPU worker;
+ * - global options work after the command, vLLM's names are aliases,
+ *   --threads reaches the CPU worker, and --prefill-first reaches the
+ *   engine from generate and serve;
  * - generate: --logprobs prints the same numbers the batch job writes, the
  *   timing line agrees with the token counts, prompts come from stdin and
  *   files, --chat takes --system;
@@ -203,6 +204,30 @@ START_TEST(test_global_options_after_command)
     ck_assert_msg(rc == 0, "exit %d: %s", rc, err_text);
     ck_assert_msg(strstr(err_text, "threads per worker: 3\n"), "%s", err_text);
     ck_assert_msg(strstr(err_text, "KV cache: 9 blocks"), "%s", err_text);
+}
+END_TEST
+
+/* --prefill-first is an engine option like the others: every command takes
+ * it (serve too: its --port error shows the option before it was known),
+ * it takes no value, and it reaches the engine's scheduler. */
+START_TEST(test_prefill_first_option)
+{
+    expect_usage((const char *[]){"generate", "--prefill-first=yes", "hi", NULL},
+                 "nanollm-launch generate: option '--prefill-first' takes no value (see --help)\n");
+    expect_usage((const char *[]){"serve", "--prefill-first", "--port", "70000", NULL},
+                 "nanollm-launch serve: --port: '70000' is not an integer in [0, 65535] (see --help)\n");
+    expect_usage((const char *[]){"--prefill-first", "serve", "--frob", NULL},
+                 "nanollm-launch serve: unknown option '--frob' (see --help)\n");
+    ck_assert_int_eq(launch((const char *[]){"serve", "--help", NULL}, NULL), 0);
+    ck_assert_ptr_nonnull(strstr(out_text, "  --prefill-first "));
+    NEED_TOKENIZER();
+    for (int on = 0; on < 2; on++) {
+        const char *args[] = {"--device", "cpu", "--max-model-len", "64", "generate", "--max-tokens", "2",
+                              "x", "y", on ? "--prefill-first" : NULL, NULL};
+        int rc = launch(args, NULL);
+        ck_assert_msg(rc == 0, "exit %d: %s", rc, err_text);
+        ck_assert_msg(strstr(err_text, on ? ", prefill-first steps\n" : ", mixed steps\n"), "%s", err_text);
+    }
 }
 END_TEST
 
@@ -504,6 +529,7 @@ int main(void)
     tcase_set_timeout(run, 120);
     tcase_add_test(run, test_global_options_after_command);
     tcase_add_test(run, test_vllm_aliases);
+    tcase_add_test(run, test_prefill_first_option);
     tcase_add_test(run, test_generate_logprobs);
     tcase_add_test(run, test_generate_timing_line);
     tcase_add_test(run, test_generate_prompt_sources);

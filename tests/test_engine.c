@@ -93,6 +93,7 @@ START_TEST(test_config_defaults_and_validation)
     ck_assert_int_eq(c.block_size, 16);
     ck_assert_float_eq(c.gpu_memory_utilization, 0.9f);
     ck_assert(c.enable_prefix_caching);
+    ck_assert(!c.prefill_first);
     ck_assert_int_eq(engine_config_validate(&c), NL_OK);
     c.block_size = 24;
     ck_assert_int_eq(engine_config_validate(&c), NL_ERR_INVALID_ARG);

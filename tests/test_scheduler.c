@@ -2,7 +2,9 @@
  * runner: chunked prefill, prefix-cache hits, preemption under a tiny pool,
  * and a randomized run of thousands of requests with invariants checked
  * after every step and every request's tokens compared with the fake
- * model's independent reference. */
+ * model's independent reference; each of those under both step policies
+ * (mixed, and prefill-first, whose steps never mix decodes with prompt
+ * chunks). */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,14 +32,21 @@ typedef struct harness {
     int32_t max_num_seqs;
     int32_t budget;
     int64_t prefill_steps, decode_steps;
+    /* Steps by content, classified from the queues before the step (not
+     * from the scheduler's own flags): a decode is a seq that was running
+     * with one token to compute, anything else is prompt work. */
+    int64_t mixed_steps, prompt_only_steps, decode_only_steps;
+    /* Steps that ran decodes although prompt work could have been done. */
+    int64_t decodes_despite_prompt_work;
 } harness;
 
-static void harness_open(harness *h, int32_t blocks, int32_t bs, bool caching,
-                         int32_t max_num_seqs, int32_t budget, int32_t vocab, int32_t eos)
+static void harness_open_policy(harness *h, int32_t blocks, int32_t bs, bool caching,
+                                int32_t max_num_seqs, int32_t budget, int32_t vocab, int32_t eos,
+                                bool prefill_first)
 {
     memset(h, 0, sizeof(*h));
     ck_assert_int_eq(block_manager_create(blocks, bs, caching, &h->bm), NL_OK);
-    ck_assert_int_eq(scheduler_create(h->bm, max_num_seqs, budget, &h->sch), NL_OK);
+    ck_assert_int_eq(scheduler_create(h->bm, max_num_seqs, budget, prefill_first, &h->sch), NL_OK);
     fake_runner_options o = {.num_kv_blocks = blocks, .block_size = bs, .vocab_size = vocab};
     ck_assert_int_eq(fake_runner_create(&o, &h->r), NL_OK);
     h->ws = calloc((size_t)max_num_seqs, sizeof(wire_seq));
@@ -45,6 +54,12 @@ static void harness_open(harness *h, int32_t blocks, int32_t bs, bool caching,
     h->eos = eos;
     h->max_num_seqs = max_num_seqs;
     h->budget = budget;
+}
+
+static void harness_open(harness *h, int32_t blocks, int32_t bs, bool caching,
+                         int32_t max_num_seqs, int32_t budget, int32_t vocab, int32_t eos)
+{
+    harness_open_policy(h, blocks, bs, caching, max_num_seqs, budget, vocab, eos, false);
 }
 
 static void harness_close(harness *h)
@@ -68,11 +83,44 @@ static seq *new_seq(uint64_t id, const int32_t *prompt, int32_t n, int32_t max_t
     return s;
 }
 
+/* Before a step: the running seqs that decode (one token left to compute)
+ * into decoding, and whether some prompt work could run instead: a running
+ * seq with more than one token to compute, or a waiting head that has a
+ * seq slot and fits the pool. */
+#define MAX_DECODING 256
+static bool harness_decodes_before(const harness *h, seq **decoding, int32_t *n_decoding)
+{
+    bool prompt_work = false;
+    *n_decoding = 0;
+    for (seq *s = h->sch->running.head; s; s = s->next) {
+        if (s->n_tokens - s->num_computed > 1) prompt_work = true;
+        else if (*n_decoding < MAX_DECODING) decoding[(*n_decoding)++] = s;
+    }
+    seq *w = h->sch->waiting.head;
+    if (w && h->sch->running.count < h->max_num_seqs && block_manager_can_allocate(h->bm, w))
+        prompt_work = true;
+    return prompt_work;
+}
+
 /* One engine-like step; returns the batch size. */
 static int32_t harness_step(harness *h)
 {
+    seq *decoding[MAX_DECODING];
+    int32_t n_decoding;
+    bool prompt_work = harness_decodes_before(h, decoding, &n_decoding);
     const sched_batch *b = scheduler_schedule(h->sch);
     if (b->n_seqs == 0) return 0;
+    int32_t n_dec = 0;
+    for (int32_t i = 0; i < b->n_seqs; i++)
+        for (int32_t k = 0; k < n_decoding; k++)
+            if (b->seqs[i] == decoding[k]) {
+                n_dec++;
+                break;
+            }
+    if (n_dec > 0 && n_dec < b->n_seqs) h->mixed_steps++;
+    else if (n_dec > 0) h->decode_only_steps++;
+    else h->prompt_only_steps++;
+    if (n_dec > 0 && prompt_work) h->decodes_despite_prompt_work++;
     REQUIRE((b->n_seqs) <= (h->max_num_seqs), "%s", "b->n_seqs");
     REQUIRE((b->n_tokens) <= (h->budget), "%s", "b->n_tokens");
     if (b->is_prefill) h->prefill_steps++; else h->decode_steps++;
@@ -176,7 +224,50 @@ START_TEST(test_long_prompt_does_not_freeze_decodes)
         ck_assert_int_eq(seq_num_output(a), before + 1);
         ck_assert_int_eq(seq_num_output(b), step < 15 ? 0 : 1);
     }
+    ck_assert_int_eq(h.mixed_steps, 16);
     while (harness_step(&h)) {}
+    check_tokens(&h, a);
+    check_tokens(&h, b);
+    ck_assert_int_eq(h.bm->n_free, 200);
+    seq_destroy(a);
+    seq_destroy(b);
+    harness_close(&h);
+}
+END_TEST
+
+/* The same arrival under prefill-first: the prompt's chunks run alone with
+ * the whole budget while the decoding seq waits, then both decode in steps
+ * of their own; both still produce the fake model's tokens. */
+START_TEST(test_prefill_first_long_prompt_pauses_decodes)
+{
+    harness h;
+    harness_open_policy(&h, 200, 16, true, 4, 64, 1000, -1, true);
+    int32_t short_prompt[8], long_prompt[1000];
+    for (int i = 0; i < 8; i++) short_prompt[i] = i + 3;
+    for (int i = 0; i < 1000; i++) long_prompt[i] = (i * 13 + 1) % 1000;
+    seq *a = new_seq(1, short_prompt, 8, 40, true, 16);
+    scheduler_add(h.sch, a);
+    ck_assert_int_eq(harness_step(&h), 1);
+    ck_assert_int_eq(harness_step(&h), 1); /* a decodes alone */
+    ck_assert_int_eq(seq_num_output(a), 2);
+    seq *b = new_seq(2, long_prompt, 1000, 3, true, 16);
+    scheduler_add(h.sch, b);
+    /* ceil(1000 / 64) = 16 chunks of b alone: 15 of 64, then 40. */
+    for (int step = 0; step < 16; step++) {
+        ck_assert_int_eq(harness_step(&h), 1);
+        ck_assert_ptr_eq(h.sch->batch.seqs[0], b);
+        ck_assert_int_eq(b->num_new, step < 15 ? 64 : 1000 - 15 * 64);
+        ck_assert_int_eq(seq_num_output(a), 2);
+    }
+    ck_assert_int_eq(seq_num_output(b), 1);
+    /* No prompt left: a and b decode together, one token each. */
+    ck_assert_int_eq(harness_step(&h), 2);
+    ck_assert(!h.sch->batch.is_prefill);
+    ck_assert_int_eq(seq_num_output(a), 3);
+    ck_assert_int_eq(seq_num_output(b), 2);
+    while (harness_step(&h)) {}
+    ck_assert_int_eq(h.mixed_steps, 0);
+    ck_assert_int_eq(h.prompt_only_steps, 17);
     check_tokens(&h, a);
     check_tokens(&h, b);
     ck_assert_int_eq(h.bm->n_free, 200);
@@ -347,12 +438,12 @@ static void check_invariants(const harness *h, seq **all, int32_t n_all)
 }
 
 static void random_run(int32_t blocks, int32_t bs, bool caching, int32_t max_num_seqs,
-                       int32_t budget, uint64_t seed)
+                       int32_t budget, uint64_t seed, bool prefill_first)
 {
     rng_state = seed;
     harness h;
     const int32_t vocab = 64;
-    harness_open(&h, blocks, bs, caching, max_num_seqs, budget, vocab, 0);
+    harness_open_policy(&h, blocks, bs, caching, max_num_seqs, budget, vocab, 0, prefill_first);
     int32_t base[N_BASE][200];
     for (int k = 0; k < N_BASE; k++)
         for (int i = 0; i < 200; i++) base[k][i] = 1 + (int32_t)rnd(vocab - 1);
@@ -414,25 +505,35 @@ static void random_run(int32_t blocks, int32_t bs, bool caching, int32_t max_num
     ck_assert_int_gt(h.sch->total_preemptions, 0);
     ck_assert_int_gt(h.prefill_steps, 0);
     ck_assert_int_gt(h.decode_steps, 0);
+    if (prefill_first) {
+        /* Never a decode beside a prompt chunk, never a decode while some
+         * prompt could run; decode steps still come. */
+        ck_assert_int_eq(h.mixed_steps, 0);
+        ck_assert_int_eq(h.decodes_despite_prompt_work, 0);
+        ck_assert_int_gt(h.decode_only_steps, 0);
+    } else {
+        ck_assert_int_gt(h.mixed_steps, 0);
+    }
+    ck_assert_int_gt(h.prompt_only_steps, 0);
     free(all);
     harness_close(&h);
 }
 
 START_TEST(test_random_prefix_caching)
 {
-    random_run(40, 16, true, 8, 48, 1);
+    random_run(40, 16, true, 8, 48, 1, _i == 1);
 }
 END_TEST
 
 START_TEST(test_random_no_caching)
 {
-    random_run(40, 16, false, 6, 40, 2);
+    random_run(40, 16, false, 6, 40, 2, _i == 1);
 }
 END_TEST
 
 START_TEST(test_random_block32)
 {
-    random_run(24, 32, true, 16, 100, 3);
+    random_run(24, 32, true, 16, 100, 3, _i == 1);
 }
 END_TEST
 
@@ -446,9 +547,11 @@ int main(void)
     tcase_add_test(tc, test_prefix_cache_second_request);
     tcase_add_test(tc, test_preemption_keeps_output);
     tcase_add_test(tc, test_batch_wire_fields);
-    tcase_add_test(tc, test_random_prefix_caching);
-    tcase_add_test(tc, test_random_no_caching);
-    tcase_add_test(tc, test_random_block32);
+    tcase_add_test(tc, test_prefill_first_long_prompt_pauses_decodes);
+    /* _i: 0 mixed steps, 1 prefill-first. */
+    tcase_add_loop_test(tc, test_random_prefix_caching, 0, 2);
+    tcase_add_loop_test(tc, test_random_no_caching, 0, 2);
+    tcase_add_loop_test(tc, test_random_block32, 0, 2);
     suite_add_tcase(s, tc);
     return check_run(s);
 }

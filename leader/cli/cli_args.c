@@ -20,7 +20,8 @@
 enum {
     G_MODEL = 500, G_TP, G_DEVICE, G_THREADS, G_MAX_NUM_SEQS, G_MAX_NUM_BATCHED_TOKENS, G_MAX_MODEL_LEN,
     G_GPU_MEMORY_UTILIZATION, G_BLOCK_SIZE, G_NUM_KV_BLOCKS, G_ENFORCE_EAGER, G_NO_PREFIX_CACHING,
-    G_PREFIX_CACHING, G_DEVICES, G_ALL_REDUCE, G_KV_CACHE_DTYPE, G_HELP, G_VERSION, G_END,
+    G_PREFIX_CACHING, G_DEVICES, G_ALL_REDUCE, G_KV_CACHE_DTYPE, G_PREFILL_FIRST, G_HELP, G_VERSION,
+    G_END,
 };
 
 /* vLLM's names are aliases: --tensor-parallel-size, --num-gpu-blocks-override,
@@ -43,6 +44,7 @@ static const struct option global_options[] = {
     {"no-prefix-caching", no_argument, NULL, G_NO_PREFIX_CACHING},
     {"no-enable-prefix-caching", no_argument, NULL, G_NO_PREFIX_CACHING},
     {"enable-prefix-caching", no_argument, NULL, G_PREFIX_CACHING},
+    {"prefill-first", no_argument, NULL, G_PREFILL_FIRST},
     {"devices", required_argument, NULL, G_DEVICES},
     {"all-reduce", required_argument, NULL, G_ALL_REDUCE},
     {"help", no_argument, NULL, G_HELP},
@@ -77,6 +79,9 @@ static const char global_help[] =
     "  --enforce-eager             no CUDA graphs\n"
     "  --no-prefix-caching         do not share KV blocks between prompts (alias\n"
     "                              --no-enable-prefix-caching; --enable-prefix-caching: the default)\n"
+    "  --prefill-first             no mixed steps: a step with prompt work to do carries only\n"
+    "                              prompt chunks, decodes run in steps of their own (default:\n"
+    "                              every step carries the running decodes plus prompt chunks)\n"
     "\n"
     "exit codes: 0 success, 1 runtime failure, 2 bad usage or bad input, 130 interrupted\n";
 
@@ -293,6 +298,9 @@ static int apply_global(cli_parser *p, int c, const char *v)
         return 0;
     case G_PREFIX_CACHING:
         cf->enable_prefix_caching = true;
+        return 0;
+    case G_PREFILL_FIRST:
+        cf->prefill_first = true;
         return 0;
     case G_VERSION:
         printf("nanollm %s\n", nl_version());

@@ -427,12 +427,12 @@ int cli_bench(const nl_engine_config *config, int argc, char **argv)
         json_t *wl = workload ? json_pack("{s:s, s:s, s:i}", "kind", "file", "path", workload, "requests", n)
                               : json_pack("{s:s, s:i, s:I, s:I}", "kind", "random", "requests", n,
                                           "max_input_len", (json_int_t)max_in, "max_output_len", (json_int_t)max_out);
-        json_t *opts = json_pack("{s:i, s:i, s:i, s:i, s:i, s:b, s:b, s:f}", "max_num_seqs", config->max_num_seqs,
+        json_t *opts = json_pack("{s:i, s:i, s:i, s:i, s:i, s:b, s:b, s:b, s:f}", "max_num_seqs", config->max_num_seqs,
                                  "max_num_batched_tokens", config->max_num_batched_tokens, "max_model_len",
                                  info.max_model_len, "block_size", info.block_size, "num_kv_blocks", info.num_kv_blocks,
                                  "enforce_eager", config->enforce_eager, "enable_prefix_caching",
-                                 config->enable_prefix_caching, "gpu_memory_utilization",
-                                 (double)config->gpu_memory_utilization);
+                                 config->enable_prefix_caching, "prefill_first", config->prefill_first,
+                                 "gpu_memory_utilization", (double)config->gpu_memory_utilization);
         json_t *rec = json_pack(
             "{s:s, s:o, s:s, s:o, s:b, s:o, s:i, s:o, s:I, s:I, s:I, s:f, s:f, s:f, s:f, s:o, s:o, s:o, s:i}",
             "date", date, "commit", commit ? json_string(commit) : json_null(), "device", info.device_name,

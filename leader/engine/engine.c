@@ -85,7 +85,8 @@ nl_status engine_open_with_runner(const nl_engine_config *config,
     st = block_manager_create(e->runner->num_kv_blocks, config->block_size,
                               config->enable_prefix_caching, &e->bm);
     if (st != NL_OK) goto fail;
-    st = scheduler_create(e->bm, config->max_num_seqs, config->max_num_batched_tokens, &e->sch);
+    st = scheduler_create(e->bm, config->max_num_seqs, config->max_num_batched_tokens,
+                          config->prefill_first, &e->sch);
     if (st != NL_OK) goto fail;
     st = u64map_init(&e->requests, 1024);
     if (st != NL_OK) goto fail;
@@ -101,8 +102,9 @@ nl_status engine_open_with_runner(const nl_engine_config *config,
         e->rng = (uint64_t)time(NULL) ^ ((uint64_t)(uintptr_t)e << 16);
     e->next_id = 1;
     engine_publish_stats(e);
-    nl_log(NL_LOG_INFO, "engine open: %s, %d KV blocks of %d tokens, max_model_len %d, tp %d",
-           e->device_name, e->bm->num_blocks, config->block_size, e->config.max_model_len, config->tp);
+    nl_log(NL_LOG_INFO, "engine open: %s, %d KV blocks of %d tokens, max_model_len %d, tp %d, %s steps",
+           e->device_name, e->bm->num_blocks, config->block_size, e->config.max_model_len, config->tp,
+           config->prefill_first ? "prefill-first" : "mixed");
     *out = e;
     return NL_OK;
 fail:;

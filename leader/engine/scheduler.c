@@ -1,5 +1,6 @@
-/* scheduler.c — mixed steps (decodes and prefill chunks together) with
- * chunked prefill and preemption (see scheduler.h for the policy). */
+/* scheduler.c — mixed steps (decodes and prefill chunks together) or
+ * prefill-first steps, with chunked prefill and preemption (see scheduler.h
+ * for the policies). */
 #include "leader/engine/scheduler.h"
 
 #include <stdlib.h>
@@ -37,7 +38,7 @@ static void queue_remove(seq_queue *q, seq *s)
 /* ---- lifecycle ----------------------------------------------------------- */
 
 nl_status scheduler_create(block_manager *bm, int32_t max_num_seqs,
-                           int32_t max_num_batched_tokens, scheduler **out)
+                           int32_t max_num_batched_tokens, bool prefill_first, scheduler **out)
 {
     *out = NULL;
     if (max_num_seqs <= 0)
@@ -57,6 +58,7 @@ nl_status scheduler_create(block_manager *bm, int32_t max_num_seqs,
     sch->bm = bm;
     sch->max_num_seqs = max_num_seqs;
     sch->max_num_batched_tokens = max_num_batched_tokens;
+    sch->prefill_first = prefill_first;
     *out = sch;
     return NL_OK;
 }
@@ -158,6 +160,22 @@ static void schedule_waiting(scheduler *sch, int32_t budget)
     }
 }
 
+/* Prefill-first: the partly computed prompt (at most one, the most recently
+ * admitted running seq) continues, then waiting seqs are admitted; running
+ * seqs that decode are left out. */
+static void schedule_prompts(scheduler *sch, int32_t budget)
+{
+    seq *s = sch->running.tail;
+    if (s && s->n_tokens - s->num_computed > 1) {
+        int32_t left = s->n_tokens - s->num_computed;
+        int32_t n = left < budget ? left : budget;
+        batch_add(&sch->batch, s, n);
+        sch->batch.is_prefill = true;
+        budget -= n;
+    }
+    schedule_waiting(sch, budget);
+}
+
 const sched_batch *scheduler_schedule(scheduler *sch)
 {
     sched_batch *b = &sch->batch;
@@ -165,6 +183,12 @@ const sched_batch *scheduler_schedule(scheduler *sch)
     b->n_tokens = 0;
     b->n_preempted = 0;
     b->is_prefill = false;
+    if (sch->prefill_first) {
+        /* Decodes run only in a step with no prompt work to do. */
+        schedule_prompts(sch, sch->max_num_batched_tokens);
+        if (b->n_seqs == 0) schedule_running(sch, sch->max_num_batched_tokens);
+        return b;
+    }
     schedule_waiting(sch, schedule_running(sch, sch->max_num_batched_tokens));
     return b;
 }

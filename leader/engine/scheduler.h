@@ -13,10 +13,21 @@
  *   2. then, unless this step preempted, waiting seqs admitted while the
  *      free blocks allow; a prompt longer than the budget left is chunked
  *      and continues in the next step.
- * Decodes and prefill chunks share a step (mixed batches), so a long prompt
- * never freezes running streams: they advance one token every step while
- * it is prefilled in chunks.  Only the chunk that completes a prompt
- * samples.
+ * Decodes and prefill chunks share a step (mixed batches, the default), so
+ * a long prompt never freezes running streams: they advance one token every
+ * step while it is prefilled in chunks.  Only the chunk that completes a
+ * prompt samples.
+ *
+ * prefill_first (--prefill-first, nano-vllm's policy) turns mixed steps
+ * off: a step that can continue the partly computed prompt or admit a
+ * waiting seq carries only prompt work (the next chunk of that prompt, then
+ * admissions as in 2.) with the whole budget; the decoding seqs run (1.) in
+ * steps of their own, when no prompt is partly computed and none can be
+ * admitted (the waiting queue is empty, max_num_seqs are running, or the
+ * pool has no room for the head).  Prompts start sooner and decode steps
+ * stay pure, at the cost of pausing every running stream while prompts are
+ * prefilled.
+ *
  * Nothing is ever dropped; the engine refuses at submission a request that
  * could not fit the pool on its own.
  *
@@ -49,6 +60,7 @@ typedef struct scheduler {
     block_manager *bm;    /* not owned                                      */
     int32_t max_num_seqs;
     int32_t max_num_batched_tokens;
+    bool prefill_first;   /* no decodes in a step with prompt work          */
     seq_queue waiting;
     seq_queue running;
     sched_batch batch;
@@ -56,7 +68,8 @@ typedef struct scheduler {
 } scheduler;
 
 nl_status scheduler_create(block_manager *bm, int32_t max_num_seqs,
-                           int32_t max_num_batched_tokens, scheduler **out);
+                           int32_t max_num_batched_tokens, bool prefill_first,
+                           scheduler **out);
 /* Frees the scheduler only; the seqs belong to the caller. */
 void scheduler_destroy(scheduler *sch);
 
