@@ -366,14 +366,17 @@ void nl_engine_release(nl_engine *engine, uint64_t request_id);
  * thread; it waits for a step in progress. */
 nl_status nl_engine_check(nl_engine *engine);
 
-/* Tokenizer access (needs tokenizer.json in the model directory).  encode
- * reads NUL-terminated text; *ids is malloc'd and the caller frees it with
- * free().  decode skips special tokens; *text is malloc'd, NUL-terminated,
- * and the caller frees it with free().  On failure the outputs are NULL. */
-nl_status nl_engine_encode(nl_engine *engine, const char *text,
-                           int32_t **ids, int32_t *n_ids);
+/* Tokenizer access (needs tokenizer.json in the model directory), as
+ * nl_tokenizer_encode() and nl_tokenizer_decode() below.  encode reads len
+ * bytes of UTF-8 text (which may hold U+0000) with nl_encode_flags;
+ * *ids is malloc'd and the caller frees it with free().  decode skips
+ * special tokens; *text is malloc'd, *len bytes plus a terminating NUL (the
+ * text itself may hold U+0000, so use *len), and the caller frees it with
+ * free().  On failure the outputs are NULL and 0. */
+nl_status nl_engine_encode(nl_engine *engine, const char *text, size_t len,
+                           uint32_t flags, int32_t **ids, int32_t *n_ids);
 nl_status nl_engine_decode(nl_engine *engine, const int32_t *ids,
-                           int32_t n_ids, char **text);
+                           int32_t n_ids, char **text, size_t *len);
 
 /* Ctrl-C: SIGKILLs the worker processes of every engine open in this
  * process.  Async-signal-safe (no locks, no allocation), for a SIGINT or

@@ -263,7 +263,7 @@ START_TEST(test_submit_validation)
     pt.text = "hello";
     ck_assert_int_eq(nl_engine_submit(e, &pt, &sp, &id), NL_ERR_UNSUPPORTED);
     int32_t *enc; int32_t n_enc;
-    ck_assert_int_eq(nl_engine_encode(e, "hi", &enc, &n_enc), NL_ERR_UNSUPPORTED);
+    ck_assert_int_eq(nl_engine_encode(e, "hi", 2, NL_ENCODE_DEFAULT, &enc, &n_enc), NL_ERR_UNSUPPORTED);
     nl_engine_close(e);
 
     /* A request that needs more blocks than the whole pool. */
@@ -740,14 +740,16 @@ START_TEST(test_text_and_stop_strings)
     const nl_result *r;
     ck_assert_int_eq(nl_engine_get_result(e, a, &r), NL_OK);
     int32_t *ids; int32_t n;
-    ck_assert_int_eq(nl_engine_encode(e, "The quick brown fox", &ids, &n), NL_OK);
+    ck_assert_int_eq(nl_engine_encode(e, "The quick brown fox", 19, NL_ENCODE_DEFAULT, &ids, &n), NL_OK);
     ck_assert_int_eq(r->prompt_tokens, n);
     int32_t want[40];
     reference(ids, n, 40, 151643, want);
     free(ids);
     ck_assert_int_eq(memcmp(r->token_ids, want, sizeof(want)), 0);
     char *decoded;
-    ck_assert_int_eq(nl_engine_decode(e, r->token_ids, r->n_tokens, &decoded), NL_OK);
+    size_t decoded_len;
+    ck_assert_int_eq(nl_engine_decode(e, r->token_ids, r->n_tokens, &decoded, &decoded_len), NL_OK);
+    ck_assert_uint_eq(decoded_len, strlen(decoded));
     ck_assert_str_eq(r->text, decoded);
     ck_assert_str_eq(log.text, decoded);
     /* A stop string from the middle of that text: the same prompt now ends
@@ -887,7 +889,8 @@ START_TEST(test_tokens_without_text)
     }
     ck_assert_int_gt(n_gap, 0);
     char *text;
-    ck_assert_int_eq(nl_engine_decode(e, kept, n_kept, &text), NL_OK); /* skips <x> */
+    size_t text_len;
+    ck_assert_int_eq(nl_engine_decode(e, kept, n_kept, &text, &text_len), NL_OK); /* skips <x> */
     ck_assert_str_eq(r->text, text);
     free(text);
 
@@ -899,6 +902,40 @@ START_TEST(test_tokens_without_text)
     ck_assert_int_eq(nl_engine_submit(e, &p, &sp, &a), NL_ERR_INVALID_ARG);
     ck_assert_msg(strstr(nl_last_error(), "stop string 0") && strstr(nl_last_error(), "UTF-8"), "%s",
                   nl_last_error());
+    nl_engine_close(e);
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/tokenizer.json", dir);
+    unlink(path);
+    rmdir(dir);
+}
+END_TEST
+
+/* Text may hold U+0000: encode reads a length and decode returns one, so
+ * nothing is cut at the NUL (the gapped tokenizer's ids are the bytes). */
+START_TEST(test_encode_decode_nul)
+{
+    char dir[] = "/tmp/nl_engine_tok_XXXXXX";
+    tokenizer *t = load_gapped_tokenizer(dir);
+    nl_engine *e = open_fake(64, 4096, NULL, 0, 0, t, 301);
+    int32_t *ids = NULL, n = 0;
+    ck_assert_int_eq(nl_engine_encode(e, "A\0B", 3, NL_ENCODE_DEFAULT, &ids, &n), NL_OK);
+    ck_assert_int_eq(n, 3);
+    ck_assert_int_eq(ids[0], 'A');
+    ck_assert_int_eq(ids[1], 0);
+    ck_assert_int_eq(ids[2], 'B');
+    free(ids);
+    ck_assert_int_eq(nl_engine_encode(e, "A", 1, 1u << 7, &ids, &n), NL_ERR_INVALID_ARG);
+    ck_assert_ptr_null(ids);
+    char *text = NULL;
+    size_t len = 99;
+    const int32_t nul[] = {'A', 0, 300, 'B', 0};
+    ck_assert_int_eq(nl_engine_decode(e, nul, 5, &text, &len), NL_OK); /* skips <x> */
+    ck_assert_uint_eq(len, 4);
+    ck_assert_int_eq(memcmp(text, "A\0B\0", 5), 0); /* and the terminating NUL */
+    free(text);
+    ck_assert_int_eq(nl_engine_decode(e, nul, -1, &text, &len), NL_ERR_INVALID_ARG);
+    ck_assert_ptr_null(text);
+    ck_assert_uint_eq(len, 0);
     nl_engine_close(e);
     char path[4200];
     snprintf(path, sizeof(path), "%s/tokenizer.json", dir);
@@ -927,6 +964,7 @@ int main(void)
     tcase_add_test(tc, test_log_callback_and_level);
     tcase_add_test(tc, test_text_and_stop_strings);
     tcase_add_test(tc, test_tokens_without_text);
+    tcase_add_test(tc, test_encode_decode_nul);
     suite_add_tcase(s, tc);
     return check_run(s);
 }

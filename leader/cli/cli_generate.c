@@ -128,9 +128,10 @@ static bool read_prompt(FILE *f, const char *what, char **out)
 static void print_token_text(nl_engine *engine, int32_t id)
 {
     char *text = NULL;
-    if (nl_engine_decode(engine, &id, 1, &text) != NL_OK) return;
+    size_t len = 0;
+    if (nl_engine_decode(engine, &id, 1, &text, &len) != NL_OK) return;
     fputs("  \"", stdout);
-    for (const unsigned char *c = (const unsigned char *)text; *c; c++) {
+    for (const unsigned char *c = (const unsigned char *)text; c < (const unsigned char *)text + len; c++) {
         if (*c == '"' || *c == '\\') printf("\\%c", *c);
         else if (*c == '\n') fputs("\\n", stdout);
         else if (*c == '\t') fputs("\\t", stdout);

@@ -629,6 +629,27 @@ nl_status tokenizer_encode(tokenizer *t, const char *text, size_t len, int32_t *
     return tokenizer_encode_ex(t, text, len, true, true, ids, n_ids);
 }
 
+nl_status tokenizer_encode_flags(tokenizer *t, const char *text, size_t len, uint32_t flags, int32_t **ids,
+                                 size_t *n_ids)
+{
+    *ids = NULL;
+    *n_ids = 0;
+    uint32_t known = NL_ENCODE_NO_SPECIAL | NL_ENCODE_REPLACE_INVALID | NL_ENCODE_NO_ADD_SPECIAL;
+    if (flags & ~known) return nl_error(NL_ERR_INVALID_ARG, "encode: unknown flags 0x%x", flags & ~known);
+    bool match_special = !(flags & NL_ENCODE_NO_SPECIAL);
+    bool add_special = !(flags & NL_ENCODE_NO_ADD_SPECIAL);
+    if (!(flags & NL_ENCODE_REPLACE_INVALID))
+        return tokenizer_encode_ex(t, text, len, match_special, add_special, ids, n_ids);
+    /* One bad byte becomes the three bytes of U+FFFD. */
+    if (len > (SIZE_MAX - 1) / 3) return nl_error(NL_ERR_NOMEM, "encode: %zu bytes of text", len);
+    char *fixed = malloc(3 * len + 1);
+    if (!fixed) return nl_error(NL_ERR_NOMEM, "encode: no memory for %zu bytes", 3 * len);
+    size_t fixed_len = utf8_render_lossy((const uint8_t *)text, len, fixed);
+    nl_status st = tokenizer_encode_ex(t, fixed, fixed_len, match_special, add_special, ids, n_ids);
+    free(fixed);
+    return st;
+}
+
 nl_status tokenizer_encode_chat(tokenizer *t, const char *text, size_t len, int32_t **ids, size_t *n_ids)
 {
     return tokenizer_encode_ex(t, text, len, true, false, ids, n_ids);

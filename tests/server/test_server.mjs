@@ -267,6 +267,43 @@ async function testApi() {
     const detok = await (await fetch(`http://127.0.0.1:${a.port}/detokenize`, { method: 'POST',
       headers: { Authorization: `Bearer ${KEY}` }, body: JSON.stringify({ tokens: tok.tokens }) })).json();
     eq(detok.prompt, 'Hello world', '/detokenize round trip');
+    // U+0000 is text like any other: the byte-level token 188 stands for it.
+    const postJson = async (route, body) => (await fetch(`http://127.0.0.1:${a.port}${route}`, { method: 'POST',
+      headers: { Authorization: `Bearer ${KEY}` }, body: JSON.stringify(body) })).json();
+    eq((await postJson('/tokenize', { prompt: 'a\u0000b' })).tokens, [64, 188, 65], '/tokenize reads past U+0000');
+    eq((await postJson('/detokenize', { tokens: [64, 188, 65] })).prompt, 'a\u0000b',
+      '/detokenize writes U+0000 as \\u0000');
+    eq((await postJson('/tokenize', { prompt: 'Hello world', add_special_tokens: false })).tokens, [9707, 1879],
+      '/tokenize add_special_tokens false: Qwen3 adds none either way');
+
+    // A client that shuts down its writing side after the request (as
+    // `nc -N` or `curl --data @- <&-` may) still reads: it gets its whole
+    // response, streamed or not, and the request is not counted as aborted.
+    const halfClose = (body) => new Promise((resolve) => {
+      const sock = net.connect(a.port, '127.0.0.1', () => {
+        const json = JSON.stringify(body);
+        sock.end(`POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${KEY}\r\n` +
+          `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(json)}\r\n` +
+          'Connection: close\r\n\r\n' + json);
+      });
+      let got = '';
+      sock.setEncoding('utf8');
+      sock.on('data', (d) => { got += d; });
+      sock.on('close', () => resolve(got));
+      sock.on('error', () => resolve(got));
+    });
+    const aborted0 = (await metrics(a.port)).get('nanollm_request_finished_total', 'finished_reason="abort"');
+    const hcBody = { model: MODEL, prompt: 'Hello world, this is', max_tokens: 24, temperature: 0, ignore_eos: true };
+    let raw = await halfClose(hcBody);
+    const final = raw.slice(raw.lastIndexOf('HTTP/1.1 '));
+    check(/^HTTP\/1\.1 200 /.test(final), `a half-closed client gets a 200 (${JSON.stringify(raw.slice(0, 40))})`);
+    let text = null;
+    try { text = JSON.parse(final.slice(final.indexOf('\r\n\r\n') + 4)).choices[0].text; } catch { /* below */ }
+    eq(text, ref.greedy.text, 'a half-closed client gets the whole response (= batch)');
+    raw = await halfClose({ ...hcBody, stream: true });
+    check(raw.includes('data: [DONE]'), 'a half-closed client gets the whole stream');
+    eq((await metrics(a.port)).get('nanollm_request_finished_total', 'finished_reason="abort"'), aborted0,
+      'a half-close aborts nothing');
 
     // Errors in OpenAI's shape, as the client's own classes.
     let e = await expectError(c.completions.create({ model: MODEL, prompt: 'x', frobnicate: 1 }), BadRequestError,
