@@ -911,7 +911,8 @@ START_TEST(test_tokens_without_text)
 END_TEST
 
 /* Text may hold U+0000: encode reads a length and decode returns one, so
- * nothing is cut at the NUL (the gapped tokenizer's ids are the bytes). */
+ * nothing is cut at the NUL (the gapped tokenizer's ids are the bytes); and
+ * encode's flags reach the tokenizer. */
 START_TEST(test_encode_decode_nul)
 {
     char dir[] = "/tmp/nl_engine_tok_XXXXXX";
@@ -937,7 +938,30 @@ START_TEST(test_encode_decode_nul)
     ck_assert_ptr_null(text);
     ck_assert_uint_eq(len, 0);
     nl_engine_close(e);
+
+    /* tokenizer_config.json's add_bos_token makes <x> the post-processor's
+     * first token; NL_ENCODE_NO_ADD_SPECIAL (the server's
+     * add_special_tokens false) leaves it out. */
     char path[4200];
+    snprintf(path, sizeof(path), "%s/tokenizer_config.json", dir);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("{\"bos_token\": \"<x>\", \"add_bos_token\": true}", f);
+    ck_assert_int_eq(fclose(f), 0);
+    t = NULL;
+    ck_assert_msg(tokenizer_load(dir, &t) == NL_OK, "%s", nl_last_error());
+    e = open_fake(64, 4096, NULL, 0, 0, t, 301);
+    ck_assert_int_eq(nl_engine_encode(e, "A", 1, NL_ENCODE_DEFAULT, &ids, &n), NL_OK);
+    ck_assert_int_eq(n, 2);
+    ck_assert_int_eq(ids[0], 300);
+    ck_assert_int_eq(ids[1], 'A');
+    free(ids);
+    ck_assert_int_eq(nl_engine_encode(e, "A", 1, NL_ENCODE_NO_ADD_SPECIAL, &ids, &n), NL_OK);
+    ck_assert_int_eq(n, 1);
+    ck_assert_int_eq(ids[0], 'A');
+    free(ids);
+    nl_engine_close(e);
+    unlink(path);
     snprintf(path, sizeof(path), "%s/tokenizer.json", dir);
     unlink(path);
     rmdir(dir);

@@ -5,8 +5,9 @@
  * found in the raw text first (leftmost, then longest), each stretch of text
  * between them is normalised, split into words by the pre-tokenizer and each
  * word is merged by the BPE model; last, the post-processor's template
- * (Llama 3's TemplateProcessing: <|begin_of_text|> first) wraps the ids
- * when special tokens are to be added.  Decoding concatenates the bytes of the
+ * (Llama 3's TemplateProcessing: <|begin_of_text|> first, unless
+ * tokenizer_config.json's add_bos_token/add_eos_token say otherwise) wraps
+ * the ids when special tokens are to be added.  Decoding concatenates the bytes of the
  * tokens and renders invalid UTF-8 as U+FFFD.  The normalisation and regex
  * stages live in pretokenize.c, the merges in bpe.c, the chat template in
  * chat_template.c.
@@ -228,6 +229,35 @@ static nl_status add_eos_ids(tokenizer *t, const json_t *v, const char *path)
     return NL_OK;
 }
 
+/* tokenizer_config.json's add_bos_token (add_eos_token), when present,
+ * decides what the post-processor puts first (last) as transformers does
+ * when it rebuilds the template from them: the bos_token (eos_token) alone,
+ * or nothing.  Absent, the tokenizer.json template stands (Llama 3 has no
+ * add_bos_token and its template adds <|begin_of_text|>). */
+static nl_status apply_add_token_flag(tokenizer *t, const json_t *cfg, bool bos, const char *path)
+{
+    const char *flag = bos ? "add_bos_token" : "add_eos_token", *key = bos ? "bos_token" : "eos_token";
+    const json_t *v = json_object_get(cfg, flag);
+    if (!v || json_is_null(v)) return NL_OK;
+    if (!json_is_boolean(v)) return nl_error(NL_ERR_FORMAT, "%s: \"%s\" is not true or false", path, flag);
+    int32_t **list = bos ? &t->post_prefix : &t->post_suffix;
+    size_t *n = bos ? &t->n_post_prefix : &t->n_post_suffix;
+    *n = 0;
+    if (json_is_false(v)) return NL_OK;
+    const json_t *token = json_object_get(cfg, key);
+    if (json_is_object(token)) token = json_object_get(token, "content");
+    int32_t id;
+    if (!json_is_string(token) || !token_id_of(t, json_string_value(token), json_string_length(token), &id))
+        return nl_error(NL_ERR_FORMAT, "%s: \"%s\" is true but \"%s\" names no token of the vocabulary", path,
+                        flag, key);
+    int32_t *p = realloc(*list, sizeof *p);
+    if (!p) return nl_error(NL_ERR_NOMEM, "%s: no memory for the post-processor", path);
+    p[0] = id;
+    *list = p;
+    *n = 1;
+    return NL_OK;
+}
+
 static nl_status load_tokenizer_config(tokenizer *t, const char *dir)
 {
     char path[4096];
@@ -244,6 +274,8 @@ static nl_status load_tokenizer_config(tokenizer *t, const char *dir)
     if (st == NL_OK && json_is_string(eos) &&
         token_id_of(t, json_string_value(eos), json_string_length(eos), &id))
         st = add_eos(t, id, path);
+    if (st == NL_OK) st = apply_add_token_flag(t, cfg, true, path);
+    if (st == NL_OK) st = apply_add_token_flag(t, cfg, false, path);
     json_decref(cfg);
     return st;
 }
