@@ -355,13 +355,14 @@ typedef struct stream_log {
 } stream_log;
 
 static void on_stream(void *user, uint64_t id, const int32_t *new_ids, int32_t n_new,
-                      const char *text_delta, bool finished)
+                      const char *text_delta, size_t text_len, bool finished)
 {
     stream_log *log = user;
     log->calls++;
     ck_assert_uint_le(id, 4);
     ck_assert_int_eq(log->finished[id - 1], 0);
     ck_assert_ptr_nonnull(text_delta);
+    ck_assert_uint_eq(text_len, strlen(text_delta));
     for (int32_t i = 0; i < n_new; i++) log->ids[id - 1][log->n[id - 1]++] = new_ids[i];
     if (finished) log->finished[id - 1] = 1;
 }
@@ -411,7 +412,7 @@ typedef struct abort_ctx {
 } abort_ctx;
 
 static void abort_on_third(void *user, uint64_t id, const int32_t *new_ids, int32_t n_new,
-                           const char *text_delta, bool finished)
+                           const char *text_delta, size_t text_len, bool finished)
 {
     abort_ctx *a = user;
     if (id == 1 && ++a->seen == 3) ck_assert_int_eq(nl_engine_abort(a->e, 1), NL_OK);
@@ -504,9 +505,10 @@ typedef struct peek_log {
 } peek_log;
 
 static void on_peek(void *user, uint64_t id, const int32_t *new_ids, int32_t n_new, const char *text,
-                    bool finished)
+                    size_t text_len, bool finished)
 {
     (void)text;
+    (void)text_len;
     peek_log *log = user;
     const nl_result *r;
     log->calls++;
@@ -707,10 +709,10 @@ typedef struct text_log {
 } text_log;
 
 static void on_text(void *user, uint64_t id, const int32_t *new_ids, int32_t n_new,
-                    const char *text_delta, bool finished)
+                    const char *text_delta, size_t text_len, bool finished)
 {
     text_log *log = user;
-    size_t n = strlen(text_delta);
+    size_t n = text_len;
     ck_assert_uint_lt(log->len + n, sizeof(log->text));
     memcpy(log->text + log->len, text_delta, n);
     log->len += n;
@@ -937,6 +939,40 @@ START_TEST(test_encode_decode_nul)
     ck_assert_int_eq(nl_engine_decode(e, nul, -1, &text, &len), NL_ERR_INVALID_ARG);
     ck_assert_ptr_null(text);
     ck_assert_uint_eq(len, 0);
+
+    /* Generated text: a prompt whose continuation samples byte 0 (the
+     * fake runner's tokens are a hash of the sequence) keeps it in the
+     * result's text_len and in the stream's deltas. */
+    int32_t prompt[1], want[64];
+    bool has_nul = false;
+    for (prompt[0] = 1; !has_nul && prompt[0] < 200; prompt[0] += has_nul ? 0 : 1) {
+        reference(prompt, 1, 64, 301, want);
+        for (int k = 0; k < 64; k++) has_nul |= want[k] == 0;
+    }
+    ck_assert(has_nul);
+    text_log log;
+    memset(&log, 0, sizeof(log));
+    nl_engine_set_stream_callback(e, on_text, &log);
+    nl_prompt p = tokens_prompt(prompt, 1);
+    nl_sampling_params sp = greedy(64);
+    uint64_t a;
+    ck_assert_int_eq(nl_engine_submit(e, &p, &sp, &a), NL_OK);
+    ck_assert_int_eq(nl_engine_run_until_done(e), NL_OK);
+    const nl_result *r;
+    ck_assert_int_eq(nl_engine_get_result(e, a, &r), NL_OK);
+    ck_assert_int_eq(memcmp(r->token_ids, want, sizeof(want)), 0);
+    /* decode renders the ids at once, the detokenizer token by token; the
+     * gap ids are no token */
+    int32_t kept[64], n_kept = 0;
+    for (int k = 0; k < 64; k++)
+        if (want[k] < 256 || want[k] >= 300) kept[n_kept++] = want[k];
+    ck_assert_int_eq(nl_engine_decode(e, kept, n_kept, &text, &len), NL_OK);
+    ck_assert_ptr_nonnull(memchr(text, 0, len));
+    ck_assert_uint_eq(r->text_len, len);
+    ck_assert_int_eq(memcmp(r->text, text, len), 0);
+    ck_assert_uint_eq(log.len, len);
+    ck_assert_int_eq(memcmp(log.text, text, len), 0);
+    free(text);
     nl_engine_close(e);
 
     /* tokenizer_config.json's add_bos_token makes <x> the post-processor's

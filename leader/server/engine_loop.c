@@ -122,7 +122,7 @@ static json_t *logprob_entries(engine_loop *loop, const nl_result *r, int32_t fr
 }
 
 static void on_stream(void *user, uint64_t request_id, const int32_t *new_ids, int32_t n_new,
-                      const char *text_delta, bool finished)
+                      const char *text_delta, size_t text_len, bool finished)
 {
     (void)new_ids;
     engine_loop *loop = user;
@@ -139,7 +139,7 @@ static void on_stream(void *user, uint64_t request_id, const int32_t *new_ids, i
     if (job->req.logprobs >= 0 && nl_engine_peek(loop->engine, request_id, &r) == NL_OK)
         lps = logprob_entries(loop, r, job->n_seen, r->n_tokens, job->req.logprobs);
     job->n_seen += n_new;
-    server_job_push(job, text_delta, lps);
+    server_job_push(job, text_delta, text_len, lps);
     /* finished has room for every request of a step (max_num_seqs). */
     if (finished && !job->finished_in_step && loop->n_finished < loop->cap_finished) {
         job->finished_in_step = true;
@@ -270,7 +270,7 @@ static void submit_job(engine_loop *loop, server_job *job)
     pthread_mutex_lock(&loop->mu);
     loop->n_active++;
     pthread_mutex_unlock(&loop->mu);
-    server_job_push(job, NULL, NULL); /* RUNNING: the reader may answer now */
+    server_job_push(job, NULL, 0, NULL); /* RUNNING: the reader may answer now */
 }
 
 static void publish_stats(engine_loop *loop)

@@ -205,13 +205,14 @@ static void sse_emit(sse_stream *s, job_update *u)
     server_job *job = s->job;
     const char *model = s->srv->model;
     bool ok = true;
-    if ((u->text && u->text[0]) || u->logprobs)
-        ok = out_take(&s->out, response_chunk(job, model, u->text, u->logprobs, NL_FINISH_NONE, &s->text_offset));
+    if (u->text_len > 0 || u->logprobs)
+        ok = out_take(&s->out, response_chunk(job, model, u->text, u->text_len, u->logprobs, NL_FINISH_NONE,
+                                              &s->text_offset));
     if (ok && u->state == JOB_DONE) {
         if (u->finish == NL_FINISH_ERROR) {
             ok = out_take(&s->out, response_error_event(&u->error));
         } else {
-            ok = out_take(&s->out, response_chunk(job, model, NULL, NULL, u->finish, &s->text_offset));
+            ok = out_take(&s->out, response_chunk(job, model, NULL, 0, NULL, u->finish, &s->text_offset));
             if (ok && job->req.include_usage) ok = out_take(&s->out, response_usage_chunk(job, model, u));
         }
         if (ok) ok = out_append(&s->out, RESPONSE_DONE_EVENT, strlen(RESPONSE_DONE_EVENT));
@@ -344,7 +345,7 @@ static enum MHD_Result handle_job(http_server *srv, struct MHD_Connection *c, ap
     out_buf text = {0};
     json_t *entries = json_array();
     for (;;) {
-        if (u.text) out_append(&text, u.text, strlen(u.text));
+        if (u.text) out_append(&text, u.text, u.text_len);
         if (u.logprobs) json_array_extend(entries, u.logprobs);
         if (u.state == JOB_DONE) break;
         job_update_clear(&u);
@@ -359,7 +360,7 @@ static enum MHD_Result handle_job(http_server *srv, struct MHD_Connection *c, ap
     if (u.finish == NL_FINISH_ERROR || (u.finish == NL_FINISH_ABORT && u.error.status))
         ok = reply_error(c, &u.error);
     else
-        ok = reply(c, 200, "application/json", response_body(job, srv->model, text.data, entries, &u));
+        ok = reply(c, 200, "application/json", response_body(job, srv->model, text.data, text.len, entries, &u));
     free(text.data);
     json_decref(entries);
     job_update_clear(&u);
