@@ -11,8 +11,6 @@
 #include "common/status.h"
 #include "leader/modelgen/demo_model.h"
 #include "leader/tokenizer/tokenizer.h"
-#include "leader/tokenizer/tokenizer_internal.h"
-#include "leader/tokenizer/tokenizer_utf8.h"
 #include "nanollm.h"
 
 struct nl_tokenizer {
