@@ -47,9 +47,10 @@ static void timed_destroy(runner *r)
 
 static const runner_ops timed_ops = {.execute = timed_execute, .destroy = timed_destroy};
 
-static void noop_stream(void *user, uint64_t id, const int32_t *ids, int32_t n, const char *text, bool fin)
+static void noop_stream(void *user, uint64_t id, const int32_t *ids, int32_t n, const char *text, size_t len,
+                        bool fin)
 {
-    (void)user; (void)id; (void)ids; (void)n; (void)text; (void)fin;
+    (void)user; (void)id; (void)ids; (void)n; (void)text; (void)len; (void)fin;
 }
 
 int main(int argc, char **argv)

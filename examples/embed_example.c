@@ -14,12 +14,12 @@
 #include <nanollm.h>
 
 static void on_tokens(void *user, uint64_t request_id, const int32_t *new_ids, int32_t n_new,
-                      const char *text_delta, bool finished)
+                      const char *text_delta, size_t text_len, bool finished)
 {
     uint64_t *streamed = user;
     (void)new_ids;
     if (request_id == 1) {
-        fputs(text_delta, stdout);
+        fwrite(text_delta, 1, text_len, stdout);
         if (finished) fputc('\n', stdout);
     }
     *streamed += (uint64_t)n_new;

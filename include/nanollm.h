@@ -217,6 +217,7 @@ typedef struct nl_result {
     const int32_t *token_ids;           /* generated ids, n_tokens of them  */
     int32_t n_tokens;
     const char *text;                   /* NULL without a tokenizer         */
+    size_t text_len;                    /* its bytes (it may hold U+0000)   */
     nl_finish_reason finish_reason;
     int32_t prompt_tokens;
     int32_t cached_tokens;              /* prompt tokens served from cache  */
@@ -233,14 +234,16 @@ typedef struct nl_result {
 typedef struct nl_engine nl_engine;
 
 /* Called once a step for each request that produced tokens.  text_delta
- * holds only complete UTF-8 (a token ending mid-character waits); new_ids and
- * text_delta are valid during the call.  finished is true on a request's
+ * holds only complete UTF-8 (a token ending mid-character waits), text_len
+ * bytes of it plus a terminating NUL (the text may hold U+0000, so use
+ * text_len); new_ids and text_delta are valid during the call.  finished is true on a request's
  * last delta when it stops by itself (stop, length); an aborted or failed
  * request gets no further delta, only its final callback.  See "Threads"
  * above for what the callback may call. */
 typedef void (*nl_stream_callback)(void *user, uint64_t request_id,
                                    const int32_t *new_ids, int32_t n_new,
-                                   const char *text_delta, bool finished);
+                                   const char *text_delta, size_t text_len,
+                                   bool finished);
 
 /* Called exactly once for every request that was accepted by a submit, when
  * it ends: finished by itself (STOP, LENGTH), aborted (ABORT) or failed
@@ -368,14 +371,17 @@ void nl_engine_release(nl_engine *engine, uint64_t request_id);
  * thread; it waits for a step in progress. */
 nl_status nl_engine_check(nl_engine *engine);
 
-/* Tokenizer access (needs tokenizer.json in the model directory).  encode
- * reads NUL-terminated text; *ids is malloc'd and the caller frees it with
- * free().  decode skips special tokens; *text is malloc'd, NUL-terminated,
- * and the caller frees it with free().  On failure the outputs are NULL. */
-nl_status nl_engine_encode(nl_engine *engine, const char *text,
-                           int32_t **ids, int32_t *n_ids);
+/* Tokenizer access (needs tokenizer.json in the model directory), as
+ * nl_tokenizer_encode() and nl_tokenizer_decode() below.  encode reads len
+ * bytes of UTF-8 text (which may hold U+0000) with nl_encode_flags;
+ * *ids is malloc'd and the caller frees it with free().  decode skips
+ * special tokens; *text is malloc'd, *len bytes plus a terminating NUL (the
+ * text itself may hold U+0000, so use *len), and the caller frees it with
+ * free().  On failure the outputs are NULL and 0. */
+nl_status nl_engine_encode(nl_engine *engine, const char *text, size_t len,
+                           uint32_t flags, int32_t **ids, int32_t *n_ids);
 nl_status nl_engine_decode(nl_engine *engine, const int32_t *ids,
-                           int32_t n_ids, char **text);
+                           int32_t n_ids, char **text, size_t *len);
 
 /* Ctrl-C: SIGKILLs the worker processes of every engine open in this
  * process.  Async-signal-safe (no locks, no allocation), for a SIGINT or

@@ -11,7 +11,11 @@
  *   files, --chat takes --system;
  * - mkmodel refuses an occupied --out with 2, and copies the tokenizer it
  *   finds unless --no-tokenizer or the vocabulary is too small for it;
- * - detokenize writes U+0000 (it used to stop at it).
+ * - detokenize writes U+0000 (it used to stop at it);
+ * - tokenize adds the tokenizer's special tokens as Hugging Face's encode
+ *   does (the post-processor, or tokenizer_config.json's add_bos_token and
+ *   add_eos_token), and none with --no-add-special-tokens, for the real
+ *   Llama 3 and Qwen3 tokenizers (each skipped when absent).
  * The engine runs use the built-in demo model on the CPU; they are skipped
  * without the Qwen3 tokenizer.
  */
@@ -509,6 +513,81 @@ START_TEST(test_detokenize_nul)
 }
 END_TEST
 
+/* A folder holding src's tokenizer.json (linked) and a tokenizer_config.json
+ * of our own: the same tokenizer with other add_*_token settings. */
+static const char *tokenizer_variant(const char *src, const char *name, const char *config)
+{
+    static char dirs[4][512];
+    static int k;
+    char *dir = dirs[k++ % 4];
+    snprintf(dir, sizeof dirs[0], "%s", path_in(name));
+    ck_assert_int_eq(mkdir(dir, 0755), 0);
+    char from[4200], to[4200];
+    snprintf(from, sizeof from, "%s/tokenizer.json", src);
+    snprintf(to, sizeof to, "%s/tokenizer.json", dir);
+    ck_assert_int_eq(symlink(from, to), 0);
+    snprintf(to, sizeof to, "%s/tokenizer_config.json", dir);
+    write_bytes(to, config, strlen(config));
+    return dir;
+}
+
+/* tokenize's ids for text with the tokenizer in dir and one option (or NULL). */
+static const char *tokenize_with(const char *dir, const char *option, const char *text)
+{
+    write_bytes(path_in("special-text"), text, strlen(text));
+    const char *args[] = {"--model", dir, "tokenize", option, NULL};
+    int rc = launch(args, path_in("special-text"));
+    ck_assert_msg(rc == 0, "tokenize exit %d: %s", rc, err_text);
+    return out_text;
+}
+
+/* The ids are Hugging Face's: "Hello" 9906 and " world" 1917 in Llama 3,
+ * 9707 and 1879 in Qwen3; <|begin_of_text|> 128000, <|eot_id|> 128009,
+ * <|im_end|> 151645. */
+START_TEST(test_tokenize_special_tokens)
+{
+    char llama[4096], file[4200];
+    const char *env = getenv("NANOLLM_LLAMA3_TOKENIZER_DIR");
+    if (env && env[0]) snprintf(llama, sizeof llama, "%s", env);
+    else snprintf(llama, sizeof llama, "%s/.cache/nanollm/tokenizer-llama3", getenv("HOME"));
+    snprintf(file, sizeof file, "%s/tokenizer.json", llama);
+    if (access(file, R_OK) != 0) {
+        fprintf(stderr, "%s: no Llama 3 tokenizer, skipped\n", __func__);
+    } else {
+        ck_assert_str_eq(tokenize_with(llama, NULL, "Hello world"), "[128000, 9906, 1917]\n");
+        ck_assert_str_eq(tokenize_with(llama, "--no-add-special-tokens", "Hello world"), "[9906, 1917]\n");
+        const char *no_bos = tokenizer_variant(llama, "llama-no-bos",
+            "{\"bos_token\": \"<|begin_of_text|>\", \"eos_token\": \"<|eot_id|>\", \"add_bos_token\": false}");
+        ck_assert_str_eq(tokenize_with(no_bos, NULL, "Hello world"), "[9906, 1917]\n");
+        const char *eos = tokenizer_variant(llama, "llama-eos",
+            "{\"bos_token\": {\"content\": \"<|begin_of_text|>\"}, \"eos_token\": \"<|eot_id|>\", "
+            "\"add_eos_token\": true}");
+        ck_assert_str_eq(tokenize_with(eos, NULL, "Hello world"), "[128000, 9906, 1917, 128009]\n");
+        ck_assert_str_eq(tokenize_with(eos, "--no-add-special-tokens", "Hello world"), "[9906, 1917]\n");
+        const char *bad = tokenizer_variant(llama, "llama-bad", "{\"add_bos_token\": true}");
+        write_bytes(path_in("special-text"), "x", 1);
+        ck_assert_int_eq(launch((const char *[]){"--model", bad, "tokenize", NULL}, path_in("special-text")), 2);
+        ck_assert_msg(strstr(err_text, "\"add_bos_token\" is true but \"bos_token\" names no token"), "%s",
+                      err_text);
+    }
+    if (!have_tokenizer()) {
+        fprintf(stderr, "%s: no Qwen3 tokenizer, skipped\n", __func__);
+        return;
+    }
+    char qwen[4096];
+    env = getenv("NANOLLM_TOKENIZER_DIR");
+    if (env && env[0]) snprintf(qwen, sizeof qwen, "%s", env);
+    else snprintf(qwen, sizeof qwen, "%s/.cache/nanollm/tokenizer-qwen3", getenv("HOME"));
+    /* Qwen3 says add_bos_token false and has no bos_token: nothing is added. */
+    ck_assert_str_eq(tokenize_with(qwen, NULL, "Hello world"), "[9707, 1879]\n");
+    ck_assert_str_eq(tokenize_with(qwen, "--no-add-special-tokens", "Hello world"), "[9707, 1879]\n");
+    const char *qeos = tokenizer_variant(qwen, "qwen-eos",
+        "{\"add_bos_token\": false, \"bos_token\": null, \"eos_token\": \"<|im_end|>\", \"add_eos_token\": true}");
+    ck_assert_str_eq(tokenize_with(qeos, NULL, "Hello world"), "[9707, 1879, 151645]\n");
+    ck_assert_str_eq(tokenize_with(qeos, "--no-add-special-tokens", "Hello world"), "[9707, 1879]\n");
+}
+END_TEST
+
 int main(void)
 {
     snprintf(tmp_root, sizeof tmp_root, "%s/nl-cli-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
@@ -537,6 +616,7 @@ int main(void)
     tcase_add_test(run, test_mkmodel_occupied_out);
     tcase_add_test(run, test_mkmodel_tokenizer);
     tcase_add_test(run, test_detokenize_nul);
+    tcase_add_test(run, test_tokenize_special_tokens);
     suite_add_tcase(s, run);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

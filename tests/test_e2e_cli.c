@@ -525,6 +525,107 @@ START_TEST(test_llama_text_prompt)
 }
 END_TEST
 
+/* A model whose tokenizer is bytes (id = byte, GPT-2's byte alphabet):
+ * sampled text holds U+0000 wherever id 0 was drawn, and the batch output
+ * writes it as "\u0000" -- in the text, and in the completions logprobs'
+ * tokens and top_logprobs keys -- rather than cutting the string there. */
+START_TEST(test_batch_text_with_nul)
+{
+    char tok[300], path[400], dir[300], in_path[300], out_path[300];
+    snprintf(tok, sizeof tok, "%s/bytes-tok", tmp_root);
+    ck_assert_int_eq(mkdir(tok, 0755), 0);
+    snprintf(path, sizeof path, "%s/tokenizer.json", tok);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("{\"added_tokens\": [], \"normalizer\": null, \"pre_tokenizer\": {\"type\": \"ByteLevel\"},"
+          " \"decoder\": {\"type\": \"ByteLevel\"}, \"model\": {\"type\": \"BPE\", \"merges\": [], \"vocab\": {", f);
+    int next = 256;
+    for (int b = 0; b < 256; b++) {
+        bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+        fprintf(f, "%s\"\\u%04x\": %d", b ? ", " : "", printable ? b : next++, b);
+    }
+    fputs("}}}", f);
+    ck_assert_int_eq(fclose(f), 0);
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", tok);
+    write_file(path, "{}");
+    snprintf(dir, sizeof dir, "%s/bytes-model", tmp_root);
+    int rc = launch((const char *[]){"mkmodel", "--vocab", "256", "--layers", "1", "--hidden", "16", "--inter",
+                                     "16", "--heads", "2", "--kv-heads", "1", "--head-dim", "8", "--tokenizer",
+                                     tok, "--out", dir, NULL},
+                    NULL);
+    ck_assert_msg(rc == 0, "mkmodel exit %d: %s", rc, err_text);
+
+    /* Each seed twice: the native line gives the ids, the OpenAI line the
+     * same draw's token texts. */
+    enum { N = 12, STEPS = 48 };
+    char lines[N * 2 * 300] = "";
+    size_t at = 0;
+    for (int i = 0; i < N; i++) {
+        at += (size_t)snprintf(lines + at, sizeof lines - at,
+                               "{\"prompt\": \"ab\", \"max_tokens\": %d, \"ignore_eos\": true, \"temperature\": 1,"
+                               " \"seed\": %d, \"logprobs\": 20}\n"
+                               "{\"custom_id\": \"o%d\", \"method\": \"POST\", \"url\": \"/v1/completions\", "
+                               "\"body\": {\"prompt\": \"ab\", \"max_tokens\": %d, \"ignore_eos\": true, "
+                               "\"temperature\": 1, \"seed\": %d, \"logprobs\": 20}}\n",
+                               STEPS, i, i, STEPS, i);
+    }
+    snprintf(in_path, sizeof in_path, "%s/nul.jsonl", tmp_root);
+    write_file(in_path, lines);
+    snprintf(out_path, sizeof out_path, "%s/nul_out.jsonl", tmp_root);
+    rc = launch((const char *[]){"--model", dir, "--device", "cpu", "--num-kv-blocks", "64", "--max-model-len",
+                                 "64", "batch", "--input", in_path, "--output", out_path, NULL},
+                NULL);
+    ck_assert_msg(rc == 0, "batch exit %d: %s", rc, err_text);
+    f = fopen(out_path, "r");
+    ck_assert_ptr_nonnull(f);
+    int nul_ids = 0, nul_keys = 0;
+    static char line[1 << 20];
+    for (int i = 0; i < N; i++) {
+        json_error_t e;
+        ck_assert_ptr_nonnull(fgets(line, sizeof line, f));
+        json_t *native = json_loads(line, JSON_ALLOW_NUL, &e);
+        ck_assert_msg(native != NULL, "%s", e.text);
+        ck_assert_ptr_nonnull(fgets(line, sizeof line, f));
+        /* jansson reads no NUL in a key: the top_logprobs key "\u0000"
+         * becomes "NUL" here, counted */
+        for (char *k = line; (k = strstr(k, "\"\\u0000\":")) != NULL; nul_keys++)
+            memcpy(k, "\"NUL\"   :", 9);
+        json_t *openai = json_loads(line, JSON_ALLOW_NUL, &e);
+        ck_assert_msg(openai != NULL, "%s", e.text);
+        json_t *ids = json_object_get(native, "token_ids"), *text = json_object_get(native, "text");
+        json_t *choice = json_array_get(json_object_get(json_object_get(json_object_get(openai, "response"),
+                                                                         "body"), "choices"), 0);
+        json_t *lp = json_object_get(choice, "logprobs");
+        json_t *tokens = json_object_get(lp, "tokens"), *tops = json_object_get(lp, "top_logprobs");
+        ck_assert_int_eq((int)json_array_size(ids), STEPS);
+        ck_assert_int_eq((int)json_array_size(tokens), STEPS);
+        /* Byte 0 stands alone in UTF-8: one U+0000 in the text per id 0. */
+        int zeros = 0, in_text = 0;
+        for (int k = 0; k < STEPS; k++) {
+            bool zero = json_integer_value(json_array_get(ids, k)) == 0;
+            zeros += zero;
+            json_t *t = json_array_get(tokens, k);
+            ck_assert_int_eq(json_string_length(t) == 1 && json_string_value(t)[0] == '\0', zero);
+            /* the alternatives are the native line's top ids, keyed by text */
+            json_t *alts = json_object_get(json_array_get(json_object_get(native, "logprobs"), k), "top");
+            bool zero_alt = false;
+            for (size_t j = 0; j < json_array_size(alts); j++)
+                zero_alt |= json_integer_value(json_array_get(json_array_get(alts, j), 0)) == 0;
+            ck_assert_int_eq(json_object_get(json_array_get(tops, k), "NUL") != NULL, zero_alt);
+        }
+        for (size_t j = 0; j < json_string_length(text); j++) in_text += json_string_value(text)[j] == '\0';
+        ck_assert_int_eq(in_text, zeros);
+        ck_assert(json_equal(json_object_get(choice, "text"), text));
+        nul_ids += zeros;
+        json_decref(native);
+        json_decref(openai);
+    }
+    fclose(f);
+    ck_assert_msg(nul_ids > 0, "no draw sampled id 0: pick other seeds");
+    ck_assert_msg(nul_keys > 0, "no top_logprobs held id 0: pick other seeds");
+}
+END_TEST
+
 /* 0 success, 1 runtime failure, 2 bad usage or bad input files. */
 START_TEST(test_exit_codes)
 {
@@ -887,6 +988,7 @@ int main(void)
     tcase_add_test(tc, test_generate_demo_notice);
     tcase_add_test(tc, test_tokenize_round_trip);
     tcase_add_test(tc, test_llama_text_prompt);
+    tcase_add_test(tc, test_batch_text_with_nul);
     tcase_add_test(tc, test_exit_codes);
     tcase_add_loop_test(tc, test_kill_worker, 0, KILL_TP);
     tcase_add_test(tc, test_kill_leader);

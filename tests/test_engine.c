@@ -264,7 +264,7 @@ START_TEST(test_submit_validation)
     pt.text = "hello";
     ck_assert_int_eq(nl_engine_submit(e, &pt, &sp, &id), NL_ERR_UNSUPPORTED);
     int32_t *enc; int32_t n_enc;
-    ck_assert_int_eq(nl_engine_encode(e, "hi", &enc, &n_enc), NL_ERR_UNSUPPORTED);
+    ck_assert_int_eq(nl_engine_encode(e, "hi", 2, NL_ENCODE_DEFAULT, &enc, &n_enc), NL_ERR_UNSUPPORTED);
     nl_engine_close(e);
 
     /* A request that needs more blocks than the whole pool. */
@@ -356,13 +356,14 @@ typedef struct stream_log {
 } stream_log;
 
 static void on_stream(void *user, uint64_t id, const int32_t *new_ids, int32_t n_new,
-                      const char *text_delta, bool finished)
+                      const char *text_delta, size_t text_len, bool finished)
 {
     stream_log *log = user;
     log->calls++;
     ck_assert_uint_le(id, 4);
     ck_assert_int_eq(log->finished[id - 1], 0);
     ck_assert_ptr_nonnull(text_delta);
+    ck_assert_uint_eq(text_len, strlen(text_delta));
     for (int32_t i = 0; i < n_new; i++) log->ids[id - 1][log->n[id - 1]++] = new_ids[i];
     if (finished) log->finished[id - 1] = 1;
 }
@@ -412,7 +413,7 @@ typedef struct abort_ctx {
 } abort_ctx;
 
 static void abort_on_third(void *user, uint64_t id, const int32_t *new_ids, int32_t n_new,
-                           const char *text_delta, bool finished)
+                           const char *text_delta, size_t text_len, bool finished)
 {
     abort_ctx *a = user;
     if (id == 1 && ++a->seen == 3) ck_assert_int_eq(nl_engine_abort(a->e, 1), NL_OK);
@@ -505,9 +506,10 @@ typedef struct peek_log {
 } peek_log;
 
 static void on_peek(void *user, uint64_t id, const int32_t *new_ids, int32_t n_new, const char *text,
-                    bool finished)
+                    size_t text_len, bool finished)
 {
     (void)text;
+    (void)text_len;
     peek_log *log = user;
     const nl_result *r;
     log->calls++;
@@ -708,10 +710,10 @@ typedef struct text_log {
 } text_log;
 
 static void on_text(void *user, uint64_t id, const int32_t *new_ids, int32_t n_new,
-                    const char *text_delta, bool finished)
+                    const char *text_delta, size_t text_len, bool finished)
 {
     text_log *log = user;
-    size_t n = strlen(text_delta);
+    size_t n = text_len;
     ck_assert_uint_lt(log->len + n, sizeof(log->text));
     memcpy(log->text + log->len, text_delta, n);
     log->len += n;
@@ -741,14 +743,16 @@ START_TEST(test_text_and_stop_strings)
     const nl_result *r;
     ck_assert_int_eq(nl_engine_get_result(e, a, &r), NL_OK);
     int32_t *ids; int32_t n;
-    ck_assert_int_eq(nl_engine_encode(e, "The quick brown fox", &ids, &n), NL_OK);
+    ck_assert_int_eq(nl_engine_encode(e, "The quick brown fox", 19, NL_ENCODE_DEFAULT, &ids, &n), NL_OK);
     ck_assert_int_eq(r->prompt_tokens, n);
     int32_t want[40];
     reference(ids, n, 40, 151643, want);
     free(ids);
     ck_assert_int_eq(memcmp(r->token_ids, want, sizeof(want)), 0);
     char *decoded;
-    ck_assert_int_eq(nl_engine_decode(e, r->token_ids, r->n_tokens, &decoded), NL_OK);
+    size_t decoded_len;
+    ck_assert_int_eq(nl_engine_decode(e, r->token_ids, r->n_tokens, &decoded, &decoded_len), NL_OK);
+    ck_assert_uint_eq(decoded_len, strlen(decoded));
     ck_assert_str_eq(r->text, decoded);
     ck_assert_str_eq(log.text, decoded);
     /* A stop string from the middle of that text: the same prompt now ends
@@ -888,7 +892,8 @@ START_TEST(test_tokens_without_text)
     }
     ck_assert_int_gt(n_gap, 0);
     char *text;
-    ck_assert_int_eq(nl_engine_decode(e, kept, n_kept, &text), NL_OK); /* skips <x> */
+    size_t text_len;
+    ck_assert_int_eq(nl_engine_decode(e, kept, n_kept, &text, &text_len), NL_OK); /* skips <x> */
     ck_assert_str_eq(r->text, text);
     free(text);
 
@@ -902,6 +907,98 @@ START_TEST(test_tokens_without_text)
                   nl_last_error());
     nl_engine_close(e);
     char path[4200];
+    snprintf(path, sizeof(path), "%s/tokenizer.json", dir);
+    unlink(path);
+    rmdir(dir);
+}
+END_TEST
+
+/* Text may hold U+0000: encode reads a length and decode returns one, so
+ * nothing is cut at the NUL (the gapped tokenizer's ids are the bytes); and
+ * encode's flags reach the tokenizer. */
+START_TEST(test_encode_decode_nul)
+{
+    char dir[] = "/tmp/nl_engine_tok_XXXXXX";
+    tokenizer *t = load_gapped_tokenizer(dir);
+    nl_engine *e = open_fake(64, 4096, NULL, 0, 0, t, 301);
+    int32_t *ids = NULL, n = 0;
+    ck_assert_int_eq(nl_engine_encode(e, "A\0B", 3, NL_ENCODE_DEFAULT, &ids, &n), NL_OK);
+    ck_assert_int_eq(n, 3);
+    ck_assert_int_eq(ids[0], 'A');
+    ck_assert_int_eq(ids[1], 0);
+    ck_assert_int_eq(ids[2], 'B');
+    free(ids);
+    ck_assert_int_eq(nl_engine_encode(e, "A", 1, 1u << 7, &ids, &n), NL_ERR_INVALID_ARG);
+    ck_assert_ptr_null(ids);
+    char *text = NULL;
+    size_t len = 99;
+    const int32_t nul[] = {'A', 0, 300, 'B', 0};
+    ck_assert_int_eq(nl_engine_decode(e, nul, 5, &text, &len), NL_OK); /* skips <x> */
+    ck_assert_uint_eq(len, 4);
+    ck_assert_int_eq(memcmp(text, "A\0B\0", 5), 0); /* and the terminating NUL */
+    free(text);
+    ck_assert_int_eq(nl_engine_decode(e, nul, -1, &text, &len), NL_ERR_INVALID_ARG);
+    ck_assert_ptr_null(text);
+    ck_assert_uint_eq(len, 0);
+
+    /* Generated text: a prompt whose continuation samples byte 0 (the
+     * fake runner's tokens are a hash of the sequence) keeps it in the
+     * result's text_len and in the stream's deltas. */
+    int32_t prompt[1], want[64];
+    bool has_nul = false;
+    for (prompt[0] = 1; !has_nul && prompt[0] < 200; prompt[0] += has_nul ? 0 : 1) {
+        reference(prompt, 1, 64, 301, want);
+        for (int k = 0; k < 64; k++) has_nul |= want[k] == 0;
+    }
+    ck_assert(has_nul);
+    text_log log;
+    memset(&log, 0, sizeof(log));
+    nl_engine_set_stream_callback(e, on_text, &log);
+    nl_prompt p = tokens_prompt(prompt, 1);
+    nl_sampling_params sp = greedy(64);
+    uint64_t a;
+    ck_assert_int_eq(nl_engine_submit(e, &p, &sp, &a), NL_OK);
+    ck_assert_int_eq(nl_engine_run_until_done(e), NL_OK);
+    const nl_result *r;
+    ck_assert_int_eq(nl_engine_get_result(e, a, &r), NL_OK);
+    ck_assert_int_eq(memcmp(r->token_ids, want, sizeof(want)), 0);
+    /* decode renders the ids at once, the detokenizer token by token; the
+     * gap ids are no token */
+    int32_t kept[64], n_kept = 0;
+    for (int k = 0; k < 64; k++)
+        if (want[k] < 256 || want[k] >= 300) kept[n_kept++] = want[k];
+    ck_assert_int_eq(nl_engine_decode(e, kept, n_kept, &text, &len), NL_OK);
+    ck_assert_ptr_nonnull(memchr(text, 0, len));
+    ck_assert_uint_eq(r->text_len, len);
+    ck_assert_int_eq(memcmp(r->text, text, len), 0);
+    ck_assert_uint_eq(log.len, len);
+    ck_assert_int_eq(memcmp(log.text, text, len), 0);
+    free(text);
+    nl_engine_close(e);
+
+    /* tokenizer_config.json's add_bos_token makes <x> the post-processor's
+     * first token; NL_ENCODE_NO_ADD_SPECIAL (the server's
+     * add_special_tokens false) leaves it out. */
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/tokenizer_config.json", dir);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("{\"bos_token\": \"<x>\", \"add_bos_token\": true}", f);
+    ck_assert_int_eq(fclose(f), 0);
+    t = NULL;
+    ck_assert_msg(tokenizer_load(dir, &t) == NL_OK, "%s", nl_last_error());
+    e = open_fake(64, 4096, NULL, 0, 0, t, 301);
+    ck_assert_int_eq(nl_engine_encode(e, "A", 1, NL_ENCODE_DEFAULT, &ids, &n), NL_OK);
+    ck_assert_int_eq(n, 2);
+    ck_assert_int_eq(ids[0], 300);
+    ck_assert_int_eq(ids[1], 'A');
+    free(ids);
+    ck_assert_int_eq(nl_engine_encode(e, "A", 1, NL_ENCODE_NO_ADD_SPECIAL, &ids, &n), NL_OK);
+    ck_assert_int_eq(n, 1);
+    ck_assert_int_eq(ids[0], 'A');
+    free(ids);
+    nl_engine_close(e);
+    unlink(path);
     snprintf(path, sizeof(path), "%s/tokenizer.json", dir);
     unlink(path);
     rmdir(dir);
@@ -928,6 +1025,7 @@ int main(void)
     tcase_add_test(tc, test_log_callback_and_level);
     tcase_add_test(tc, test_text_and_stop_strings);
     tcase_add_test(tc, test_tokens_without_text);
+    tcase_add_test(tc, test_encode_decode_nul);
     suite_add_tcase(s, tc);
     return check_run(s);
 }

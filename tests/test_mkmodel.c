@@ -594,6 +594,71 @@ START_TEST(test_cli)
 END_TEST
 
 
+/* --arch of another family brings that family's defaults (the released
+ * models' config.json values: Meta-Llama-3-8B theta 500000, eps 1e-5,
+ * plain rope, vocab 128256; Qwen3 theta 1e6, eps 1e-6, vocab 151936),
+ * never the preset's; within a family the preset's stay, and --rope-theta
+ * and --rms-eps override either. */
+START_TEST(test_cli_arch_family)
+{
+    char args[512];
+    nl_model_config cfg;
+    const char *small = "--layers 1 --hidden 16 --inter 16 --heads 2 --kv-heads 1 --head-dim 8 --no-tokenizer";
+    snprintf(args, sizeof args, "--out %s --preset qwen3-0.6b --arch llama %s", sub("ql"), small);
+    ck_assert_int_eq(run_cli(args), 0);
+    st_close(open_checked(sub("ql"), &cfg));
+    ck_assert_int_eq(cfg.arch, NL_ARCH_LLAMA);
+    ck_assert_float_eq(cfg.rope_theta, 500000.0f);
+    ck_assert_float_eq(cfg.rms_norm_eps, 1e-5f);
+    ck_assert_int_eq(cfg.rope_scaling.type, NL_ROPE_DEFAULT);
+    ck_assert_int_eq(cfg.vocab_size, 128256);
+    ck_assert_int_eq(cfg.bos_token_id, 128000);
+    ck_assert(!cfg.attention_bias);
+    ck_assert(cfg.tie_word_embeddings); /* the preset's shape stays */
+
+    snprintf(args, sizeof args, "--out %s --preset llama3.1-8b --arch qwen3 %s", sub("lq"), small);
+    ck_assert_int_eq(run_cli(args), 0);
+    st_close(open_checked(sub("lq"), &cfg));
+    ck_assert_int_eq(cfg.arch, NL_ARCH_QWEN3);
+    ck_assert_float_eq(cfg.rope_theta, 1000000.0f);
+    ck_assert_float_eq(cfg.rms_norm_eps, 1e-6f);
+    ck_assert_int_eq(cfg.rope_scaling.type, NL_ROPE_DEFAULT);
+    ck_assert_int_eq(cfg.vocab_size, 151936);
+    ck_assert_int_eq(cfg.bos_token_id, 151643);
+    ck_assert(!cfg.tie_word_embeddings);
+
+    snprintf(args, sizeof args, "--out %s --preset llama3.1-8b --arch llama --vocab 512 %s", sub("ll"), small);
+    ck_assert_int_eq(run_cli(args), 0);
+    st_close(open_checked(sub("ll"), &cfg));
+    ck_assert_float_eq(cfg.rope_theta, 500000.0f);
+    ck_assert_int_eq(cfg.rope_scaling.type, NL_ROPE_LLAMA3);
+    ck_assert_float_eq(cfg.rope_scaling.factor, 8.0f);
+
+    snprintf(args, sizeof args, "--out %s --arch qwen2 --vocab 512 %s", sub("q2"), small);
+    ck_assert_int_eq(run_cli(args), 0);
+    st_close(open_checked(sub("q2"), &cfg));
+    ck_assert_int_eq(cfg.arch, NL_ARCH_QWEN2);
+    ck_assert(cfg.attention_bias);
+    ck_assert_float_eq(cfg.rope_theta, 1000000.0f);
+
+    snprintf(args, sizeof args, "--out %s --arch llama --rope-theta 12345 --rms-eps 1e-4 --vocab 512 %s",
+             sub("lo"), small);
+    ck_assert_int_eq(run_cli(args), 0);
+    st_close(open_checked(sub("lo"), &cfg));
+    ck_assert_float_eq(cfg.rope_theta, 12345.0f);
+    ck_assert_float_eq(cfg.rms_norm_eps, 1e-4f);
+    /* Llama's two end ids past a 512-token vocabulary become one, not two
+     * copies of the last id. */
+    ck_assert_int_eq(cfg.n_eos, 1);
+    ck_assert_int_eq(cfg.eos_token_ids[0], 511);
+    snprintf(args, sizeof args, "--out %s --rope-theta 0", sub("x"));
+    ck_assert_int_eq(run_cli(args), 2);
+    snprintf(args, sizeof args, "--out %s --rms-eps 2", sub("x"));
+    ck_assert_int_eq(run_cli(args), 2);
+    ck_assert(!exists(sub("x")));
+}
+END_TEST
+
 START_TEST(test_demo_model)
 {
     /* A stand-in tokenizer: the demo copies the files, it does not parse them. */
@@ -659,6 +724,7 @@ static Suite *mkmodel_suite(void)
     tcase_add_test(tc, test_check_reports);
     tcase_add_test(tc, test_existing_dir_and_no_leftovers);
     tcase_add_test(tc, test_cli);
+    tcase_add_test(tc, test_cli_arch_family);
     tcase_add_test(tc, test_demo_model);
     suite_add_tcase(s, tc);
     return s;

@@ -68,15 +68,15 @@ static const golden_model models[] = {
       "--heads", "8", "--kv-heads", "8", "--head-dim", "16", "--no-tie", "--max-pos", "512",
       "--shard-size", "0.2", "--seed", "14", NULL}},
     {"llama_tied_gqa", /* plain rope */
-     {"--arch", "llama", "--vocab", "1024", "--hidden", "64", "--inter", "128", "--layers", "2",
+     {"--arch", "llama", "--rope-theta", "1000000", "--rms-eps", "1e-6", "--vocab", "1024", "--hidden", "64", "--inter", "128", "--layers", "2",
       "--heads", "4", "--kv-heads", "2", "--head-dim", "16", "--tie", "--max-pos", "512",
       "--seed", "21", NULL}},
     {"llama_untied_rope3", /* wavelengths 6 (kept), 35 (smoothed), 199.. (scaled) */
-     {"--arch", "llama", "--vocab", "768", "--hidden", "96", "--inter", "192", "--layers", "2",
+     {"--arch", "llama", "--rope-theta", "1000000", "--rms-eps", "1e-6", "--vocab", "768", "--hidden", "96", "--inter", "192", "--layers", "2",
       "--heads", "8", "--kv-heads", "2", "--head-dim", "16", "--no-tie", "--max-pos", "2048",
       "--rope-llama3", "8,1,4,64", "--seed", "22", NULL}},
     {"llama_bias_mqa", /* q/k/v/o and gate/up/down biases, llama3 rope, 1 kv head */
-     {"--arch", "llama", "--attention-bias", "--mlp-bias", "--vocab", "512", "--hidden", "128",
+     {"--arch", "llama", "--rope-theta", "1000000", "--rms-eps", "1e-6", "--attention-bias", "--mlp-bias", "--vocab", "512", "--hidden", "128",
       "--inter", "256", "--layers", "2", "--heads", "4", "--kv-heads", "1", "--head-dim", "32",
       "--tie", "--max-pos", "1024", "--rope-llama3", "32,1,4,128", "--seed", "23", NULL}},
 };

@@ -143,9 +143,9 @@ static void on_final(void *user, const nl_result *r)
 }
 
 static void on_stream(void *user, uint64_t id, const int32_t *new_ids, int32_t n_new, const char *text_delta,
-                      bool finished)
+                      size_t text_len, bool finished)
 {
-    (void)id; (void)new_ids; (void)text_delta; (void)finished;
+    (void)id; (void)new_ids; (void)text_delta; (void)text_len; (void)finished;
     batch_job *j = user;
     j->output_tokens += n_new;
 }

@@ -30,10 +30,13 @@ static size_t utf8_seq_len(const unsigned char *s, size_t n)
 
 json_t *batch_json_text(const char *text)
 {
-    if (!text) text = "";
-    json_t *j = json_string(text);
+    return batch_json_textn(text ? text : "", text ? strlen(text) : 0);
+}
+
+json_t *batch_json_textn(const char *text, size_t n)
+{
+    json_t *j = json_stringn(text, n);
     if (j) return j;
-    size_t n = strlen(text);
     char *fixed = malloc(3 * n + 1);
     if (!fixed) return json_string("");
     size_t o = 0;
@@ -50,8 +53,7 @@ json_t *batch_json_text(const char *text)
             i += len;
         }
     }
-    fixed[o] = '\0';
-    j = json_string(fixed);
+    j = json_stringn(fixed, o);
     free(fixed);
     return j ? j : json_string("");
 }
@@ -73,7 +75,7 @@ static json_t *native_line(const batch_meta *m, const nl_result *r, batch_failur
     json_t *toks = json_array();
     for (int32_t k = 0; r && k < r->n_tokens; k++) json_array_append_new(toks, json_integer(r->token_ids[k]));
     json_object_set_new(o, "token_ids", toks);
-    if (has_tokenizer && r) json_object_set_new(o, "text", batch_json_text(r->text));
+    if (has_tokenizer && r) json_object_set_new(o, "text", batch_json_textn(r->text ? r->text : "", r->text_len));
     bool ok = r && (r->finish_reason == NL_FINISH_STOP || r->finish_reason == NL_FINISH_LENGTH);
     json_object_set_new(o, "finish_reason", json_string(r ? finish_name(r->finish_reason) : "error"));
     json_object_set_new(o, "prompt_tokens", json_integer(r ? r->prompt_tokens : 0));
@@ -102,8 +104,9 @@ static json_t *native_line(const batch_meta *m, const nl_result *r, batch_failur
 static json_t *token_text(nl_engine *engine, bool has_tokenizer, int32_t id)
 {
     char *text = NULL;
-    if (has_tokenizer && nl_engine_decode(engine, &id, 1, &text) == NL_OK) {
-        json_t *j = batch_json_text(text);
+    size_t len = 0;
+    if (has_tokenizer && nl_engine_decode(engine, &id, 1, &text, &len) == NL_OK) {
+        json_t *j = batch_json_textn(text, len);
         free(text);
         return j;
     }
@@ -122,7 +125,7 @@ static json_t *completion_logprobs(const nl_result *r, nl_engine *engine, bool h
         json_t *top = json_object();
         for (int32_t t = 0; t < lp->n_top; t++) {
             json_t *name = token_text(engine, has_tokenizer, lp->top_ids[t]);
-            json_object_set_new(top, json_string_value(name), json_real(lp->top_logprobs[t]));
+            json_object_setn_new(top, json_string_value(name), json_string_length(name), json_real(lp->top_logprobs[t]));
             json_decref(name);
         }
         json_array_append_new(tops, top);
@@ -171,7 +174,7 @@ static json_t *openai_line(const batch_meta *m, int64_t index, const nl_result *
     snprintf(body_id, sizeof body_id, "%s-%lld", chat ? "chatcmpl" : "cmpl", (long long)index);
     json_t *choice = json_object();
     json_object_set_new(choice, "index", json_integer(0));
-    json_t *text = batch_json_text(r->text);
+    json_t *text = batch_json_textn(r->text ? r->text : "", r->text ? r->text_len : 0);
     if (chat)
         json_object_set_new(choice, "message", json_pack("{s:s, s:o}", "role", "assistant", "content", text));
     else

@@ -63,7 +63,7 @@ typedef struct timing {
 } timing;
 
 static void on_stream(void *user, uint64_t id, const int32_t *new_ids, int32_t n_new,
-                      const char *text_delta, bool finished)
+                      const char *text_delta, size_t text_len, bool finished)
 {
     (void)new_ids;
     timing *t = user;
@@ -72,7 +72,7 @@ static void on_stream(void *user, uint64_t id, const int32_t *new_ids, int32_t n
             if (t->ids[k] == id && t->first[k] == 0) t->first[k] = cli_now();
     }
     if (!t->stream) return;
-    fputs(text_delta, stdout);
+    fwrite(text_delta, 1, text_len, stdout); /* not fputs: the text may hold U+0000 */
     if (finished) fputc('\n', stdout);
     fflush(stdout);
 }
@@ -128,9 +128,10 @@ static bool read_prompt(FILE *f, const char *what, char **out)
 static void print_token_text(nl_engine *engine, int32_t id)
 {
     char *text = NULL;
-    if (nl_engine_decode(engine, &id, 1, &text) != NL_OK) return;
+    size_t len = 0;
+    if (nl_engine_decode(engine, &id, 1, &text, &len) != NL_OK) return;
     fputs("  \"", stdout);
-    for (const unsigned char *c = (const unsigned char *)text; *c; c++) {
+    for (const unsigned char *c = (const unsigned char *)text; c < (const unsigned char *)text + len; c++) {
         if (*c == '"' || *c == '\\') printf("\\%c", *c);
         else if (*c == '\n') fputs("\\n", stdout);
         else if (*c == '\t') fputs("\\t", stdout);
@@ -225,7 +226,11 @@ static int run(const nl_engine_config *config, const cli_sampling *sp, prompt_sr
             rc = 1;
             continue;
         }
-        if (n_prompts > 1) printf("=== [%d] %s\n%s\n", k + 1, prompts[k].label, r->text ? r->text : "");
+        if (n_prompts > 1) {
+            printf("=== [%d] %s\n", k + 1, prompts[k].label);
+            if (r->text) fwrite(r->text, 1, r->text_len, stdout); /* the text may hold U+0000 */
+            putchar('\n');
+        }
         print_logprobs(engine, k, r);
         fprintf(stderr, "[%d] %d prompt tokens (%d cached), %d generated, finish: %s\n", k + 1,
                 r->prompt_tokens, r->cached_tokens, r->n_tokens, finish_name(r->finish_reason));

@@ -19,7 +19,7 @@
 
 enum {
     OPT_OUT = CLI_OWN, OPT_PRESET, OPT_SEED, OPT_TOKENIZER, OPT_NO_TOKENIZER, OPT_SHARD_SIZE, OPT_ARCH,
-    OPT_TIE, OPT_NO_TIE, OPT_ATTENTION_BIAS, OPT_MLP_BIAS, OPT_ROPE_LLAMA3,
+    OPT_TIE, OPT_NO_TIE, OPT_ATTENTION_BIAS, OPT_MLP_BIAS, OPT_ROPE_LLAMA3, OPT_ROPE_THETA, OPT_RMS_EPS,
     OPT_VOCAB, OPT_HIDDEN, OPT_INTER, OPT_LAYERS, OPT_HEADS, OPT_KV, OPT_HEAD_DIM, OPT_MAX_POS, /* shapes */
 };
 #define N_SHAPES (OPT_MAX_POS - OPT_VOCAB + 1)
@@ -37,6 +37,8 @@ static const struct option options[] = {
     {"attention-bias", no_argument, NULL, OPT_ATTENTION_BIAS},
     {"mlp-bias", no_argument, NULL, OPT_MLP_BIAS},
     {"rope-llama3", required_argument, NULL, OPT_ROPE_LLAMA3},
+    {"rope-theta", required_argument, NULL, OPT_ROPE_THETA},
+    {"rms-eps", required_argument, NULL, OPT_RMS_EPS},
     {"vocab", required_argument, NULL, OPT_VOCAB},
     {"hidden", required_argument, NULL, OPT_HIDDEN},
     {"inter", required_argument, NULL, OPT_INTER},
@@ -64,9 +66,14 @@ const cli_command cli_mkmodel_command = {
     "         [--arch qwen2|qwen3|llama] [--vocab N] [--hidden N] [--inter N] [--layers N]\n"
     "         [--heads N] [--kv-heads N] [--head-dim N] [--tie|--no-tie] [--max-pos N]\n"
     "         [--attention-bias] [--mlp-bias] [--rope-llama3 FACTOR,LOW,HIGH,ORIGINAL_MAX]\n"
+    "         [--rope-theta X] [--rms-eps X]\n"
     "\n"
     "Writes a random-weight model directory (deterministic in --seed) into DIR, which must\n"
-    "not exist or be empty.  The shape options override the preset's (below).\n"
+    "not exist or be empty.  The shape options override the preset's (below).  An --arch\n"
+    "of another family than the preset's brings that family's defaults with it (vocabulary,\n"
+    "special ids, rope theta and scaling, rms eps): a Qwen preset made llama gets Llama 3's\n"
+    "theta 500000 and eps 1e-5, a Llama preset made qwen2/qwen3 gets Qwen's 1e6 and 1e-6;\n"
+    "the options after it override those in turn.\n"
     "The tokenizer files come from --tokenizer DIR, else from where the demo model's come\n"
     "from ($NANOLLM_TOKENIZER_DIR or the cache) when that tokenizer fits the vocabulary;\n"
     "a Llama model takes the Llama 3 tokenizer instead ($NANOLLM_LLAMA3_TOKENIZER_DIR or\n"
@@ -134,6 +141,7 @@ static bool occupied(const char *path)
 int cli_mkmodel(int argc, char **argv)
 {
     const char *preset = "tiny", *out = NULL, *arch = NULL, *rope_llama3 = NULL;
+    double rope_theta = 0, rms_eps = 0;
     mkmodel_options opt = {0};
     int tie = -1;
     bool no_tokenizer = false, attention_bias = false, mlp_bias = false;
@@ -156,6 +164,19 @@ int cli_mkmodel(int argc, char **argv)
         case OPT_ATTENTION_BIAS: attention_bias = true; break;
         case OPT_MLP_BIAS: mlp_bias = true; break;
         case OPT_ROPE_LLAMA3: rope_llama3 = v; break;
+        case OPT_ROPE_THETA:
+        case OPT_RMS_EPS: {
+            char *end;
+            double x = strtod(v, &end);
+            bool theta = c == OPT_ROPE_THETA;
+            if (end == v || *end || !(x > 0) || x > (theta ? 1e12 : 1.0)) {
+                ok = cli_usage_error(&p, "--%s: '%s' is not a number in (0, %s]", theta ? "rope-theta" : "rms-eps",
+                                     v, theta ? "1e12" : "1") != CLI_EXIT;
+                break;
+            }
+            *(theta ? &rope_theta : &rms_eps) = x;
+            break;
+        }
         case OPT_SEED: {
             char *end;
             errno = 0;
@@ -212,14 +233,16 @@ int cli_mkmodel(int argc, char **argv)
         return p.exit;
     }
     if (arch) {
-        if (!strcmp(arch, "qwen3")) cfg.arch = NL_ARCH_QWEN3, cfg.attention_bias = false;
-        else if (!strcmp(arch, "qwen2")) cfg.arch = NL_ARCH_QWEN2, cfg.attention_bias = true;
-        else if (!strcmp(arch, "llama")) cfg.arch = NL_ARCH_LLAMA, cfg.attention_bias = false;
+        if (!strcmp(arch, "qwen3")) mkmodel_set_arch(&cfg, NL_ARCH_QWEN3);
+        else if (!strcmp(arch, "qwen2")) mkmodel_set_arch(&cfg, NL_ARCH_QWEN2);
+        else if (!strcmp(arch, "llama")) mkmodel_set_arch(&cfg, NL_ARCH_LLAMA);
         else {
             cli_usage_error(&p, "--arch: '%s' is not qwen2, qwen3 or llama", arch);
             return p.exit;
         }
     }
+    if (rope_theta > 0) cfg.rope_theta = (float)rope_theta;
+    if (rms_eps > 0) cfg.rms_norm_eps = (float)rms_eps;
     if (attention_bias) cfg.attention_bias = true;
     if (mlp_bias) cfg.mlp_bias = true;
     if (rope_llama3) {
@@ -244,8 +267,14 @@ int cli_mkmodel(int argc, char **argv)
     /* A vocabulary smaller than Qwen's has no room for its special ids: the
      * last id becomes the end of text and there is no bos. */
     if (cfg.bos_token_id >= cfg.vocab_size) cfg.bos_token_id = -1;
-    for (int i = 0; i < cfg.n_eos; i++)
-        if (cfg.eos_token_ids[i] >= cfg.vocab_size) cfg.eos_token_ids[i] = cfg.vocab_size - 1;
+    int n_eos = 0;
+    for (int i = 0; i < cfg.n_eos; i++) {
+        int32_t id = cfg.eos_token_ids[i] < cfg.vocab_size ? cfg.eos_token_ids[i] : cfg.vocab_size - 1;
+        bool seen = false;
+        for (int k = 0; k < n_eos; k++) seen |= cfg.eos_token_ids[k] == id;
+        if (!seen) cfg.eos_token_ids[n_eos++] = id;
+    }
+    cfg.n_eos = n_eos;
     char tok_dir[4096], llama_dir[4096];
     llama_tokenizer_dir(llama_dir, sizeof llama_dir);
     const char *from = cfg.arch == NL_ARCH_LLAMA ? llama_dir : NULL;

@@ -69,11 +69,12 @@ static nl_status read_stdin(char **out, size_t *len, char *why, size_t why_cap)
     return NL_OK;
 }
 
-enum { OPT_REPLACE_INVALID = CLI_OWN, OPT_NO_SPECIAL, OPT_SKIP_SPECIAL };
+enum { OPT_REPLACE_INVALID = CLI_OWN, OPT_NO_SPECIAL, OPT_NO_ADD_SPECIAL, OPT_SKIP_SPECIAL };
 
 static const struct option tokenize_options[] = {
     {"replace-invalid", no_argument, NULL, OPT_REPLACE_INVALID},
     {"no-special", no_argument, NULL, OPT_NO_SPECIAL},
+    {"no-add-special-tokens", no_argument, NULL, OPT_NO_ADD_SPECIAL},
     {NULL, 0, NULL, 0},
 };
 
@@ -81,14 +82,18 @@ const cli_command cli_tokenize_command = {
     .name = "tokenize",
     .options = tokenize_options,
     .help =
-    "usage: nanollm-launch tokenize [--replace-invalid] [--no-special]\n"
+    "usage: nanollm-launch tokenize [--replace-invalid] [--no-special] [--no-add-special-tokens]\n"
     "\n"
     "Reads UTF-8 text on stdin and prints its token ids as a JSON array (the tokenizer of\n"
-    "--model, else the demo model's Qwen3 tokenizer).\n"
+    "--model, else the demo model's Qwen3 tokenizer).  The tokenizer's own special tokens\n"
+    "(Llama 3's <|begin_of_text|>) are added as Hugging Face's encode adds them: by the\n"
+    "tokenizer.json post-processor, or by tokenizer_config.json's add_bos_token and\n"
+    "add_eos_token where it sets them.\n"
     "\n"
     "options:\n"
-    "  --replace-invalid    invalid UTF-8 becomes U+FFFD instead of an error\n"
-    "  --no-special         special-token strings in the text are plain text\n",
+    "  --replace-invalid        invalid UTF-8 becomes U+FFFD instead of an error\n"
+    "  --no-special             special-token strings in the text are plain text\n"
+    "  --no-add-special-tokens  add none of them (Hugging Face's add_special_tokens=False)\n",
 };
 
 static const struct option detokenize_options[] = {
@@ -139,6 +144,7 @@ int cli_tokenize(const char *model_dir, int argc, char **argv)
     if (rc >= 0) return rc;
     if (seen & (1u << (OPT_REPLACE_INVALID - CLI_OWN))) flags |= NL_ENCODE_REPLACE_INVALID;
     if (seen & (1u << (OPT_NO_SPECIAL - CLI_OWN))) flags |= NL_ENCODE_NO_SPECIAL;
+    if (seen & (1u << (OPT_NO_ADD_SPECIAL - CLI_OWN))) flags |= NL_ENCODE_NO_ADD_SPECIAL;
     char *text, why[128];
     size_t len;
     nl_status st = read_stdin(&text, &len, why, sizeof why);

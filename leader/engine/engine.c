@@ -190,15 +190,17 @@ void nl_engine_set_final_callback(nl_engine *e, nl_final_callback cb, void *user
 
 /* ---- tokenizer access ----------------------------------------------------------- */
 
-nl_status nl_engine_encode(nl_engine *e, const char *text, int32_t **ids, int32_t *n_ids)
+nl_status nl_engine_encode(nl_engine *e, const char *text, size_t len, uint32_t flags, int32_t **ids,
+                           int32_t *n_ids)
 {
+    if (!ids || !n_ids) return nl_error(NL_ERR_INVALID_ARG, "encode: ids or n_ids is NULL");
     *ids = NULL;
     *n_ids = 0;
     if (!e->tok) return nl_error(NL_ERR_UNSUPPORTED, "encode: the model has no tokenizer.json");
-    if (!text) return nl_error(NL_ERR_INVALID_ARG, "encode: text is NULL");
+    if (!text && len > 0) return nl_error(NL_ERR_INVALID_ARG, "encode: text is NULL");
     size_t n = 0;
     pthread_mutex_lock(&e->tok_lock);
-    nl_status st = tokenizer_encode(e->tok, text, strlen(text), ids, &n);
+    nl_status st = tokenizer_encode_flags(e->tok, text ? text : "", len, flags, ids, &n);
     pthread_mutex_unlock(&e->tok_lock);
     if (st != NL_OK) return st;
     if (n > INT32_MAX) {
@@ -210,10 +212,12 @@ nl_status nl_engine_encode(nl_engine *e, const char *text, int32_t **ids, int32_
     return NL_OK;
 }
 
-nl_status nl_engine_decode(nl_engine *e, const int32_t *ids, int32_t n_ids, char **text)
+nl_status nl_engine_decode(nl_engine *e, const int32_t *ids, int32_t n_ids, char **text, size_t *len)
 {
+    if (!text || !len) return nl_error(NL_ERR_INVALID_ARG, "decode: text or len is NULL");
     *text = NULL;
+    *len = 0;
     if (!e->tok) return nl_error(NL_ERR_UNSUPPORTED, "decode: the model has no tokenizer.json");
     if (n_ids < 0 || (n_ids > 0 && !ids)) return nl_error(NL_ERR_INVALID_ARG, "decode: %d ids", n_ids);
-    return tokenizer_decode(e->tok, ids, (size_t)n_ids, true, text);
+    return tokenizer_decode_n(e->tok, ids, (size_t)n_ids, true, text, len);
 }

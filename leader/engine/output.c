@@ -42,7 +42,7 @@ static nl_status stream(output_processor *op, request *r, int32_t token, bool fi
     request_take_stream_text(r, finished, &text, &len);
     if (len == 0 || text + len == r->text + r->text_len) {
         /* Already NUL-terminated in the request: no copy. */
-        op->stream_cb(op->stream_user, r->seq.id, &token, 1, len ? text : "", finished);
+        op->stream_cb(op->stream_user, r->seq.id, &token, 1, len ? text : "", len, finished);
         return NL_OK;
     }
     if (len + 1 > op->stream_cap) {
@@ -55,7 +55,7 @@ static nl_status stream(output_processor *op, request *r, int32_t token, bool fi
     }
     memcpy(op->stream_buf, text, len);
     op->stream_buf[len] = '\0';
-    op->stream_cb(op->stream_user, r->seq.id, &token, 1, op->stream_buf, finished);
+    op->stream_cb(op->stream_user, r->seq.id, &token, 1, op->stream_buf, len, finished);
     return NL_OK;
 }
 

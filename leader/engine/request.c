@@ -153,6 +153,7 @@ void request_fill_result(request *r)
     res->token_ids = s->tokens + s->prompt_len;
     res->n_tokens = seq_num_output(s);
     res->text = r->detok ? (r->text ? r->text : "") : NULL;
+    res->text_len = r->detok && r->text ? r->text_len : 0;
     res->finish_reason = s->finish;
     res->prompt_tokens = s->prompt_len;
     res->cached_tokens = s->prompt_cached > 0 ? s->prompt_cached : 0;

@@ -11,8 +11,6 @@
 #include "common/status.h"
 #include "leader/modelgen/demo_model.h"
 #include "leader/tokenizer/tokenizer.h"
-#include "leader/tokenizer/tokenizer_internal.h"
-#include "leader/tokenizer/tokenizer_utf8.h"
 #include "nanollm.h"
 
 struct nl_tokenizer {
@@ -66,22 +64,7 @@ nl_status nl_tokenizer_encode(nl_tokenizer *h, const char *text, size_t len, uin
     *ids = NULL;
     *n_ids = 0;
     if (!h || (!text && len > 0)) return nl_error(NL_ERR_INVALID_ARG, "encode: tokenizer or text is NULL");
-    uint32_t known = NL_ENCODE_NO_SPECIAL | NL_ENCODE_REPLACE_INVALID | NL_ENCODE_NO_ADD_SPECIAL;
-    if (flags & ~known) return nl_error(NL_ERR_INVALID_ARG, "encode: unknown flags 0x%x", flags & ~known);
-    bool match_special = !(flags & NL_ENCODE_NO_SPECIAL);
-    bool add_special = !(flags & NL_ENCODE_NO_ADD_SPECIAL);
-    if (!(flags & NL_ENCODE_REPLACE_INVALID))
-        return tokenizer_encode_ex(h->tok, text ? text : "", len, match_special, add_special, ids,
-                                   n_ids);
-    /* One bad byte becomes the three bytes of U+FFFD. */
-    if (len > (SIZE_MAX - 1) / 3) return nl_error(NL_ERR_NOMEM, "encode: %zu bytes of text", len);
-    char *fixed = malloc(3 * len + 1);
-    if (!fixed) return nl_error(NL_ERR_NOMEM, "encode: no memory for %zu bytes", 3 * len);
-    size_t fixed_len = utf8_render_lossy((const uint8_t *)text, len, fixed);
-    nl_status st = tokenizer_encode_ex(h->tok, fixed, fixed_len, match_special, add_special, ids,
-                                       n_ids);
-    free(fixed);
-    return st;
+    return tokenizer_encode_flags(h->tok, text ? text : "", len, flags, ids, n_ids);
 }
 
 nl_status nl_tokenizer_decode(const nl_tokenizer *h, const int32_t *ids, size_t n_ids, bool skip_special,

@@ -61,6 +61,11 @@ static const preset_family llama31 = {NL_ARCH_LLAMA, 128256, 500000.0f, 1e-5f, 8
                                       128000, 3, {128001, 128008, 128009}};
 static const preset_family llama32 = {NL_ARCH_LLAMA, 128256, 500000.0f, 1e-5f, 32.0f,
                                       128000, 3, {128001, 128008, 128009}};
+/* A Llama model of a shape no Llama release has (--arch llama on a Qwen
+ * preset): Llama 3's own defaults (Meta-Llama-3-8B's config.json), plain
+ * rope, <|end_of_text|> and <|eot_id|> as end ids. */
+static const preset_family llama3 = {NL_ARCH_LLAMA, 128256, 500000.0f, 1e-5f, 0,
+                                     128000, 2, {128001, 128009}};
 
 typedef struct preset {
     const char *name;
@@ -85,6 +90,23 @@ static const preset presets[] = {
     {"llama3.1-70b", &llama31, 8192, 28672, 80, 64, 8, 128, 131072, false},
 };
 
+/* The family's part of cfg; the shape is left alone. */
+static void set_family(nl_model_config *cfg, const preset_family *f)
+{
+    cfg->arch = f->arch;
+    cfg->vocab_size = f->vocab;
+    cfg->rms_norm_eps = f->rms_norm_eps;
+    cfg->rope_theta = f->rope_theta;
+    cfg->rope_scaling = (nl_rope_scaling){0};
+    if (f->llama3_factor > 0)
+        cfg->rope_scaling = (nl_rope_scaling){.type = NL_ROPE_LLAMA3, .factor = f->llama3_factor,
+                                              .low_freq_factor = 1.0f, .high_freq_factor = 4.0f,
+                                              .original_max_position_embeddings = 8192};
+    cfg->bos_token_id = f->bos;
+    cfg->n_eos = f->n_eos;
+    for (int i = 0; i < NL_MAX_EOS; i++) cfg->eos_token_ids[i] = i < f->n_eos ? f->eos[i] : 0;
+}
+
 static const preset *find_preset(const char *name)
 {
     for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
@@ -102,10 +124,7 @@ nl_status mkmodel_preset(const char *name, nl_model_config *cfg)
             o += (size_t)snprintf(names + o, sizeof names - o, "%s%s", o ? ", " : "", *n);
         return nl_error(NL_ERR_INVALID_ARG, "unknown model preset \"%s\" (%s)", name, names);
     }
-    const preset_family *f = p->family;
     memset(cfg, 0, sizeof *cfg);
-    cfg->arch = f->arch;
-    cfg->vocab_size = f->vocab;
     cfg->hidden_size = p->hidden;
     cfg->intermediate_size = p->inter;
     cfg->num_hidden_layers = p->layers;
@@ -113,20 +132,20 @@ nl_status mkmodel_preset(const char *name, nl_model_config *cfg)
     cfg->num_key_value_heads = p->kv_heads;
     cfg->head_dim = p->head_dim;
     cfg->max_position_embeddings = p->max_pos;
-    cfg->rms_norm_eps = f->rms_norm_eps;
-    cfg->rope_theta = f->rope_theta;
-    if (f->llama3_factor > 0)
-        cfg->rope_scaling = (nl_rope_scaling){.type = NL_ROPE_LLAMA3, .factor = f->llama3_factor,
-                                              .low_freq_factor = 1.0f, .high_freq_factor = 4.0f,
-                                              .original_max_position_embeddings = 8192};
     cfg->tie_word_embeddings = p->tie;
     cfg->attention_bias = false;
     cfg->mlp_bias = false;
     cfg->dtype = NL_DTYPE_BF16;
-    cfg->bos_token_id = f->bos;
-    cfg->n_eos = f->n_eos;
-    for (int i = 0; i < f->n_eos; i++) cfg->eos_token_ids[i] = f->eos[i];
+    set_family(cfg, p->family);
     return NL_OK;
+}
+
+void mkmodel_set_arch(nl_model_config *cfg, nl_arch arch)
+{
+    bool llama = arch == NL_ARCH_LLAMA;
+    if ((cfg->arch == NL_ARCH_LLAMA) != llama) set_family(cfg, llama ? &llama3 : &qwen3);
+    cfg->arch = arch;
+    cfg->attention_bias = arch == NL_ARCH_QWEN2;
 }
 
 /* ---- the generator --------------------------------------------------------- */

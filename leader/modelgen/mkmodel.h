@@ -21,6 +21,14 @@
  * llama3 rope scaling, vocabulary and special ids). */
 nl_status mkmodel_preset(const char *name, nl_model_config *cfg);
 
+/* Makes cfg a model of arch.  Within a family (Qwen2 and Qwen3, or Llama)
+ * only the arch changes; into another family cfg takes that family's
+ * defaults -- vocabulary, bos/eos ids, rope theta and scaling, rms eps --
+ * so a Qwen shape made Llama gets Llama 3's (theta 500000, eps 1e-5, plain
+ * rope), never Qwen's, and a Llama shape made Qwen gets Qwen3's.  The shape
+ * stays.  Qwen2 has q/k/v biases, the others none. */
+void mkmodel_set_arch(nl_model_config *cfg, nl_arch arch);
+
 /* The preset names, NULL-terminated, for usage messages. */
 extern const char *const mkmodel_preset_names[];
 

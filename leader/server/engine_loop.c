@@ -104,15 +104,17 @@ static json_t *logprob_entries(engine_loop *loop, const nl_result *r, int32_t fr
     for (int32_t k = from; k < to && arr; k++) {
         const nl_token_logprob *lp = &r->logprobs[k];
         char *text = NULL;
-        if (nl_engine_decode(loop->engine, &lp->token_id, 1, &text) != NL_OK) text = NULL;
+        size_t len = 0;
+        if (nl_engine_decode(loop->engine, &lp->token_id, 1, &text, &len) != NL_OK) text = NULL;
         json_t *top = json_array();
         for (int32_t t = 0; t < lp->n_top && t < n_top; t++) {
             char *alt = NULL;
-            if (nl_engine_decode(loop->engine, &lp->top_ids[t], 1, &alt) != NL_OK) alt = NULL;
-            json_array_append_new(top, json_pack("[s,f]", alt ? alt : "", (double)lp->top_logprobs[t]));
+            size_t alt_len = 0;
+            if (nl_engine_decode(loop->engine, &lp->top_ids[t], 1, &alt, &alt_len) != NL_OK) alt = NULL;
+            json_array_append_new(top, json_pack("[s%,f]", alt ? alt : "", alt_len, (double)lp->top_logprobs[t]));
             free(alt);
         }
-        json_array_append_new(arr, json_pack("{s:s, s:i, s:f, s:o}", "token", text ? text : "", "id",
+        json_array_append_new(arr, json_pack("{s:s%, s:i, s:f, s:o}", "token", text ? text : "", len, "id",
                                              lp->token_id, "logprob", (double)lp->logprob, "top", top));
         free(text);
     }
@@ -120,7 +122,7 @@ static json_t *logprob_entries(engine_loop *loop, const nl_result *r, int32_t fr
 }
 
 static void on_stream(void *user, uint64_t request_id, const int32_t *new_ids, int32_t n_new,
-                      const char *text_delta, bool finished)
+                      const char *text_delta, size_t text_len, bool finished)
 {
     (void)new_ids;
     engine_loop *loop = user;
@@ -137,7 +139,7 @@ static void on_stream(void *user, uint64_t request_id, const int32_t *new_ids, i
     if (job->req.logprobs >= 0 && nl_engine_peek(loop->engine, request_id, &r) == NL_OK)
         lps = logprob_entries(loop, r, job->n_seen, r->n_tokens, job->req.logprobs);
     job->n_seen += n_new;
-    server_job_push(job, text_delta, lps);
+    server_job_push(job, text_delta, text_len, lps);
     /* finished has room for every request of a step (max_num_seqs). */
     if (finished && !job->finished_in_step && loop->n_finished < loop->cap_finished) {
         job->finished_in_step = true;
@@ -216,7 +218,8 @@ static void run_tokenizer_job(engine_loop *loop, server_job *job)
     json_t *reply = NULL;
     if (req->kind == API_TOKENIZE) {
         int32_t *ids = NULL, n = 0;
-        if (nl_engine_encode(loop->engine, req->prompt.text, &ids, &n) != NL_OK) {
+        if (nl_engine_encode(loop->engine, req->prompt.text, req->prompt_len, req->encode_flags, &ids, &n) !=
+            NL_OK) {
             refuse(job, 400, "invalid_request_error", "prompt", NULL, nl_last_error());
             return;
         }
@@ -227,11 +230,12 @@ static void run_tokenizer_job(engine_loop *loop, server_job *job)
                           arr);
     } else {
         char *text = NULL;
-        if (nl_engine_decode(loop->engine, req->ids, req->prompt.n_tokens, &text) != NL_OK) {
+        size_t len = 0;
+        if (nl_engine_decode(loop->engine, req->ids, req->prompt.n_tokens, &text, &len) != NL_OK) {
             refuse(job, 400, "invalid_request_error", "tokens", NULL, nl_last_error());
             return;
         }
-        reply = json_pack("{s:s}", "prompt", text);
+        reply = json_pack("{s:s%}", "prompt", text, len);
         free(text);
     }
     if (!reply) {
@@ -266,7 +270,7 @@ static void submit_job(engine_loop *loop, server_job *job)
     pthread_mutex_lock(&loop->mu);
     loop->n_active++;
     pthread_mutex_unlock(&loop->mu);
-    server_job_push(job, NULL, NULL); /* RUNNING: the reader may answer now */
+    server_job_push(job, NULL, 0, NULL); /* RUNNING: the reader may answer now */
 }
 
 static void publish_stats(engine_loop *loop)

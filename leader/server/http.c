@@ -46,6 +46,7 @@ typedef struct conn_ctx {
     char *body;
     size_t len, cap;
     bool too_large;
+    bool http11;  /* may be sent an interim 1xx response */
 } conn_ctx;
 
 /* ---- plain responses ----------------------------------------------------------- */
@@ -105,15 +106,33 @@ static int conn_fd(struct MHD_Connection *c)
     return info ? info->connect_fd : -1;
 }
 
-/* Whether the peer has closed or reset the connection.  A client does not
- * write while it waits for its response, so readable-and-hung-up means
- * gone; a pipelined next request only makes it readable. */
-static bool client_gone(int fd)
+/* Watches one request's client for going away.
+ *
+ * A peer's FIN (POLLRDHUP) alone does not say it: a client that shut down
+ * only its writing side after the request (shutdown(SHUT_WR), `nc -N`)
+ * still reads, and its response must come.  What tells a closed socket
+ * from a half-closed one is writing to it: a closed one answers with a
+ * reset, which the next look sees as POLLERR/POLLHUP.  A stream writes
+ * every chunk anyway.  A request that has written nothing yet writes one
+ * interim "100 Continue", which an HTTP/1.1 client reads past (RFC 9110
+ * 15.2: it must accept 1xx responses it did not ask for); an HTTP/1.0
+ * client must not get one, so there a FIN is left alone and a client that
+ * closed is noticed when its response is written. */
+typedef struct client_watch {
+    int fd;          /* -1: unknown, never gone              */
+    bool may_probe;  /* nothing of the response written yet, HTTP/1.1 */
+} client_watch;
+
+static bool client_gone(client_watch *w)
 {
-    if (fd < 0) return false;
-    struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+    if (w->fd < 0) return false;
+    struct pollfd p = {.fd = w->fd, .events = POLLRDHUP};
     if (poll(&p, 1, 0) <= 0) return false;
-    return (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
+    if (p.revents & (POLLHUP | POLLERR | POLLNVAL)) return true;
+    if (!(p.revents & POLLRDHUP) || !w->may_probe) return false;
+    w->may_probe = false;
+    static const char probe[] = "HTTP/1.1 100 Continue\r\n\r\n";
+    return send(w->fd, probe, sizeof(probe) - 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0;
 }
 
 /* ---- authentication --------------------------------------------------------------- */
@@ -172,7 +191,7 @@ static bool out_take(out_buf *b, char *s)
 typedef struct sse_stream {
     http_server *srv;
     server_job *job;
-    int fd;
+    client_watch watch;    /* may_probe false: the headers are out     */
     out_buf out;
     size_t sent;           /* bytes of out already handed to MHD       */
     size_t text_offset;    /* completions' logprobs text_offset        */
@@ -186,13 +205,14 @@ static void sse_emit(sse_stream *s, job_update *u)
     server_job *job = s->job;
     const char *model = s->srv->model;
     bool ok = true;
-    if ((u->text && u->text[0]) || u->logprobs)
-        ok = out_take(&s->out, response_chunk(job, model, u->text, u->logprobs, NL_FINISH_NONE, &s->text_offset));
+    if (u->text_len > 0 || u->logprobs)
+        ok = out_take(&s->out, response_chunk(job, model, u->text, u->text_len, u->logprobs, NL_FINISH_NONE,
+                                              &s->text_offset));
     if (ok && u->state == JOB_DONE) {
         if (u->finish == NL_FINISH_ERROR) {
             ok = out_take(&s->out, response_error_event(&u->error));
         } else {
-            ok = out_take(&s->out, response_chunk(job, model, NULL, NULL, u->finish, &s->text_offset));
+            ok = out_take(&s->out, response_chunk(job, model, NULL, 0, NULL, u->finish, &s->text_offset));
             if (ok && job->req.include_usage) ok = out_take(&s->out, response_usage_chunk(job, model, u));
         }
         if (ok) ok = out_append(&s->out, RESPONSE_DONE_EVENT, strlen(RESPONSE_DONE_EVENT));
@@ -219,7 +239,7 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
         /* Looked at before every wait, not only after an idle one: a stream
          * that always has news would otherwise notice a closed client only
          * when a write fails.  (sse_free cancels the job.) */
-        if (atomic_load(&s->srv->stopping) || client_gone(s->fd)) return MHD_CONTENT_READER_END_WITH_ERROR;
+        if (atomic_load(&s->srv->stopping) || client_gone(&s->watch)) return MHD_CONTENT_READER_END_WITH_ERROR;
         job_update u;
         if (server_job_take(s->job, HTTP_WAIT_SLICE_S, &u)) {
             sse_emit(s, &u);
@@ -248,7 +268,7 @@ static enum MHD_Result start_stream(http_server *srv, struct MHD_Connection *c, 
     }
     s->srv = srv;
     s->job = job;
-    s->fd = fd;
+    s->watch = (client_watch){.fd = fd, .may_probe = false};
     if (job->req.kind == API_CHAT && !out_take(&s->out, response_role_chunk(job, srv->model))) s->failed = true;
     sse_emit(s, first);
     struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, sse_read, s, sse_free);
@@ -265,11 +285,11 @@ static enum MHD_Result start_stream(http_server *srv, struct MHD_Connection *c, 
 
 /* Waits for the next update of job; false when the client went away or
  * the server stops (the job is then cancelled). */
-static bool wait_update(http_server *srv, server_job *job, int fd, job_update *u)
+static bool wait_update(http_server *srv, server_job *job, client_watch *watch, job_update *u)
 {
     for (;;) {
         /* Before every wait: while tokens keep coming the wait never idles. */
-        if (client_gone(fd) || atomic_load(&srv->stopping)) {
+        if (client_gone(watch) || atomic_load(&srv->stopping)) {
             engine_loop_cancel(srv->loop, job);
             return false;
         }
@@ -295,9 +315,10 @@ static enum MHD_Result handle_job(http_server *srv, struct MHD_Connection *c, ap
         return reply_error(c, &err);
     }
     int fd = conn_fd(c);
+    client_watch watch = {.fd = fd, .may_probe = ctx->http11};
     job_update u;
     do {
-        if (!wait_update(srv, job, fd, &u)) {
+        if (!wait_update(srv, job, &watch, &u)) {
             server_job_unref(job);
             return MHD_NO;
         }
@@ -324,11 +345,11 @@ static enum MHD_Result handle_job(http_server *srv, struct MHD_Connection *c, ap
     out_buf text = {0};
     json_t *entries = json_array();
     for (;;) {
-        if (u.text) out_append(&text, u.text, strlen(u.text));
+        if (u.text) out_append(&text, u.text, u.text_len);
         if (u.logprobs) json_array_extend(entries, u.logprobs);
         if (u.state == JOB_DONE) break;
         job_update_clear(&u);
-        if (!wait_update(srv, job, fd, &u)) {
+        if (!wait_update(srv, job, &watch, &u)) {
             free(text.data);
             json_decref(entries);
             server_job_unref(job);
@@ -339,7 +360,7 @@ static enum MHD_Result handle_job(http_server *srv, struct MHD_Connection *c, ap
     if (u.finish == NL_FINISH_ERROR || (u.finish == NL_FINISH_ABORT && u.error.status))
         ok = reply_error(c, &u.error);
     else
-        ok = reply(c, 200, "application/json", response_body(job, srv->model, text.data, entries, &u));
+        ok = reply(c, 200, "application/json", response_body(job, srv->model, text.data, text.len, entries, &u));
     free(text.data);
     json_decref(entries);
     job_update_clear(&u);
@@ -421,13 +442,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                                   const char *version, const char *upload_data, size_t *upload_size,
                                   void **con_cls)
 {
-    (void)version;
     http_server *srv = cls;
     conn_ctx *ctx = *con_cls;
     if (!ctx) {
         ctx = calloc(1, sizeof(*ctx));
         if (!ctx) return MHD_NO;
         ctx->srv = srv;
+        ctx->http11 = version && strcmp(version, MHD_HTTP_VERSION_1_1) == 0;
         *con_cls = ctx;
         atomic_fetch_add(&srv->busy, 1);
         return MHD_YES;

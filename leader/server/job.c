@@ -70,6 +70,7 @@ bool server_job_take(server_job *job, double timeout_s, job_update *out)
         job->taken_state = job->state;
         if (job->text_len > 0) {
             out->text = job->text;
+            out->text_len = job->text_len;
             job->text = NULL;
             job->text_len = job->text_cap = 0;
         }
@@ -97,9 +98,8 @@ void job_update_clear(job_update *u)
     memset(u, 0, sizeof(*u));
 }
 
-void server_job_push(server_job *job, const char *text, json_t *logprobs_steal)
+void server_job_push(server_job *job, const char *text, size_t len, json_t *logprobs_steal)
 {
-    size_t len = text ? strlen(text) : 0;
     pthread_mutex_lock(&job->mu);
     if (job->state == JOB_QUEUED) job->state = JOB_RUNNING;
     if (len > 0) {

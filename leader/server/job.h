@@ -50,7 +50,8 @@ typedef struct server_job {
     job_state state;
     bool cancelled;              /* the client went away                  */
     job_state taken_state;       /* the state the reader last took        */
-    char *text;                  /* text not yet taken (NUL-terminated)   */
+    char *text;                  /* text not yet taken (NUL-terminated;
+                                    text_len bytes, U+0000 among them)   */
     size_t text_len, text_cap;
     json_t *logprobs;            /* per-token entries not yet taken:
                                     {"token", "logprob", "top": [[tok, lp]…]} */
@@ -69,6 +70,7 @@ void server_job_unref(server_job *job);
 typedef struct job_update {
     job_state state;
     char *text;          /* malloc'd, NULL when nothing new           */
+    size_t text_len;     /* its bytes (it may hold U+0000)            */
     json_t *logprobs;    /* new entries (owned), NULL when none        */
     json_t *reply;       /* tokenize / detokenize (owned) when DONE    */
     nl_finish_reason finish;
@@ -82,7 +84,7 @@ bool server_job_take(server_job *job, double timeout_s, job_update *out);
 void job_update_clear(job_update *u);
 
 /* Engine side: append new text and logprob entries, wake the reader. */
-void server_job_push(server_job *job, const char *text, json_t *logprobs_steal);
+void server_job_push(server_job *job, const char *text, size_t len, json_t *logprobs_steal);
 /* Engine side: set the final state (DONE or REFUSED) and wake the reader. */
 void server_job_finish(server_job *job, job_state state, nl_finish_reason finish, const nl_result *r,
                        const api_error *error, json_t *reply_steal);

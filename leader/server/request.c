@@ -445,8 +445,17 @@ static bool parse_tokenize(json_t *doc, const char *served_model, api_request *r
             } else {
                 req->prompt.kind = NL_PROMPT_TEXT;
                 req->prompt.text = json_string_value(v);
+                req->prompt_len = json_string_length(v);
             }
             have = true;
+        } else if (!detok && strcmp(key, "add_special_tokens") == 0) {
+            /* As Hugging Face's encode: false leaves out the post-processor's
+             * tokens (Llama 3's <|begin_of_text|>). */
+            if (!json_is_boolean(v)) {
+                api_error_invalid(err, key, "'add_special_tokens' must be a boolean, got %s", type_name(v));
+                return false;
+            }
+            if (json_is_false(v)) req->encode_flags |= NL_ENCODE_NO_ADD_SPECIAL;
         } else {
             api_error_invalid(err, key, "unknown field '%s'%s", key,
                               strcmp(key, "model") == 0 ? " value (must be a string)" : "");
@@ -468,7 +477,11 @@ bool api_request_parse(api_kind kind, const char *body, size_t len, const char *
     req->kind = kind;
     req->logprobs = -1;
     json_error_t jerr;
-    req->doc = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+    /* /tokenize passes the prompt's length on, so "\u0000" is text there;
+     * the generation routes hand NUL-terminated strings to the engine, so
+     * the parser refuses it (a 400 that says so) rather than cut a prompt. */
+    size_t flags = JSON_REJECT_DUPLICATES | (kind == API_TOKENIZE ? JSON_ALLOW_NUL : 0);
+    req->doc = json_loadb(body, len, flags, &jerr);
     if (!req->doc) {
         api_error_invalid(err, "", "the body is not valid JSON: %s (line %d, column %d)", jerr.text, jerr.line,
                           jerr.column);

@@ -37,6 +37,8 @@ typedef struct api_request {
     nl_prompt prompt;             /* TEXT, TOKENS or CHAT                   */
     const char *prompt_field;     /* "prompt" or "messages", for errors     */
     int32_t *ids;                 /* token-id prompt, detokenize input      */
+    size_t prompt_len;            /* tokenize: bytes of prompt.text (U+0000 kept) */
+    uint32_t encode_flags;        /* tokenize: nl_encode_flags              */
     nl_chat_message *messages;    /* [prompt.n_messages]                    */
     char **joined;                /* message contents joined from parts     */
     int32_t n_joined;

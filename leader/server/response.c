@@ -29,10 +29,12 @@ static json_t *usage_json(const job_update *u)
                      "prompt_tokens_details", "cached_tokens", u->cached_tokens);
 }
 
-static json_t *bytes_json(const char *s)
+/* The UTF-8 bytes of a JSON string (U+0000 among them). */
+static json_t *bytes_json(const json_t *str)
 {
     json_t *arr = json_array();
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) json_array_append_new(arr, json_integer(*p));
+    const unsigned char *p = (const unsigned char *)json_string_value(str);
+    for (size_t i = 0; p && i < json_string_length(str); i++) json_array_append_new(arr, json_integer(p[i]));
     return arr;
 }
 
@@ -43,17 +45,17 @@ static json_t *chat_logprobs(json_t *entries, int32_t n_top)
     size_t k;
     json_t *e;
     json_array_foreach(entries, k, e) {
-        const char *tok = json_string_value(json_object_get(e, "token"));
+        json_t *tok = json_object_get(e, "token");
         json_t *tops = json_array();
         size_t t;
         json_t *alt;
         json_array_foreach(json_object_get(e, "top"), t, alt) {
             if ((int32_t)t >= n_top) break;
-            const char *s = json_string_value(json_array_get(alt, 0));
-            json_array_append_new(tops, json_pack("{s:s, s:O, s:o}", "token", s, "logprob",
+            json_t *s = json_array_get(alt, 0);
+            json_array_append_new(tops, json_pack("{s:O, s:O, s:o}", "token", s, "logprob",
                                                   json_array_get(alt, 1), "bytes", bytes_json(s)));
         }
-        json_array_append_new(content, json_pack("{s:s, s:O, s:o, s:o}", "token", tok, "logprob",
+        json_array_append_new(content, json_pack("{s:O, s:O, s:o, s:o}", "token", tok, "logprob",
                                                  json_object_get(e, "logprob"), "bytes", bytes_json(tok),
                                                  "top_logprobs", tops));
     }
@@ -67,19 +69,20 @@ static json_t *completion_logprobs(json_t *entries, int32_t n_top, size_t *offse
     size_t k;
     json_t *e;
     json_array_foreach(entries, k, e) {
-        const char *tok = json_string_value(json_object_get(e, "token"));
-        json_array_append_new(tokens, json_string(tok));
+        json_t *tok = json_object_get(e, "token");
+        json_array_append(tokens, tok);
         json_array_append(lps, json_object_get(e, "logprob"));
         json_t *map = json_object();
         size_t t;
         json_t *alt;
         json_array_foreach(json_object_get(e, "top"), t, alt) {
             if ((int32_t)t >= n_top) break;
-            json_object_set(map, json_string_value(json_array_get(alt, 0)), json_array_get(alt, 1));
+            json_t *name = json_array_get(alt, 0);
+            json_object_setn(map, json_string_value(name), json_string_length(name), json_array_get(alt, 1));
         }
         json_array_append_new(tops, map);
         json_array_append_new(offs, json_integer((json_int_t)*offset));
-        *offset += strlen(tok);
+        *offset += json_string_length(tok);
     }
     return json_pack("{s:o, s:o, s:o, s:o}", "tokens", tokens, "token_logprobs", lps, "top_logprobs", tops,
                      "text_offset", offs);
@@ -114,15 +117,16 @@ static json_t *envelope(const server_job *job, const char *object, const char *m
                      (json_int_t)job->created, "model", model);
 }
 
-char *response_body(const server_job *job, const char *model, const char *text, json_t *entries,
+char *response_body(const server_job *job, const char *model, const char *text, size_t len, json_t *entries,
                     const job_update *u)
 {
     bool chat = job->req.kind == API_CHAT;
     json_t *o = envelope(job, chat ? "chat.completion" : "text_completion", model);
     size_t offset = 0;
-    json_t *choice = chat ? json_pack("{s:i, s:{s:s, s:s}}", "index", 0, "message", "role", "assistant",
-                                      "content", text ? text : "")
-                          : json_pack("{s:i, s:s}", "index", 0, "text", text ? text : "");
+    if (!text) text = "", len = 0;
+    json_t *choice = chat ? json_pack("{s:i, s:{s:s, s:s%}}", "index", 0, "message", "role", "assistant",
+                                      "content", text, len)
+                          : json_pack("{s:i, s:s%}", "index", 0, "text", text, len);
     json_object_set_new(choice, "logprobs", logprobs_json(job, entries, &offset));
     json_object_set_new(choice, "finish_reason", finish_json(u->finish));
     json_object_set_new(o, "choices", json_pack("[o]", choice));
@@ -130,17 +134,18 @@ char *response_body(const server_job *job, const char *model, const char *text, 
     return dump(o, NULL, NULL);
 }
 
-char *response_chunk(const server_job *job, const char *model, const char *text, json_t *entries,
+char *response_chunk(const server_job *job, const char *model, const char *text, size_t len, json_t *entries,
                      nl_finish_reason finish, size_t *text_offset)
 {
     bool chat = job->req.kind == API_CHAT;
     json_t *o = envelope(job, chat ? "chat.completion.chunk" : "text_completion", model);
     json_t *choice;
+    if (!text) text = "", len = 0;
     if (chat)
         choice = json_pack("{s:i, s:o}", "index", 0, "delta",
-                           text && text[0] ? json_pack("{s:s}", "content", text) : json_object());
+                           len > 0 ? json_pack("{s:s%}", "content", text, len) : json_object());
     else
-        choice = json_pack("{s:i, s:s}", "index", 0, "text", text ? text : "");
+        choice = json_pack("{s:i, s:s%}", "index", 0, "text", text, len);
     json_object_set_new(choice, "logprobs", entries ? logprobs_json(job, entries, text_offset) : json_null());
     json_object_set_new(choice, "finish_reason", finish_json(finish));
     json_object_set_new(o, "choices", json_pack("[o]", choice));

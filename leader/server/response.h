@@ -19,15 +19,17 @@
 
 const char *response_finish_name(nl_finish_reason reason);
 
-/* The whole response of a finished job: text and entries are everything it
- * generated, u its final update.  malloc'd JSON, NULL when out of memory. */
-char *response_body(const server_job *job, const char *model, const char *text, json_t *entries,
+/* The whole response of a finished job: text (len bytes, which may hold
+ * U+0000) and entries are everything it generated, u its final update.
+ * malloc'd JSON, NULL when out of memory. */
+char *response_body(const server_job *job, const char *model, const char *text, size_t len, json_t *entries,
                     const job_update *u);
 
-/* A stream chunk as one SSE event (malloc'd).  text and entries are what
- * is new; finish is NL_FINISH_NONE until the last content chunk.
- * *text_offset counts the bytes sent so far (completions' text_offset). */
-char *response_chunk(const server_job *job, const char *model, const char *text, json_t *entries,
+/* A stream chunk as one SSE event (malloc'd).  text (len bytes) and
+ * entries are what is new; finish is NL_FINISH_NONE until the last content
+ * chunk.  *text_offset counts the bytes sent so far (completions'
+ * text_offset). */
+char *response_chunk(const server_job *job, const char *model, const char *text, size_t len, json_t *entries,
                      nl_finish_reason finish, size_t *text_offset);
 /* The chat stream's first chunk: the assistant role, empty content. */
 char *response_role_chunk(const server_job *job, const char *model);

@@ -5,8 +5,9 @@
  * found in the raw text first (leftmost, then longest), each stretch of text
  * between them is normalised, split into words by the pre-tokenizer and each
  * word is merged by the BPE model; last, the post-processor's template
- * (Llama 3's TemplateProcessing: <|begin_of_text|> first) wraps the ids
- * when special tokens are to be added.  Decoding concatenates the bytes of the
+ * (Llama 3's TemplateProcessing: <|begin_of_text|> first, unless
+ * tokenizer_config.json's add_bos_token/add_eos_token say otherwise) wraps
+ * the ids when special tokens are to be added.  Decoding concatenates the bytes of the
  * tokens and renders invalid UTF-8 as U+FFFD.  The normalisation and regex
  * stages live in pretokenize.c, the merges in bpe.c, the chat template in
  * chat_template.c.
@@ -228,6 +229,35 @@ static nl_status add_eos_ids(tokenizer *t, const json_t *v, const char *path)
     return NL_OK;
 }
 
+/* tokenizer_config.json's add_bos_token (add_eos_token), when present,
+ * decides what the post-processor puts first (last) as transformers does
+ * when it rebuilds the template from them: the bos_token (eos_token) alone,
+ * or nothing.  Absent, the tokenizer.json template stands (Llama 3 has no
+ * add_bos_token and its template adds <|begin_of_text|>). */
+static nl_status apply_add_token_flag(tokenizer *t, const json_t *cfg, bool bos, const char *path)
+{
+    const char *flag = bos ? "add_bos_token" : "add_eos_token", *key = bos ? "bos_token" : "eos_token";
+    const json_t *v = json_object_get(cfg, flag);
+    if (!v || json_is_null(v)) return NL_OK;
+    if (!json_is_boolean(v)) return nl_error(NL_ERR_FORMAT, "%s: \"%s\" is not true or false", path, flag);
+    int32_t **list = bos ? &t->post_prefix : &t->post_suffix;
+    size_t *n = bos ? &t->n_post_prefix : &t->n_post_suffix;
+    *n = 0;
+    if (json_is_false(v)) return NL_OK;
+    const json_t *token = json_object_get(cfg, key);
+    if (json_is_object(token)) token = json_object_get(token, "content");
+    int32_t id;
+    if (!json_is_string(token) || !token_id_of(t, json_string_value(token), json_string_length(token), &id))
+        return nl_error(NL_ERR_FORMAT, "%s: \"%s\" is true but \"%s\" names no token of the vocabulary", path,
+                        flag, key);
+    int32_t *p = realloc(*list, sizeof *p);
+    if (!p) return nl_error(NL_ERR_NOMEM, "%s: no memory for the post-processor", path);
+    p[0] = id;
+    *list = p;
+    *n = 1;
+    return NL_OK;
+}
+
 static nl_status load_tokenizer_config(tokenizer *t, const char *dir)
 {
     char path[4096];
@@ -244,6 +274,8 @@ static nl_status load_tokenizer_config(tokenizer *t, const char *dir)
     if (st == NL_OK && json_is_string(eos) &&
         token_id_of(t, json_string_value(eos), json_string_length(eos), &id))
         st = add_eos(t, id, path);
+    if (st == NL_OK) st = apply_add_token_flag(t, cfg, true, path);
+    if (st == NL_OK) st = apply_add_token_flag(t, cfg, false, path);
     json_decref(cfg);
     return st;
 }
@@ -627,6 +659,27 @@ nl_status tokenizer_encode_ex(tokenizer *t, const char *text, size_t len, bool m
 nl_status tokenizer_encode(tokenizer *t, const char *text, size_t len, int32_t **ids, size_t *n_ids)
 {
     return tokenizer_encode_ex(t, text, len, true, true, ids, n_ids);
+}
+
+nl_status tokenizer_encode_flags(tokenizer *t, const char *text, size_t len, uint32_t flags, int32_t **ids,
+                                 size_t *n_ids)
+{
+    *ids = NULL;
+    *n_ids = 0;
+    uint32_t known = NL_ENCODE_NO_SPECIAL | NL_ENCODE_REPLACE_INVALID | NL_ENCODE_NO_ADD_SPECIAL;
+    if (flags & ~known) return nl_error(NL_ERR_INVALID_ARG, "encode: unknown flags 0x%x", flags & ~known);
+    bool match_special = !(flags & NL_ENCODE_NO_SPECIAL);
+    bool add_special = !(flags & NL_ENCODE_NO_ADD_SPECIAL);
+    if (!(flags & NL_ENCODE_REPLACE_INVALID))
+        return tokenizer_encode_ex(t, text, len, match_special, add_special, ids, n_ids);
+    /* One bad byte becomes the three bytes of U+FFFD. */
+    if (len > (SIZE_MAX - 1) / 3) return nl_error(NL_ERR_NOMEM, "encode: %zu bytes of text", len);
+    char *fixed = malloc(3 * len + 1);
+    if (!fixed) return nl_error(NL_ERR_NOMEM, "encode: no memory for %zu bytes", 3 * len);
+    size_t fixed_len = utf8_render_lossy((const uint8_t *)text, len, fixed);
+    nl_status st = tokenizer_encode_ex(t, fixed, fixed_len, match_special, add_special, ids, n_ids);
+    free(fixed);
+    return st;
 }
 
 nl_status tokenizer_encode_chat(tokenizer *t, const char *text, size_t len, int32_t **ids, size_t *n_ids)

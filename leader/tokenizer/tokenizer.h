@@ -31,6 +31,9 @@ int32_t tokenizer_vocab_size(const tokenizer *t);          /* highest id + 1, ad
  * post-processor's special tokens are added (HF encode's add_special_tokens=True: Llama 3's
  * <|begin_of_text|>, nothing for Qwen). Not thread-safe (cache). */
 nl_status tokenizer_encode(tokenizer *t, const char *text, size_t len, int32_t **ids, size_t *n_ids);
+/* As tokenizer_encode with nanollm.h's nl_encode_flags (an unknown flag is NL_ERR_INVALID_ARG). */
+nl_status tokenizer_encode_flags(tokenizer *t, const char *text, size_t len, uint32_t flags, int32_t **ids,
+                                 size_t *n_ids);
 /* As tokenizer_encode without the post-processor's tokens, for a rendered chat template,
  * which writes its own <|begin_of_text|> (as vLLM encodes chats: add_special_tokens=False). */
 nl_status tokenizer_encode_chat(tokenizer *t, const char *text, size_t len, int32_t **ids, size_t *n_ids);

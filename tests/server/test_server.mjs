@@ -9,7 +9,9 @@
 // mid-stream (its KV blocks are free again in /metrics), /health turning
 // 503 once a worker is killed, and SIGTERM: in-flight streams finish (or are
 // aborted at --shutdown-timeout), the server exits 0 and leaves no worker
-// process and no shared-memory segment.
+// process and no shared-memory segment.  A client that half-closes still
+// gets its response; text holding U+0000 (a byte-level model) comes back
+// as batch writes it.
 //
 // Environment: NANOLLM_LAUNCH (the program), NANOLLM_OPENAI_DIR (the
 // unpacked npm package; tools/fetch-openai-client.sh).
@@ -267,6 +269,43 @@ async function testApi() {
     const detok = await (await fetch(`http://127.0.0.1:${a.port}/detokenize`, { method: 'POST',
       headers: { Authorization: `Bearer ${KEY}` }, body: JSON.stringify({ tokens: tok.tokens }) })).json();
     eq(detok.prompt, 'Hello world', '/detokenize round trip');
+    // U+0000 is text like any other: the byte-level token 188 stands for it.
+    const postJson = async (route, body) => (await fetch(`http://127.0.0.1:${a.port}${route}`, { method: 'POST',
+      headers: { Authorization: `Bearer ${KEY}` }, body: JSON.stringify(body) })).json();
+    eq((await postJson('/tokenize', { prompt: 'a\u0000b' })).tokens, [64, 188, 65], '/tokenize reads past U+0000');
+    eq((await postJson('/detokenize', { tokens: [64, 188, 65] })).prompt, 'a\u0000b',
+      '/detokenize writes U+0000 as \\u0000');
+    eq((await postJson('/tokenize', { prompt: 'Hello world', add_special_tokens: false })).tokens, [9707, 1879],
+      '/tokenize add_special_tokens false: Qwen3 adds none either way');
+
+    // A client that shuts down its writing side after the request (as
+    // `nc -N` or `curl --data @- <&-` may) still reads: it gets its whole
+    // response, streamed or not, and the request is not counted as aborted.
+    const halfClose = (body) => new Promise((resolve) => {
+      const sock = net.connect(a.port, '127.0.0.1', () => {
+        const json = JSON.stringify(body);
+        sock.end(`POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${KEY}\r\n` +
+          `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(json)}\r\n` +
+          'Connection: close\r\n\r\n' + json);
+      });
+      let got = '';
+      sock.setEncoding('utf8');
+      sock.on('data', (d) => { got += d; });
+      sock.on('close', () => resolve(got));
+      sock.on('error', () => resolve(got));
+    });
+    const aborted0 = (await metrics(a.port)).get('nanollm_request_finished_total', 'finished_reason="abort"');
+    const hcBody = { model: MODEL, prompt: 'Hello world, this is', max_tokens: 24, temperature: 0, ignore_eos: true };
+    let raw = await halfClose(hcBody);
+    const final = raw.slice(raw.lastIndexOf('HTTP/1.1 '));
+    check(/^HTTP\/1\.1 200 /.test(final), `a half-closed client gets a 200 (${JSON.stringify(raw.slice(0, 40))})`);
+    let text = null;
+    try { text = JSON.parse(final.slice(final.indexOf('\r\n\r\n') + 4)).choices[0].text; } catch { /* below */ }
+    eq(text, ref.greedy.text, 'a half-closed client gets the whole response (= batch)');
+    raw = await halfClose({ ...hcBody, stream: true });
+    check(raw.includes('data: [DONE]'), 'a half-closed client gets the whole stream');
+    eq((await metrics(a.port)).get('nanollm_request_finished_total', 'finished_reason="abort"'), aborted0,
+      'a half-close aborts nothing');
 
     // Errors in OpenAI's shape, as the client's own classes.
     let e = await expectError(c.completions.create({ model: MODEL, prompt: 'x', frobnicate: 1 }), BadRequestError,
@@ -511,10 +550,64 @@ async function testGraceful() {
   }
 }
 
+// ---- server C: text holding U+0000 --------------------------------------------------------
+
+// A model whose tokenizer is bytes (id = byte): sampled text holds U+0000
+// wherever id 0 was drawn, and the server's responses carry it as "\u0000"
+// exactly as batch writes it -- whole, streamed, and in the logprob tokens.
+async function testNulText() {
+  const tok = path.join(tmp, 'bytes-tok');
+  fs.mkdirSync(tok);
+  const vocab = {};
+  let next = 256;
+  for (let b = 0; b < 256; b++) {
+    const printable = (b >= 0x21 && b <= 0x7e) || (b >= 0xa1 && b <= 0xac) || b >= 0xae;
+    vocab[String.fromCharCode(printable ? b : next++)] = b;
+  }
+  fs.writeFileSync(path.join(tok, 'tokenizer.json'), JSON.stringify({ added_tokens: [], normalizer: null,
+    pre_tokenizer: { type: 'ByteLevel' }, decoder: { type: 'ByteLevel' },
+    model: { type: 'BPE', merges: [], vocab } }));
+  fs.writeFileSync(path.join(tok, 'tokenizer_config.json'), '{}');
+  const dir = path.join(tmp, 'bytes-model');
+  const mk = spawnSync(launch, ['mkmodel', '--vocab', '256', '--layers', '1', '--hidden', '16', '--inter', '16',
+    '--heads', '2', '--kv-heads', '1', '--head-dim', '8', '--tokenizer', tok, '--out', dir], { encoding: 'utf8' });
+  eq(mk.status, 0, `byte-level model made ${mk.stderr}`);
+  const engine = ['--model', dir, '--num-kv-blocks', '64', '--max-model-len', '64'];
+  const lines = [];
+  for (let i = 0; i < 12; i++) {
+    lines.push({ id: `n${i}`, prompt: 'ab', max_tokens: 48, ignore_eos: true, temperature: 1, seed: i, logprobs: 1 });
+  }
+  fs.writeFileSync(path.join(tmp, 'nul.jsonl'), lines.map((l) => JSON.stringify(l)).join('\n') + '\n');
+  const bt = spawnSync(launch, [...engine, 'batch', '--input', path.join(tmp, 'nul.jsonl'), '--output',
+    path.join(tmp, 'nul_out.jsonl')], { encoding: 'utf8' });
+  eq(bt.status, 0, `batch on the byte-level model ${bt.stderr}`);
+  const outs = fs.readFileSync(path.join(tmp, 'nul_out.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+  const k = outs.findIndex((o) => o.token_ids.includes(0));
+  check(k >= 0, 'some draw sampled id 0 (else pick other seeds)');
+  if (k < 0) return;
+  const want = outs[k].text;
+  eq([...want].filter((ch) => ch === '\u0000').length, outs[k].token_ids.filter((id) => id === 0).length,
+    'batch text: one U+0000 per id 0');
+  const c = await startServer(engine, []);
+  try {
+    const api = client(c.port, 'anything');
+    const body = { model: 'bytes-model', prompt: 'ab', max_tokens: 48, ignore_eos: true, temperature: 1, seed: k };
+    const r = await api.completions.create({ ...body, logprobs: 1 });
+    eq(r.choices[0].text, want, 'completion text with U+0000 = batch');
+    eq(r.choices[0].logprobs.tokens.map((t) => t === '\u0000'), outs[k].token_ids.map((id) => id === 0),
+      'its logprob token is "\\u0000" exactly where id 0 was drawn');
+    const st = await streamText(await api.completions.create({ ...body, stream: true }));
+    eq(st.text, want, 'streamed text with U+0000 = batch');
+  } finally {
+    c.proc.kill('SIGKILL');
+  }
+}
+
 try {
   await testApi();
   await testShutdown();
   await testGraceful();
+  await testNulText();
 } catch (err) {
   failures++;
   console.log(`not ok - ${err.stack}`);
