@@ -10,6 +10,8 @@ Usage:
       with top-5 logprobs.
   gpu_parity.py reference  MODEL_DIR PROMPTS.jsonl OUT.jsonl [--dtype bf16|fp32]
       writes transformers' greedy outputs in the batch output format, for pair.
+  gpu_parity.py explain  MODEL_DIR PROMPTS.jsonl REF.jsonl OUT.jsonl
+      transformers' log-probabilities where OUT first differs from REF (near-tie or not).
   gpu_parity.py compare  MODEL_DIR PROMPTS.jsonl NANOLLM_OUT.jsonl... [--dtype bf16|fp32]
       runs the prompts once through transformers (greedy) and applies vLLM's rule
       to every prompt of every nanollm output file: the token sequences are equal, or at the first
@@ -126,6 +128,35 @@ def reference(args):
     return 0
 
 
+def explain(args):
+    """For each prompt where OUT differs from REF: transformers' own
+    log-probabilities at the first difference (teacher-forced on REF's
+    tokens), so a failure can be told from a near-tie."""
+    import torch
+    from transformers import AutoModelForCausalLM
+    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.bfloat16).cuda().eval()
+    prompts = {p["id"]: p for p in map(json.loads, open(args.prompts))}
+    ref, ours = load_out(args.ref), load_out(args.ours)
+    for pid, a in ref.items():
+        b = ours.get(pid)
+        if b is None or pid not in prompts:
+            continue
+        d = first_difference(a["token_ids"], top_ids(a), b["token_ids"], top_ids(b))
+        if d is None:
+            continue
+        k = d[0]
+        ids = prompts[pid]["prompt_token_ids"] + a["token_ids"][:k]
+        with torch.no_grad():
+            lp = torch.log_softmax(model(torch.tensor([ids], device="cuda")).logits[0, -1].float(), -1)
+        top = torch.topk(lp, 8)
+        mine = b["token_ids"][k]
+        rank = int((lp > lp[mine]).sum()) + 1
+        print(f"{pid} step {k}: ref {a['token_ids'][k]} ours {mine}; transformers: top-8 "
+              f"{[(int(i), round(float(v), 4)) for v, i in zip(top.values, top.indices)]}, ours at rank {rank} "
+              f"({float(lp[mine]):.4f}); ours' top-5 {b['logprobs'][k]['top']}")
+    return 0
+
+
 def compare(args):
     ref = hf_reference(args.model, args.prompts, args.dtype)
     status = 0
@@ -151,6 +182,11 @@ def main():
     c.add_argument("prompts")
     c.add_argument("ours", nargs="+")
     c.add_argument("--dtype", default="bf16")
+    e = sub.add_parser("explain")
+    e.add_argument("model")
+    e.add_argument("prompts")
+    e.add_argument("ref")
+    e.add_argument("ours")
     r = sub.add_parser("reference")
     r.add_argument("model")
     r.add_argument("prompts")
@@ -164,6 +200,8 @@ def main():
         return pair(args)
     if args.cmd == "reference":
         return reference(args)
+    if args.cmd == "explain":
+        return explain(args)
     return compare(args)
 
 
