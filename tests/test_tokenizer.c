@@ -552,6 +552,21 @@ START_TEST(test_bpe_merge_order)
 }
 END_TEST
 
+/* An empty string in the vocabulary (tokenizers accepts it) is a key like
+ * any other: it loads, takes no part in encoding, and decodes to nothing. */
+START_TEST(test_empty_vocab_key)
+{
+    tokenizer *t = load_tiny("{\"\": 256, \"ab\": 257}", "[\"a b\"]", "[]", "null");
+    ENCODES(t, "abc", 257, 'c');
+    char *text;
+    int32_t ids[] = {257, 256, 257};
+    ck_assert_int_eq(tokenizer_decode(t, ids, 3, false, &text), NL_OK);
+    ck_assert_str_eq(text, "abab");
+    free(text);
+    tokenizer_destroy(t);
+}
+END_TEST
+
 START_TEST(test_added_token_options)
 {
     const char *added =
@@ -879,6 +894,7 @@ int main(void)
     tcase_add_test(core, test_special_tokens_as_text);
     tcase_add_test(core, test_invalid_input);
     tcase_add_test(core, test_bpe_merge_order);
+    tcase_add_test(core, test_empty_vocab_key);
     tcase_add_test(core, test_added_token_options);
     tcase_add_test(core, test_eos_from_configs);
     tcase_add_test(core, test_load_errors);

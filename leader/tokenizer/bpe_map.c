@@ -79,7 +79,9 @@ nl_status bpe_str_map_put(bpe_str_map *m, const void *key, size_t len, uint64_t 
     }
     if (len > UINT32_MAX || m->arena_len + len > UINT32_MAX)
         return nl_error(NL_ERR_NOMEM, "bpe map: key arena over 4 GiB");
-    if (m->arena_len + len > m->arena_cap) {
+    /* the arena exists once any key does, the empty key too: str_find
+     * compares at arena + key_off, which must not be arithmetic on NULL */
+    if (m->arena_len + len > m->arena_cap || !m->arena) {
         size_t cap = m->arena_cap ? m->arena_cap : 4096;
         while (cap < m->arena_len + len) cap *= 2;
         char *arena = realloc(m->arena, cap);
