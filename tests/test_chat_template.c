@@ -247,6 +247,18 @@ START_TEST(test_limits)
         ck_assert_int_le(time(NULL) - start, 20);
         chat_template_destroy(t);
     }
+    /* Leading zeros of a width or precision count for nothing, however many
+     * (Python: '%.0000000000000000000000000000000002f' % 3.14159 is '3.14');
+     * they once ran past the conversion spec's buffer. */
+    {
+        chat_template *z = create("{{ '%.0000000000000000000000000000000002f|%7.00000000000000000000000000003f|%.0f'"
+                                  " % (3.14159, 2.5, 2.5) }}");
+        char *out;
+        ck_assert_int_eq(render_json(z, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}]}", &out, NULL), NL_OK);
+        ck_assert_str_eq(out, "3.14|  2.500|2");
+        free(out);
+        chat_template_destroy(z);
+    }
     /* Nesting is bounded while parsing, before anything can recurse deeply. */
     size_t depth = 100000;
     char *deep = malloc(2 * depth + 16);

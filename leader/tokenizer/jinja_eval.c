@@ -140,7 +140,10 @@ static jv percent_format(jctx *c, const jnode *n, jv fmt, jv args)
             while (i < len && s[i] >= '0' && s[i] <= '9') {
                 v = (v < 0 ? 0 : v) * 10 + (s[i] - '0');
                 if (v > 4096) jinja_fail(c, n->line, "string formatting: width or precision past the limit of 4096");
-                spec[k++] = s[i++];
+                /* leading zeros say nothing ("%.0002f" is "%.2f"): with at
+                 * most 4 digits of each number, spec cannot overflow */
+                if (v == 0) i++;
+                else spec[k++] = s[i++];
             }
             if (part) prec = v;
             else width = v;
