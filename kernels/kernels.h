@@ -135,6 +135,14 @@ typedef struct nl_backend_ops {
                         const nl_sample_row *rows, int32_t *ids, float *logprobs,
                         int32_t *top_ids, float *top_logprobs);
 
+    /* Op timing for NANOLLM_PROFILE=ops; never called inside a capture.
+     * timer_mark starts an interval labelled tag (0 <= tag < n_tags of the
+     * collect) at this point of the backend's work, ending the one before;
+     * timer_collect ends the last, waits for the work and adds each
+     * interval's seconds to secs[tag], then starts afresh. */
+    nl_status (*timer_mark)(nl_backend *be, int32_t tag);
+    nl_status (*timer_collect)(nl_backend *be, double *secs, int32_t n_tags);
+
     /* CUDA graphs; NULL where the backend has none. */
     nl_status (*capture_begin)(nl_backend *be);
     nl_status (*capture_end)(nl_backend *be, nl_graph **out);

@@ -18,7 +18,7 @@ libnlcuda_a_SOURCES = \
 	kernels/cuda/backend.cu kernels/cuda/gemm.cu kernels/cuda/elementwise.cu kernels/cuda/attention.cuh \
 	kernels/cuda/attention.cu kernels/cuda/attention_decode.cu kernels/cuda/attention_prefill.cu \
 	kernels/cuda/sample.cu kernels/cuda/comm_nccl.cu \
-	kernels/cuda/comm_ipc.h kernels/cuda/comm_ipc.cu
+	kernels/cuda/comm_ipc.h kernels/cuda/comm_ipc.cu kernels/cuda/op_timer.cu
 NVCCFLAGS = -O3 -std=c++17 $(CUDA_ARCH_FLAGS) -Xcompiler -fPIC -I$(top_srcdir) -I$(top_srcdir)/include -DNL_HAVE_CUDA=1 -I$(top_builddir) $(CUDA_CPPFLAGS)
 .cu.o:
 	$(AM_V_CC)$(NVCC) $(NVCCFLAGS) -c $< -o $@

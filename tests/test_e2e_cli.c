@@ -626,6 +626,53 @@ START_TEST(test_batch_text_with_nul)
 }
 END_TEST
 
+/* NANOLLM_PROFILE=ops: rank 0 prints each op's share of the eager
+ * forwards, prefill and decode, the all-reduces and the logits gather of tp
+ * 2 included; the shares of a kind of step add up to the whole. */
+START_TEST(test_profile_ops)
+{
+    char in_path[300], out_path[300];
+    snprintf(in_path, sizeof in_path, "%s/prof.jsonl", tmp_root);
+    snprintf(out_path, sizeof out_path, "%s/prof-out.jsonl", tmp_root);
+    write_file(in_path, "{\"prompt_token_ids\": [7, 8, 9], \"max_tokens\": 4}\n"
+                        "{\"prompt_token_ids\": [5], \"max_tokens\": 3}\n");
+    const char *args[] = {"--model", model, "--device", "cpu", "--tp", "2", "--num-kv-blocks", "8", "batch",
+                          "--input", in_path, "--output", out_path, NULL};
+    setenv("NANOLLM_PROFILE", "ops", 1);
+    int rc = launch(args, NULL);
+    unsetenv("NANOLLM_PROFILE");
+    ck_assert_msg(rc == 0, "%s", err_text);
+    static const char *const kinds[] = {"prefill", "decode (eager)"};
+    for (int k = 0; k < 2; k++) {
+        double share = 0;
+        int lines = 0;
+        bool seen_attention = false, seen_all_reduce = false;
+        for (const char *at = err_text; (at = strstr(at, "profile ops ")) != NULL; at++) {
+            const char *rest = at + strlen("profile ops ");
+            if (strncmp(rest, kinds[k], strlen(kinds[k])) != 0 || rest[strlen(kinds[k])] != ' ') continue;
+            const char *eol = strchr(rest, '\n');
+            const char *pct = eol ? eol : rest + strlen(rest);
+            while (pct > rest && pct[-1] != ' ') pct--; /* the last field, "NN.N%" */
+            share += atof(pct);
+            lines++;
+            seen_attention |= strstr(rest, "attention") && strstr(rest, "attention") < eol;
+            seen_all_reduce |= strstr(rest, "all-reduce") && strstr(rest, "all-reduce") < eol;
+        }
+        ck_assert_msg(lines >= 10, "%s: %d op lines in\n%s", kinds[k], lines, err_text);
+        ck_assert_msg(seen_attention && seen_all_reduce, "%s: ops missing in\n%s", kinds[k], err_text);
+        ck_assert_msg(share > 99.0 && share < 101.0, "%s: shares add up to %.1f%%", kinds[k], share);
+    }
+    ck_assert_ptr_nonnull(strstr(err_text, "logits gather"));
+    /* NANOLLM_PROFILE=1 keeps to the phases */
+    setenv("NANOLLM_PROFILE", "1", 1);
+    rc = launch(args, NULL);
+    unsetenv("NANOLLM_PROFILE");
+    ck_assert_msg(rc == 0, "%s", err_text);
+    ck_assert_ptr_nonnull(strstr(err_text, "profile rank 0 prefill"));
+    ck_assert_ptr_null(strstr(err_text, "profile ops"));
+}
+END_TEST
+
 /* 0 success, 1 runtime failure, 2 bad usage or bad input files. */
 START_TEST(test_exit_codes)
 {
@@ -989,6 +1036,7 @@ int main(void)
     tcase_add_test(tc, test_tokenize_round_trip);
     tcase_add_test(tc, test_llama_text_prompt);
     tcase_add_test(tc, test_batch_text_with_nul);
+    tcase_add_test(tc, test_profile_ops);
     tcase_add_test(tc, test_exit_codes);
     tcase_add_loop_test(tc, test_kill_worker, 0, KILL_TP);
     tcase_add_test(tc, test_kill_leader);

@@ -169,7 +169,12 @@ typedef struct model_runner {
     struct step_profile {
         int64_t steps, tokens;
         double prep_s, forward_s, sample_s;
+        double op_s[QWEN_OP_COUNT]; /* NANOLLM_PROFILE=ops, eager steps */
     } prof[3]; /* PROFILE_PREFILL, PROFILE_DECODE_GRAPH, PROFILE_DECODE_EAGER */
+    /* NANOLLM_PROFILE=ops: also each op's share of the eager forwards (a
+     * graph replays as one launch, so run with --enforce-eager to see the
+     * decode steps' ops) */
+    bool profile_ops;
 } model_runner;
 
 enum { PROFILE_PREFILL, PROFILE_DECODE_GRAPH, PROFILE_DECODE_EAGER };
@@ -191,19 +196,36 @@ static double profile_lap(model_runner *r, double *mark)
     return d;
 }
 
+/* NANOLLM_PROFILE=ops: rank 0's table of each op over the eager forwards
+ * of one kind of step. */
+static void profile_report_ops(const model_runner *r, const struct step_profile *p,
+                               const char *kind)
+{
+    double total = 0;
+    for (int op = 0; op < QWEN_OP_COUNT; op++) total += p->op_s[op];
+    if (r->rank != 0 || total <= 0) return;
+    for (int op = 0; op < QWEN_OP_COUNT; op++) {
+        if (p->op_s[op] <= 0) continue;
+        nl_log(NL_LOG_WARN, "profile ops %-15s %-16s %9.3f ms %9.1f us/step %5.1f%%", kind,
+               qwen_op_names[op], 1e3 * p->op_s[op], 1e6 * p->op_s[op] / (double)p->steps,
+               100.0 * p->op_s[op] / total);
+    }
+}
+
 static void profile_report(const model_runner *r)
 {
     static const char *names[3] = {"prefill", "decode (graph)", "decode (eager)"};
     for (int k = 0; k < 3; k++) {
         const struct step_profile *p = &r->prof[k];
         if (p->steps == 0) continue;
-        /* Asked for with NANOLLM_PROFILE=1, so shown at WARN and above. */
+        /* Asked for with NANOLLM_PROFILE, so shown at WARN and above. */
         nl_log(NL_LOG_WARN,
                 "profile rank %d %-15s %7lld steps %9lld tokens: prep %.3f s, forward "
                 "%.3f s, sample %.3f s (%.1f us/step)",
                 r->rank, names[k], (long long)p->steps, (long long)p->tokens, p->prep_s,
                 p->forward_s, p->sample_s,
                 1e6 * (p->prep_s + p->forward_s + p->sample_s) / (double)p->steps);
+        profile_report_ops(r, p, names[k]);
     }
 }
 
@@ -565,7 +587,8 @@ nl_status model_runner_create(const engine_settings *params, int32_t rank, nl_ba
     r->p = *params;
     r->rank = rank;
     const char *profile = getenv("NANOLLM_PROFILE");
-    r->profile = profile && strcmp(profile, "1") == 0;
+    r->profile_ops = profile && strcmp(profile, "ops") == 0 && be->ops->timer_mark;
+    r->profile = r->profile_ops || (profile && strcmp(profile, "1") == 0);
     r->be = be;
     r->comm = comm;
     st = runner_init(r);
@@ -752,7 +775,14 @@ static nl_status execute(model_runner *r, const wire_run *cmd, wire_reply *reply
     qwen_inputs in;
     NL_TRY(upload_inputs(r, &plan, &in));
     if (r->profile) prof->prep_s += profile_lap(r, &mark);
-    NL_TRY(run_forward(r, &plan, &in));
+    r->s->time_ops = r->profile_ops && plan.graph < 0;
+    nl_status st = run_forward(r, &plan, &in);
+    if (r->s->time_ops) {
+        r->s->time_ops = false;
+        nl_status collected = r->be->ops->timer_collect(r->be, prof->op_s, QWEN_OP_COUNT);
+        if (st == NL_OK) st = collected;
+    }
+    NL_TRY(st);
     if (r->profile) prof->forward_s += profile_lap(r, &mark);
 
     if (r->rank != 0 || !reply || plan.shape.n_logits == 0) return r->be->ops->synchronize(r->be);

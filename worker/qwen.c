@@ -135,9 +135,27 @@ void qwen_state_destroy(nl_backend *be, const qwen_weights *w, qwen_state *s)
     free(s);
 }
 
-static nl_status all_reduce(nl_comm *comm, nl_backend *be, void *buf, size_t count)
+const char *const qwen_op_names[QWEN_OP_COUNT] = {
+    [QWEN_OP_EMBEDDING] = "embedding",       [QWEN_OP_RMSNORM] = "add + rmsnorm",
+    [QWEN_OP_QKV] = "qkv linear",            [QWEN_OP_QK_NORM_ROPE] = "qk norm + rope",
+    [QWEN_OP_STORE_KV] = "store k/v",        [QWEN_OP_ATTENTION] = "attention",
+    [QWEN_OP_O_PROJ] = "o_proj linear",      [QWEN_OP_ALL_REDUCE] = "all-reduce",
+    [QWEN_OP_GATE_UP] = "gate_up linear",    [QWEN_OP_SILU_MUL] = "silu * mul",
+    [QWEN_OP_DOWN] = "down linear",          [QWEN_OP_LM_HEAD] = "lm head",
+    [QWEN_OP_LOGITS_GATHER] = "logits gather",
+};
+
+/* Starts op's interval for the op timer (NANOLLM_PROFILE=ops). */
+static inline nl_status mark(nl_backend *be, const qwen_state *s, qwen_op op)
+{
+    return s->time_ops ? be->ops->timer_mark(be, (int32_t)op) : NL_OK;
+}
+
+static nl_status all_reduce(nl_comm *comm, nl_backend *be, const qwen_state *s, void *buf,
+                            size_t count)
 {
     if (comm->size == 1) return NL_OK;
+    NL_TRY(mark(be, s, QWEN_OP_ALL_REDUCE));
     return comm->ops->all_reduce_sum(comm, buf, count, be->ops->act_dtype);
 }
 
@@ -157,40 +175,53 @@ nl_status qwen_forward(nl_backend *be, nl_comm *comm, const qwen_weights *w, qwe
     /* token embeddings: each rank looks up its vocab rows, the sum is the
      * full lookup.  The residual stream starts at zero so that every layer
      * can use the fused residual-add + RMSNorm. */
+    NL_TRY(mark(be, s, QWEN_OP_EMBEDDING));
     NL_TRY(op->embedding(be, s->x, w->embed, in->ids, n, sh->vocab_start));
-    NL_TRY(all_reduce(comm, be, s->x, (size_t)n * hidden));
     NL_TRY(op->memset_zero(be, s->residual, (size_t)n * hidden * s->act_size));
+    NL_TRY(all_reduce(comm, be, s, s->x, (size_t)n * hidden));
 
     for (int32_t l = 0; l < cfg->num_hidden_layers; l++) {
         const qwen_layer *L = &w->layers[l];
         void *qkv = s->work, *attn = s->work2, *gate_up = s->work, *mlp = s->work2;
 
         /* attention block: residual += x; xn = norm(residual) */
+        NL_TRY(mark(be, s, QWEN_OP_RMSNORM));
         NL_TRY(op->rmsnorm(be, s->xn, s->x, s->residual, L->input_norm, n, hidden, eps));
+        NL_TRY(mark(be, s, QWEN_OP_QKV));
         NL_TRY(op->linear(be, qkv, s->xn, L->qkv, L->qkv_bias, n)); /* [n, (hq + 2 hk) hd] */
+        NL_TRY(mark(be, s, QWEN_OP_QK_NORM_ROPE));
         NL_TRY(op->qk_norm_rope(be, qkv, in->positions, L->q_norm, L->k_norm, w->rope_inv_freq,
                                 n, hq, hk, hd, eps));
+        NL_TRY(mark(be, s, QWEN_OP_STORE_KV));
         NL_TRY(op->store_kv(be, s->k_cache[l], s->v_cache[l], qkv, in->slots, n, hq, hk, hd,
                             s->block_size, s->kv_dtype));
+        NL_TRY(mark(be, s, QWEN_OP_ATTENTION));
         NL_TRY(op->attention(be, attn, qkv, s->k_cache[l], s->v_cache[l], &in->attn, hq, hk, hd,
                              scale, s->kv_dtype)); /* [n, hq hd] */
         /* row-parallel partial sums; rank 0 alone adds the bias, so the
          * all-reduce adds it once (vLLM's RowParallelLinear) */
+        NL_TRY(mark(be, s, QWEN_OP_O_PROJ));
         NL_TRY(op->linear(be, s->x, attn, L->o_proj, sh->rank == 0 ? L->o_bias : NULL, n));
-        NL_TRY(all_reduce(comm, be, s->x, (size_t)n * hidden));
+        NL_TRY(all_reduce(comm, be, s, s->x, (size_t)n * hidden));
 
         /* MLP block */
+        NL_TRY(mark(be, s, QWEN_OP_RMSNORM));
         NL_TRY(op->rmsnorm(be, s->xn, s->x, s->residual, L->post_norm, n, hidden, eps));
+        NL_TRY(mark(be, s, QWEN_OP_GATE_UP));
         NL_TRY(op->linear(be, gate_up, s->xn, L->gate_up, L->gate_up_bias, n)); /* [n, 2 inter] */
+        NL_TRY(mark(be, s, QWEN_OP_SILU_MUL));
         NL_TRY(op->silu_mul(be, mlp, gate_up, n, inter));                        /* [n, inter] */
+        NL_TRY(mark(be, s, QWEN_OP_DOWN));
         NL_TRY(op->linear(be, s->x, mlp, L->down, sh->rank == 0 ? L->down_bias : NULL, n));
-        NL_TRY(all_reduce(comm, be, s->x, (size_t)n * hidden));
+        NL_TRY(all_reduce(comm, be, s, s->x, (size_t)n * hidden));
     }
 
     /* final norm, then the LM head on the rows that sample only */
+    NL_TRY(mark(be, s, QWEN_OP_RMSNORM));
     NL_TRY(op->rmsnorm(be, s->xn, s->x, s->residual, w->final_norm, n, hidden, eps));
     int32_t m = in->n_logits;
     if (m == 0) return NL_OK;
+    NL_TRY(mark(be, s, QWEN_OP_LM_HEAD));
     NL_TRY(op->gather_rows(be, s->last, s->xn, in->logit_rows, m, hidden));
     NL_TRY(op->linear_f32(be, s->logits_shard, s->last, w->lm_head, m)); /* [m, vocab / tp] */
     if (sh->tp == 1) return NL_OK;
@@ -198,6 +229,7 @@ nl_status qwen_forward(nl_backend *be, nl_comm *comm, const qwen_weights *w, qwe
     /* rank 0 receives [tp, m, vocab / tp] and interleaves it into [m, vocab];
      * gather_rows only copies, so fp32 rows travel as act-dtype elements */
     size_t vs = (size_t)sh->vocab_shard;
+    NL_TRY(mark(be, s, QWEN_OP_LOGITS_GATHER));
     NL_TRY(comm->ops->gather(comm, s->logits_shard, s->logits_gathered, (size_t)m * vs, NL_DTYPE_F32));
     if (sh->rank != 0) return NL_OK;
     int32_t row_elems = (int32_t)(vs * sizeof(float) / s->act_size);

@@ -43,7 +43,29 @@ typedef struct qwen_state {
     int32_t num_blocks, block_size;
     nl_dtype kv_dtype;         /* the cache's elements (kernels.h)           */
     void **k_cache, **v_cache; /* per layer [num_blocks, block_size, hk, hd] */
+    bool time_ops;             /* mark each op for the backend's op timer:
+                                  eager steps of NANOLLM_PROFILE=ops only  */
 } qwen_state;
+
+/* The forward's ops as NANOLLM_PROFILE=ops reports them (an op's interval
+ * runs from its launch to the next op's). */
+typedef enum qwen_op {
+    QWEN_OP_EMBEDDING,
+    QWEN_OP_RMSNORM,     /* residual add + RMSNorm */
+    QWEN_OP_QKV,
+    QWEN_OP_QK_NORM_ROPE,
+    QWEN_OP_STORE_KV,
+    QWEN_OP_ATTENTION,
+    QWEN_OP_O_PROJ,
+    QWEN_OP_ALL_REDUCE,
+    QWEN_OP_GATE_UP,
+    QWEN_OP_SILU_MUL,
+    QWEN_OP_DOWN,
+    QWEN_OP_LM_HEAD,     /* gather of the sampled rows + the vocab GEMM */
+    QWEN_OP_LOGITS_GATHER,
+    QWEN_OP_COUNT
+} qwen_op;
+extern const char *const qwen_op_names[QWEN_OP_COUNT];
 
 /* Bytes of KV cache one block takes over all layers of this shard. */
 size_t qwen_kv_block_bytes(const qwen_weights *w, nl_dtype kv_dtype, int32_t block_size);

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ---- thread pool --------------------------------------------------------
@@ -147,6 +148,35 @@ static nl_status cpu_synchronize(nl_backend *be)
     return NL_OK;
 }
 
+static double monotonic_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static nl_status cpu_timer_mark(nl_backend *be_, int32_t tag)
+{
+    cpu_backend *be = (cpu_backend *)be_;
+    if (be->timer_marks == CPU_TIMER_MAX_MARKS)
+        return nl_error(NL_ERR_INVALID_ARG, "op timer: more than %d marks in one step", CPU_TIMER_MAX_MARKS);
+    be->timer_at[be->timer_marks] = monotonic_s();
+    be->timer_tags[be->timer_marks++] = tag;
+    return NL_OK;
+}
+
+static nl_status cpu_timer_collect(nl_backend *be_, double *secs, int32_t n_tags)
+{
+    cpu_backend *be = (cpu_backend *)be_;
+    double end = monotonic_s();
+    for (int32_t i = 0; i < be->timer_marks; i++) {
+        double next = i + 1 < be->timer_marks ? be->timer_at[i + 1] : end;
+        if (be->timer_tags[i] >= 0 && be->timer_tags[i] < n_tags) secs[be->timer_tags[i]] += next - be->timer_at[i];
+    }
+    be->timer_marks = 0;
+    return NL_OK;
+}
+
 /* Available memory counts the page cache as free, as the kernel's own
  * MemAvailable does; without /proc, sysconf's free pages are the fallback. */
 static nl_status cpu_memory_info(nl_backend *be, size_t *free_bytes, size_t *total_bytes)
@@ -246,6 +276,8 @@ static const nl_backend_ops cpu_ops = {
     .silu_mul = cpu_silu_mul,
     .gather_rows = cpu_gather_rows,
     .sample = cpu_sample,
+    .timer_mark = cpu_timer_mark,
+    .timer_collect = cpu_timer_collect,
 };
 
 nl_status nl_backend_cpu_create(int n_threads, nl_backend **out)

@@ -240,6 +240,7 @@ static void cuda_destroy(nl_backend *b)
     cudaSetDevice(be->device);
     if (be->stream) cudaStreamSynchronize(be->stream);
     cuda_gemm_release_plans(be);
+    cuda_timer_release(be);
     if (be->lt) cublasLtDestroy(be->lt);
     cudaFree(be->workspace);
     cudaFree(be->step_scratch);
@@ -272,6 +273,8 @@ static const nl_backend_ops cuda_ops = {
     .silu_mul = cuda_silu_mul,
     .gather_rows = cuda_gather_rows,
     .sample = cuda_sample,
+    .timer_mark = cuda_timer_mark,
+    .timer_collect = cuda_timer_collect,
     .capture_begin = cuda_capture_begin,
     .capture_end = cuda_capture_end,
     .graph_launch = cuda_graph_launch,

@@ -106,6 +106,7 @@ typedef struct cuda_backend {
     size_t step_scratch_bytes;
     cuda_gemm_plan plans[NL_GEMM_PLAN_CACHE];
     int next_plan;             /* round-robin replacement when full        */
+    struct cuda_op_timer *timer; /* NANOLLM_PROFILE=ops; op_timer.cu       */
 } cuda_backend;
 
 struct nl_weight {
@@ -147,6 +148,12 @@ nl_status cuda_attention(nl_backend *b, void *out, const void *qkv, const void *
 nl_status cuda_sample(nl_backend *b, const float *logits, int32_t m, int32_t vocab,
                       const nl_sample_row *rows, int32_t *ids, float *logprobs,
                       int32_t *top_ids, float *top_logprobs);
+
+/* Op timing with CUDA events (op_timer.cu): the timer_mark and
+ * timer_collect slots, and the timer's release at the backend's destruction. */
+nl_status cuda_timer_mark(nl_backend *b, int32_t tag);
+nl_status cuda_timer_collect(nl_backend *b, double *secs, int32_t n_tags);
+void cuda_timer_release(cuda_backend *be);
 
 /* Frees the GEMM plan cache (gemm.cu), at the backend's destruction. */
 void cuda_gemm_release_plans(cuda_backend *be);
