@@ -30,7 +30,7 @@ static nl_status timer_create(cuda_backend *be)
     return NL_OK;
 }
 
-extern "C" void cuda_timer_release(cuda_backend *be)
+void cuda_timer_release(cuda_backend *be)
 {
     cuda_op_timer *t = be->timer;
     if (!t) return;
@@ -40,7 +40,7 @@ extern "C" void cuda_timer_release(cuda_backend *be)
     be->timer = NULL;
 }
 
-extern "C" nl_status cuda_timer_mark(nl_backend *b, int32_t tag)
+nl_status cuda_timer_mark(nl_backend *b, int32_t tag)
 {
     cuda_backend *be = cuda_be(b);
     if (!be->timer) NL_TRY(timer_create(be));
@@ -52,7 +52,7 @@ extern "C" nl_status cuda_timer_mark(nl_backend *b, int32_t tag)
     return NL_OK;
 }
 
-extern "C" nl_status cuda_timer_collect(nl_backend *b, double *secs, int32_t n_tags)
+nl_status cuda_timer_collect(nl_backend *b, double *secs, int32_t n_tags)
 {
     cuda_backend *be = cuda_be(b);
     cuda_op_timer *t = be->timer;
