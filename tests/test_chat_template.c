@@ -234,6 +234,8 @@ START_TEST(test_limits)
         {"{{ range(100000000) | length }}", "range() of more than"},
         {"{{ 'x' * 100000000000 }}", "limit"},
         {"{{ 9223372036854775807 + 1 }}", "integer overflow"},
+        {"{{ '%d' % 3.5e26 }}", "64-bit"},
+        {"{{ '%x' % (1e308 * 10) }}", "64-bit"},
         {"{% set ns = namespace(l=[1]) %}{% for i in range(40) %}{% set ns.l = ns.l + ns.l %}{% endfor %}",
          "memory limit"},
     };

@@ -190,6 +190,12 @@ static jv percent_format(jctx *c, const jnode *n, jv fmt, jv args)
             jinja_fail(c, n->line, "%%%c format: a real number is required, not %s", conv, jv_kind_name(&arg));
         char out[4096 + 4096 + 400];
         if (strchr("dixXo", conv)) {
+            /* Python converts a float to its (unbounded) integer; this
+             * renderer's integers are 64-bit, so a float past them, or not
+             * finite, is refused rather than converted out of range */
+            if (arg.kind == JV_FLOAT && !(arg.u.f > -9223372036854775808.0 && arg.u.f < 9223372036854775808.0))
+                jinja_fail(c, n->line, "%%%c format: %g is not an integer this renderer can hold (64-bit)", conv,
+                           arg.u.f);
             spec[k++] = 'l';
             spec[k++] = 'l';
             spec[k++] = conv == 'i' ? 'd' : conv;
