@@ -283,6 +283,40 @@ START_TEST(test_limits)
 }
 END_TEST
 
+/* Integer powers as Python computes them, in log2(exponent) steps: a
+ * base of 0, 1 or -1 with a huge exponent once ran y multiplications. */
+START_TEST(test_integer_power)
+{
+    static const char *const cases[][2] = {
+        {"{{ 0 ** 100000000000 }}", "0"},
+        {"{{ (-1) ** 100000000001 }}", "-1"},
+        {"{{ 1 ** 9223372036854775807 }}", "1"},
+        {"{{ 2 ** 62 }}", "4611686018427387904"},
+        {"{{ (-2) ** 63 }}", "-9223372036854775808"},
+        {"{{ 3 ** 39 }}", "4052555153018976267"},
+        {"{{ 7 ** 0 }}", "1"},
+        {"{{ 2 ** 63 }}", NULL},
+        {"{{ 3 ** 40 }}", NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        chat_template *t = create(cases[i][0]);
+        char *out = NULL;
+        time_t start = time(NULL);
+        nl_status st = render_json(t, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}]}", &out, NULL);
+        ck_assert_int_le(time(NULL) - start, 2);
+        if (cases[i][1]) {
+            ck_assert_msg(st == NL_OK, "%s: %s", cases[i][0], nl_last_error());
+            ck_assert_str_eq(out, cases[i][1]);
+        } else {
+            ck_assert_int_eq(st, NL_ERR_INVALID_ARG);
+            ck_assert_ptr_nonnull(strstr(nl_last_error(), "integer overflow"));
+        }
+        free(out);
+        chat_template_destroy(t);
+    }
+}
+END_TEST
+
 /* Loading: the config's string, a named list's "default", else
  * chat_template.jinja; special tokens as strings or {"content"} objects. */
 START_TEST(test_load_from_directory)
@@ -434,6 +468,7 @@ int main(void)
     tcase_add_test(tc, test_any_template);
     tcase_add_test(tc, test_errors_name_line_and_construct);
     tcase_add_test(tc, test_limits);
+    tcase_add_test(tc, test_integer_power);
     tcase_add_test(tc, test_load_from_directory);
     tcase_add_test(tc, test_command);
     suite_add_tcase(s, tc);
