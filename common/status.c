@@ -5,8 +5,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#define NL_ERROR_MAX 1024
-
 static _Thread_local char last_error[NL_ERROR_MAX];
 
 const char *nl_status_name(nl_status status)

@@ -16,6 +16,10 @@
 #define NL_PRINTF(a, b)
 #endif
 
+/* The longest message kept, its NUL included; a longer one is cut at a
+ * UTF-8 character boundary. */
+#define NL_ERROR_MAX 1024
+
 /* Records a formatted message and returns status, so that a failure reads
  * `return nl_error(NL_ERR_FORMAT, "%s: ...", path);`. */
 nl_status nl_error(nl_status status, const char *fmt, ...) NL_PRINTF(2, 3);

@@ -17,12 +17,16 @@
  *   times the blocks of the fp32 cache from the same budget.
  */
 #include <check.h>
+#include <dirent.h>
+#include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "leader/cli/cli.h"
@@ -464,6 +468,44 @@ START_TEST(test_tp_not_dividing)
 }
 END_TEST
 
+/* tokenizer.json is read while the workers start: a bad one still fails
+ * the open with the file's own error, and the workers already started are
+ * gone again (no child left), at tp 1 and 2. */
+START_TEST(test_bad_tokenizer_while_workers_start)
+{
+    char src[512], dir[600], path[700];
+    model_dir(0, src, sizeof src);
+    snprintf(dir, sizeof dir, "%s/bad-tokenizer", tmp_root);
+    ck_assert_int_eq(mkdir(dir, 0700), 0);
+    DIR *d = opendir(src);
+    ck_assert_ptr_nonnull(d);
+    for (struct dirent *ent; (ent = readdir(d)) != NULL;) {
+        if (ent->d_name[0] == '.') continue;
+        char from[1200], to[1200];
+        snprintf(from, sizeof from, "%s/%s", src, ent->d_name);
+        snprintf(to, sizeof to, "%s/%s", dir, ent->d_name);
+        ck_assert_int_eq(symlink(from, to), 0);
+    }
+    closedir(d);
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("{\"model\": ", f);
+    fclose(f);
+    for (int tp = 1; tp <= 2; tp++) {
+        nl_engine_config c;
+        base_config(&c, dir, tp);
+        nl_engine *e = NULL;
+        ck_assert_int_eq(nl_engine_open(&c, &e), NL_ERR_FORMAT);
+        ck_assert_ptr_null(e);
+        ck_assert_msg(strstr(nl_last_error(), "tokenizer.json"), "message: %s", nl_last_error());
+        errno = 0;
+        ck_assert_int_eq(waitpid(-1, NULL, WNOHANG), -1);
+        ck_assert_int_eq(errno, ECHILD);
+    }
+}
+END_TEST
+
 /* ---- 4. the engine and threads -------------------------------------------- */
 
 typedef struct opener {
@@ -687,6 +729,7 @@ int main(void)
     tcase_add_loop_test(tc, test_tp2, 0, N_MODELS);
     tcase_add_loop_test(tc, test_tp4, 0, 3);
     tcase_add_test(tc, test_tp_not_dividing);
+    tcase_add_test(tc, test_bad_tokenizer_while_workers_start);
     tcase_add_test(tc, test_open_in_thread);
     tcase_add_test(tc, test_background_mode);
     tcase_add_loop_test(tc, test_golden_fp8_kv, 0, N_MODELS);

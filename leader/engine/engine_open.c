@@ -1,12 +1,14 @@
 /* engine_open.c — nl_engine_open: from a model directory to a running
  * engine.  Picks the directory (the demo model when none is given), reads
- * config.json and, when present, tokenizer.json, resolves the device,
- * starts the worker pool and hands everything to engine_open_with_runner().
+ * config.json, resolves the device, starts the worker pool while it reads
+ * tokenizer.json (when present) on a second thread, and hands everything to
+ * engine_open_with_runner().
  * The engine itself is in engine.c and the files engine_state.h lists.
  */
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,6 +79,25 @@ static nl_status cpu_kv_bytes_from_env(int64_t *out)
     return NL_OK;
 }
 
+/* tokenizer.json is read while the workers start (reading the Qwen3 one
+ * takes a few hundred milliseconds, a worker's start a second on a GPU):
+ * on a thread of its own, which returns the error text with the status,
+ * since the text is per thread. */
+typedef struct tokenizer_job {
+    const char *dir;
+    tokenizer *tok;
+    nl_status st;
+    char error[NL_ERROR_MAX];
+} tokenizer_job;
+
+static void *tokenizer_job_run(void *arg)
+{
+    tokenizer_job *job = arg;
+    job->st = tokenizer_load(job->dir, &job->tok);
+    if (job->st != NL_OK) snprintf(job->error, sizeof job->error, "%s", nl_last_error());
+    return NULL;
+}
+
 nl_status nl_engine_open(const nl_engine_config *config, nl_engine **out)
 {
     *out = NULL;
@@ -110,24 +131,34 @@ nl_status nl_engine_open(const nl_engine_config *config, nl_engine **out)
     facts.device_name = device == NL_DEVICE_CUDA ? "cuda" : "cpu";
     facts.model_dir = dir;
 
-    tokenizer *tok = NULL;
+    tokenizer_job job = {.dir = dir, .st = NL_OK};
+    pthread_t loader;
+    bool loading = false;
     if (has_tokenizer_json(dir)) {
-        nl_status st = tokenizer_load(dir, &tok);
-        if (st != NL_OK) return nl_error_prefix(st, "%s: ", dir);
-        facts.n_eos = (int32_t)tokenizer_eos_ids(tok, facts.eos_ids, NL_MAX_EOS);
-    } else {
-        for (int32_t i = 0; i < mc.n_eos; i++) facts.eos_ids[i] = mc.eos_token_ids[i];
-        facts.n_eos = mc.n_eos;
+        loading = pthread_create(&loader, NULL, tokenizer_job_run, &job) == 0;
+        if (!loading) tokenizer_job_run(&job); /* no thread to be had: here, first */
     }
 
     int32_t max_len = mc.max_position_embeddings;
     if (config->max_model_len > 0 && config->max_model_len < max_len) max_len = config->max_model_len;
     settings.max_model_len = max_len;
     runner *r = NULL;
-    nl_status st = executor_start(&settings, NULL, &r);
+    nl_status st = job.st == NL_OK ? executor_start(&settings, NULL, &r) : job.st;
+    if (loading) pthread_join(loader, NULL);
+    /* a bad tokenizer is the user's file to fix: its error comes first */
+    if (job.st != NL_OK) {
+        if (r) r->ops->destroy(r);
+        return nl_error(job.st, "%s: %s", dir, job.error);
+    }
     if (st != NL_OK) {
-        if (tok) tokenizer_destroy(tok);
+        if (job.tok) tokenizer_destroy(job.tok);
         return st;
     }
-    return engine_open_with_runner(config, &facts, r, tok, out);
+    if (job.tok) {
+        facts.n_eos = (int32_t)tokenizer_eos_ids(job.tok, facts.eos_ids, NL_MAX_EOS);
+    } else {
+        for (int32_t i = 0; i < mc.n_eos; i++) facts.eos_ids[i] = mc.eos_token_ids[i];
+        facts.n_eos = mc.n_eos;
+    }
+    return engine_open_with_runner(config, &facts, r, job.tok, out);
 }
