@@ -281,7 +281,15 @@ static jv arith(jctx *c, const jnode *n, int op, jv a, jv b)
                 if (over) break;
                 return jv_int(acc);
             }
-            return jv_float(pow(f, g));
+            /* Python raises where C's pow() gives inf or nan: zero to a
+             * negative power, a result past double's range; a negative
+             * base to a fractional power is complex there, unsupported here */
+            if (f == 0.0 && g < 0.0) jinja_fail(c, n->line, "0.0 cannot be raised to a negative power");
+            if (f < 0.0 && isfinite(g) && g != floor(g))
+                jinja_fail(c, n->line, "a negative number to a fractional power is complex (not supported)");
+            double r = pow(f, g);
+            if (isinf(r) && isfinite(f) && isfinite(g)) jinja_fail(c, n->line, "** result out of range (a float overflow)");
+            return jv_float(r);
         }
         jinja_fail(c, n->line, "integer overflow in %s (values past 64 bits are not supported)", names[op]);
     }
