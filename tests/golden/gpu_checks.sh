@@ -7,11 +7,8 @@
 # short batch on the tiny model, workers included; 4. greedy parity against
 # transformers of the tiny preset and of the golden fixtures' models.
 set -uo pipefail
-bin=$(cd "$1" && pwd); out=$2
-export NCCL_NVLS_ENABLE=0
-export LD_LIBRARY_PATH="$bin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export NANOLLM_WORKER="$bin/nanollm-worker"
-launch="$bin/nanollm-launch"
+. "$(dirname "$0")/gpu_env.sh" "$1"
+out=$2
 here=$(dirname "$0")
 mkdir -p "$out"
 "$launch" mkmodel --preset qwen3-0.6b --out /tmp/m06 >/dev/null

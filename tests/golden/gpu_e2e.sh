@@ -16,11 +16,8 @@
 # the epoch) skips a run that would start within RUN_S (default 60) seconds of it;
 # DEVICE=cpu runs the same on the CPU backend (a check of this script).
 set -uo pipefail
-bin=$(cd "$1" && pwd); out=$2; preset=${3:-qwen3-0.6b}
-export NCCL_NVLS_ENABLE=0
-export LD_LIBRARY_PATH="$bin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export NANOLLM_WORKER="$bin/nanollm-worker"
-launch="$bin/nanollm-launch"
+. "$(dirname "$0")/gpu_env.sh" "$1"
+out=$2; preset=${3:-qwen3-0.6b}
 model=${MODEL_DIR:-/tmp/model-$preset}
 here=$(dirname "$0")
 mkdir -p "$out"

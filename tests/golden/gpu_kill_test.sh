@@ -9,11 +9,8 @@
 # MODEL_DIR picks another model; DEVICE=cpu runs it on the CPU backend (a
 # check of this script).
 set -uo pipefail
-bin=$(cd "$1" && pwd); out=$2; tp=${3:-4}; victim_rank=${4:-2}
-export NCCL_NVLS_ENABLE=0
-export LD_LIBRARY_PATH="$bin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export NANOLLM_WORKER="$bin/nanollm-worker"
-launch="$bin/nanollm-launch"
+. "$(dirname "$0")/gpu_env.sh" "$1"
+out=$2; tp=${3:-4}; victim_rank=${4:-2}
 model=${MODEL_DIR:-/tmp/model-qwen3-0.6b}
 mkdir -p "$out"
 [ -f "$model/config.json" ] || "$launch" mkmodel --preset qwen3-0.6b --out "$model" >/dev/null 2>&1

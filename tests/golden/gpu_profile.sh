@@ -8,11 +8,8 @@
 # is what the graphs save against the eager sum.  MODEL_DIR and DEVICE=cpu
 # as for gpu_kill_test.sh.
 set -uo pipefail
-bin=$(cd "$1" && pwd); out=$2; preset=${3:-qwen3-0.6b}
-export NCCL_NVLS_ENABLE=0
-export LD_LIBRARY_PATH="$bin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export NANOLLM_WORKER="$bin/nanollm-worker"
-launch="$bin/nanollm-launch"
+. "$(dirname "$0")/gpu_env.sh" "$1"
+out=$2; preset=${3:-qwen3-0.6b}
 model=${MODEL_DIR:-/tmp/model-$preset}
 mkdir -p "$out"
 [ -f "$model/config.json" ] || "$launch" mkmodel --preset "$preset" --out "$model" >/dev/null 2>&1

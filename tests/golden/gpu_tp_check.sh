@@ -7,11 +7,8 @@
 # vLLM's top-5 rule (gpu_parity.py pair); then the placement errors: a GPU
 # that does not exist, and NCCL asked to put two ranks on one GPU.
 set -uo pipefail
-bin=$(cd "$1" && pwd); out=$2; preset=${3:-qwen3-0.6b}
-export NCCL_NVLS_ENABLE=0
-export LD_LIBRARY_PATH="$bin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export NANOLLM_WORKER="$bin/nanollm-worker"
-launch="$bin/nanollm-launch"
+. "$(dirname "$0")/gpu_env.sh" "$1"
+out=$2; preset=${3:-qwen3-0.6b}
 model=/tmp/model-$preset
 here=$(dirname "$0")
 mkdir -p "$out"
