@@ -62,6 +62,8 @@ typedef struct nl_attn_batch {
 /* nl_sample_row, the sampler's exact semantics and its random race are
  * defined in common/sampling.h. */
 
+#define NL_TIMER_MAX_MARKS 4096 /* op timer marks per step: 128 layers make ~1,550 */
+
 typedef struct nl_backend_ops {
     const char *name;
     nl_dtype act_dtype;
@@ -136,6 +138,7 @@ typedef struct nl_backend_ops {
                         int32_t *top_ids, float *top_logprobs);
 
     /* Op timing for NANOLLM_PROFILE=ops; never called inside a capture.
+     * A step may mark at most NL_TIMER_MAX_MARKS times.
      * timer_mark starts an interval labelled tag (0 <= tag < n_tags of the
      * collect) at this point of the backend's work, ending the one before;
      * timer_collect ends the last, waits for the work and adds each

@@ -158,8 +158,8 @@ static double monotonic_s(void)
 static nl_status cpu_timer_mark(nl_backend *be_, int32_t tag)
 {
     cpu_backend *be = (cpu_backend *)be_;
-    if (be->timer_marks == CPU_TIMER_MAX_MARKS)
-        return nl_error(NL_ERR_INVALID_ARG, "op timer: more than %d marks in one step", CPU_TIMER_MAX_MARKS);
+    if (be->timer_marks == NL_TIMER_MAX_MARKS)
+        return nl_error(NL_ERR_INVALID_ARG, "op timer: more than %d marks in one step", NL_TIMER_MAX_MARKS);
     be->timer_at[be->timer_marks] = monotonic_s();
     be->timer_tags[be->timer_marks++] = tag;
     return NL_OK;

@@ -34,15 +34,13 @@ typedef struct cpu_pool {
     int64_t n_items;
 } cpu_pool;
 
-#define CPU_TIMER_MAX_MARKS 4096 /* a step of 128 layers makes ~1,550 */
-
 typedef struct cpu_backend {
     nl_backend base;
     cpu_pool pool;
     /* NANOLLM_PROFILE=ops: the ops run synchronously, so a mark is the
      * monotonic clock's reading */
-    double timer_at[CPU_TIMER_MAX_MARKS];
-    int32_t timer_tags[CPU_TIMER_MAX_MARKS];
+    double timer_at[NL_TIMER_MAX_MARKS];
+    int32_t timer_tags[NL_TIMER_MAX_MARKS];
     int32_t timer_marks;
 } cpu_backend;
 

@@ -12,11 +12,9 @@
 
 #include "kernels/cuda/cuda_common.cuh"
 
-#define TIMER_MAX_MARKS 4096 /* a step of 128 layers makes ~1,550 */
-
 struct cuda_op_timer {
-    cudaEvent_t events[TIMER_MAX_MARKS + 1]; /* the last ends the last interval */
-    int32_t tags[TIMER_MAX_MARKS];
+    cudaEvent_t events[NL_TIMER_MAX_MARKS + 1]; /* the last ends the last interval */
+    int32_t tags[NL_TIMER_MAX_MARKS];
     int32_t n_marks;
 };
 
@@ -25,7 +23,7 @@ static nl_status timer_create(cuda_backend *be)
     cuda_op_timer *t = (cuda_op_timer *)calloc(1, sizeof *t);
     if (!t) return nl_error(NL_ERR_NOMEM, "cuda op timer");
     be->timer = t;
-    for (int i = 0; i <= TIMER_MAX_MARKS; i++)
+    for (int i = 0; i <= NL_TIMER_MAX_MARKS; i++)
         NL_CUDA_CHECK(cudaEventCreate(&t->events[i]));
     return NL_OK;
 }
@@ -34,7 +32,7 @@ void cuda_timer_release(cuda_backend *be)
 {
     cuda_op_timer *t = be->timer;
     if (!t) return;
-    for (int i = 0; i <= TIMER_MAX_MARKS; i++)
+    for (int i = 0; i <= NL_TIMER_MAX_MARKS; i++)
         if (t->events[i]) cudaEventDestroy(t->events[i]);
     free(t);
     be->timer = NULL;
@@ -45,8 +43,8 @@ nl_status cuda_timer_mark(nl_backend *b, int32_t tag)
     cuda_backend *be = cuda_be(b);
     if (!be->timer) NL_TRY(timer_create(be));
     cuda_op_timer *t = be->timer;
-    if (t->n_marks == TIMER_MAX_MARKS)
-        return nl_error(NL_ERR_INVALID_ARG, "op timer: more than %d marks in one step", TIMER_MAX_MARKS);
+    if (t->n_marks == NL_TIMER_MAX_MARKS)
+        return nl_error(NL_ERR_INVALID_ARG, "op timer: more than %d marks in one step", NL_TIMER_MAX_MARKS);
     NL_CUDA_CHECK(cudaEventRecord(t->events[t->n_marks], be->stream));
     t->tags[t->n_marks++] = tag;
     return NL_OK;

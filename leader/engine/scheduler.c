@@ -101,6 +101,17 @@ static void preempt(scheduler *sch, seq *s)
     sch->total_preemptions++;
 }
 
+/* Schedules up to budget tokens of s's uncomputed prompt (its blocks were
+ * all allocated at admission); returns the budget left. */
+static int32_t schedule_prompt_chunk(sched_batch *b, seq *s, int32_t budget)
+{
+    int32_t left = s->n_tokens - s->num_computed;
+    int32_t n = left < budget ? left : budget;
+    batch_add(b, s, n);
+    b->is_prefill = true;
+    return budget - n;
+}
+
 /* Running seqs first, in admission order: one token for each decoding seq
  * (preempting the most recently admitted when the pool has no slot), then
  * the rest of its prompt, up to the budget, for the partly computed one.
@@ -109,14 +120,8 @@ static int32_t schedule_running(scheduler *sch, int32_t budget)
 {
     sched_batch *b = &sch->batch;
     for (seq *s = sch->running.head; s && budget > 0; s = s->next) {
-        int32_t left = s->n_tokens - s->num_computed;
-        if (left > 1) {
-            /* A partly computed prompt: its blocks were all allocated at
-             * admission. */
-            int32_t n = left < budget ? left : budget;
-            batch_add(b, s, n);
-            b->is_prefill = true;
-            budget -= n;
+        if (s->n_tokens - s->num_computed > 1) { /* a partly computed prompt */
+            budget = schedule_prompt_chunk(b, s, budget);
             continue;
         }
         bool self_preempted = false;
@@ -166,13 +171,7 @@ static void schedule_waiting(scheduler *sch, int32_t budget)
 static void schedule_prompts(scheduler *sch, int32_t budget)
 {
     seq *s = sch->running.tail;
-    if (s && s->n_tokens - s->num_computed > 1) {
-        int32_t left = s->n_tokens - s->num_computed;
-        int32_t n = left < budget ? left : budget;
-        batch_add(&sch->batch, s, n);
-        sch->batch.is_prefill = true;
-        budget -= n;
-    }
+    if (s && s->n_tokens - s->num_computed > 1) budget = schedule_prompt_chunk(&sch->batch, s, budget);
     schedule_waiting(sch, budget);
 }
 

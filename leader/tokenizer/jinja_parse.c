@@ -492,30 +492,28 @@ static jnode *parse_not(parser *p)
     return parse_compare(p);
 }
 
-static jnode *parse_and(parser *p)
+/* next (word next)*, left-associative: the and / or levels. */
+static jnode *parse_keyword_chain(parser *p, const char *word, jnode_kind kind, jnode *(*next)(parser *))
 {
-    jnode *left = parse_not(p);
-    while (is_name(p, "and")) {
-        jnode *n = node(p, JN_AND);
+    jnode *left = next(p);
+    while (is_name(p, word)) {
+        jnode *n = node(p, kind);
         p->pos++;
         n->a = left;
-        n->b = parse_not(p);
+        n->b = next(p);
         left = n;
     }
     return left;
 }
 
+static jnode *parse_and(parser *p)
+{
+    return parse_keyword_chain(p, "and", JN_AND, parse_not);
+}
+
 static jnode *parse_or(parser *p)
 {
-    jnode *left = parse_and(p);
-    while (is_name(p, "or")) {
-        jnode *n = node(p, JN_OR);
-        p->pos++;
-        n->a = left;
-        n->b = parse_and(p);
-        left = n;
-    }
-    return left;
+    return parse_keyword_chain(p, "or", JN_OR, parse_and);
 }
 
 static jnode *parse_condexpr(parser *p)
