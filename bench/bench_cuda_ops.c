@@ -79,12 +79,17 @@ static void *dev_ints(const int32_t *h, size_t n)
     })
 
 /* host_max > ctx: the batch carries that maximum context and a block table
- * row stride to match, as a CUDA-graph capture at max_model_len does. */
+ * row stride to match, as a CUDA-graph capture at max_model_len does.
+ * NL_DECODE_SPREAD: contexts spread evenly over [1, 2 ctx - 1] (mean ctx),
+ * as a serving batch's are, instead of all equal to ctx. */
+static bool decode_spread;
+
 static void bench_decode_kv(int n_seqs, int ctx, int hq, int hk, int hd, int bs, int host_max,
                             nl_dtype kv)
 {
     int blocks_per = (ctx + bs - 1) / bs, nb = n_seqs * blocks_per;
-    int max_ctx = host_max > ctx ? host_max : ctx, stride = (max_ctx + bs - 1) / bs;
+    int longest = decode_spread ? 2 * ctx - 1 : ctx;
+    int max_ctx = host_max > longest ? host_max : longest, stride = (max_ctx + bs - 1) / bs;
     size_t cache = (size_t)nb * bs * hk * hd * nl_dtype_size(kv);
     void *kc = dev_alloc(cache), *vc = dev_alloc(cache);
     void *qkv = dev_alloc((size_t)n_seqs * (hq + 2 * hk) * hd * 2);
@@ -92,17 +97,23 @@ static void bench_decode_kv(int n_seqs, int ctx, int hq, int hk, int hd, int bs,
     int32_t *cu = malloc((n_seqs + 1) * 4), *cl = malloc(n_seqs * 4);
     int32_t *tab = calloc((size_t)n_seqs * stride, 4);
     for (int s = 0; s <= n_seqs; s++) cu[s] = s;
-    for (int s = 0; s < n_seqs; s++) cl[s] = ctx;
     for (int s = 0; s < n_seqs; s++)
-        for (int i = 0; i < blocks_per; i++)
+        cl[s] = decode_spread && n_seqs > 1 ? 1 + (int)((int64_t)(2 * ctx - 2) * ((s * 37) % n_seqs) /
+                                                        (n_seqs - 1))
+                                            : ctx;
+    double keys = 0;
+    for (int s = 0; s < n_seqs; s++) keys += cl[s];
+    for (int s = 0; s < n_seqs; s++)
+        for (int i = 0; i < (cl[s] + bs - 1) / bs; i++)
             tab[(size_t)s * stride + i] = ((s * blocks_per + i) * 7919) % nb;
     nl_attn_batch b = {n_seqs, n_seqs, 1, max_ctx, stride, bs, true,
                        dev_ints(cu, n_seqs + 1), dev_ints(cl, n_seqs),
-                       dev_ints(tab, (size_t)n_seqs * stride)};
+                       dev_ints(tab, (size_t)n_seqs * stride), 0};
     double t = TIME(be->ops->attention(be, out, qkv, kc, vc, &b, hq, hk, hd, 0.088f, kv));
-    double bytes = 2.0 * n_seqs * ctx * hk * hd * (double)nl_dtype_size(kv);
+    double bytes = 2.0 * keys * hk * hd * (double)nl_dtype_size(kv);
     char extra[64] = "";
-    if (max_ctx > ctx) snprintf(extra, sizeof extra, ", host max %d", max_ctx);
+    if (max_ctx > longest) snprintf(extra, sizeof extra, ", host max %d", max_ctx);
+    if (decode_spread) snprintf(extra + strlen(extra), sizeof extra - strlen(extra), ", spread");
     if (kv != NL_DTYPE_BF16)
         snprintf(extra + strlen(extra), sizeof extra - strlen(extra), ", %s cache", nl_dtype_name(kv));
     printf("| decode attention | %d seqs x ctx %d, hq %d hk %d hd %d%s | %.1f us | %.0f GB/s |\n",
@@ -137,7 +148,7 @@ static void bench_prefill(int n_seqs, int len, int hq, int hk, int hd, int bs)
     for (int s = 0; s < n_seqs; s++) cl[s] = len;
     for (int i = 0; i < nb; i++) tab[i] = i;
     nl_attn_batch b = {n_seqs, n, len, len, blocks_per, bs, false,
-                       dev_ints(cu, n_seqs + 1), dev_ints(cl, n_seqs), dev_ints(tab, nb)};
+                       dev_ints(cu, n_seqs + 1), dev_ints(cl, n_seqs), dev_ints(tab, nb), 0};
     double t = TIME(be->ops->attention(be, out, qkv, kc, vc, &b, hq, hk, hd, 0.088f, NL_DTYPE_BF16));
     double flops = 4.0 * n_seqs * hq * hd * (double)len * (len + 1) / 2.0;
     printf("| prefill attention | %d seqs x %d tokens, hq %d hk %d hd %d | %.1f us | %.1f TFLOP/s |\n",
@@ -213,6 +224,7 @@ int main(int argc, char **argv)
     }
     if (nl_backend_cuda_create(0, &be) != NL_OK) die("backend");
     setvbuf(stdout, NULL, _IOLBF, 0); /* rows survive a timeout */
+    decode_spread = getenv("NL_DECODE_SPREAD") && strcmp(getenv("NL_DECODE_SPREAD"), "0") != 0;
     printf("| op | shape | time | rate |\n| --- | --- | --- | --- |\n");
     bool only_sample = argc > 2 && strcmp(argv[2], "sample") == 0;
     if (argc > 2 && strcmp(argv[2], "gemv") == 0) {

@@ -57,6 +57,10 @@ typedef struct nl_attn_batch {
     const int32_t *cu_seqlens_q; /* [n_seqs + 1]                             */
     const int32_t *context_lens; /* [n_seqs]                                 */
     const int32_t *block_tables; /* [n_seqs, max_blocks_per_seq]             */
+    /* A mixed batch may declare that its first n_leading_decodes seqs have
+     * q_len 1 (the scheduler puts running decodes first), so that a backend
+     * can give them its decode kernel; 0 declares nothing. */
+    int32_t n_leading_decodes;
 } nl_attn_batch;
 
 /* nl_sample_row, the sampler's exact semantics and its random race are

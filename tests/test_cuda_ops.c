@@ -492,8 +492,11 @@ static void check_attention(int n_seqs, const int *q_lens, const int *prefix, in
     void *kcg = attn_kv_fp8 ? rk8.g : kc.g, *vcg = attn_kv_fp8 ? rv8.g : vc.g;
     raw rcu = raw_from(cu, (n_seqs + 1) * 4), rctx = raw_from(ctx, n_seqs * 4);
     raw rtab = raw_from(table, (size_t)n_seqs * max_blocks * 4);
-    nl_attn_batch bc = {n_seqs, n, max_q, max_ctx, max_blocks, bs, all_decode, rcu.c, rctx.c, rtab.c};
-    nl_attn_batch bg = {n_seqs, n, max_q, max_ctx, max_blocks, bs, all_decode, rcu.g, rctx.g, rtab.g};
+    nl_attn_batch bc = {n_seqs, n, max_q, max_ctx, max_blocks, bs, all_decode, rcu.c, rctx.c, rtab.c, 0};
+    nl_attn_batch bg = {n_seqs, n, max_q, max_ctx, max_blocks, bs, all_decode, rcu.g, rctx.g, rtab.g, 0};
+    /* a mixed batch declares its leading decodes, as the worker does */
+    while (bg.n_leading_decodes < n_seqs && q_lens[bg.n_leading_decodes] == 1) bg.n_leading_decodes++;
+    bc.n_leading_decodes = bg.n_leading_decodes;
     float scale = 1.0f / sqrtf((float)hd);
     OK_BOTH(cpu->ops->attention(cpu, out.c, pq.c, kcc, vcc, &bc, hq, hk, hd, scale, kv_c),
             gpu->ops->attention(gpu, out.g, pq.g, kcg, vcg, &bg, hq, hk, hd, scale, kv_g));
@@ -530,6 +533,12 @@ START_TEST(test_attention_prefill)
     check_attention(1, q2, p2, 16, 8, 128, 16, "prefill long");
     int q3[] = {3, 1, 64}, p3[] = {61, 0, 64}; /* mixed: a decode row among prefills */
     check_attention(3, q3, p3, 32, 8, 128, 16, "mixed");
+    /* running decodes first, then prompt chunks: the decode rows take the
+     * decode kernel (one with a context of several chunks), the rest the
+     * prefill kernel */
+    int q4[] = {1, 1, 1, 1, 40, 7}, p4[] = {700, 5, 3000, 64, 20, 0};
+    check_attention(6, q4, p4, 16, 8, 128, 16, "mixed, leading decodes");
+    check_attention(6, q4, p4, 32, 4, 64, 16, "mixed, leading decodes");
     /* every head_dim with a kernel of its own: the demo model's 4/2 x 32,
      * odd k-steps (80), and 256's narrower tiles */
     check_attention(5, q1, p1, 4, 2, 32, 16, "prefill");
@@ -603,7 +612,17 @@ START_TEST(test_attention_decode_graph_small)
     attn_pad_from = -1;
     for (int s = 0; s < 40; s++) p[s] = 200 + s;
     check_attention(40, q, p, 16, 8, 128, 16, "decode graph 40 seqs");
+    /* contexts from a few keys to several chunks, more work items than one
+     * wave of blocks: each block walks several items, some sequences are
+     * written directly and others merged */
+    for (int s = 0; s < 64; s++) p[s] = 1 + (int)(rnext() % 3000);
+    check_attention(64, q, p, 16, 8, 128, 16, "decode graph 64 mixed lengths");
+    attn_kv_fp8 = true;
+    check_attention(64, q, p, 16, 8, 128, 16, "decode graph 64 mixed lengths");
+    check_attention(64, q, p, 32, 4, 128, 16, "decode graph 64 mixed lengths");
+    attn_kv_fp8 = false;
     attn_extra_blocks = 0;
+    check_attention(64, q, p, 16, 8, 128, 16, "decode 64 mixed lengths");
 }
 END_TEST
 
@@ -620,6 +639,8 @@ START_TEST(test_attention_fp8_kv)
     check_attention(5, q1, p1, 8, 2, 72, 16, "prefill generic");
     int q3[] = {3, 1, 64}, p3[] = {61, 0, 64};
     check_attention(3, q3, p3, 32, 8, 128, 16, "mixed");
+    int q4[] = {1, 1, 1, 1, 40, 7}, p4[] = {700, 5, 3000, 64, 20, 0};
+    check_attention(6, q4, p4, 16, 8, 128, 16, "mixed, leading decodes");
     int q[8] = {1, 1, 1, 1, 1, 1, 1, 1};
     int pd[] = {0, 15, 16, 17, 63, 64, 65, 200};
     check_attention(8, q, pd, 16, 8, 128, 16, "decode block edges");
@@ -687,7 +708,7 @@ START_TEST(test_attention_head_dim_refused)
     int32_t cu[2] = {0, 1}, ctx[1] = {1}, tab[1] = {0};
     raw rcu = raw_from(cu, sizeof cu), rctx = raw_from(ctx, sizeof ctx);
     raw rtab = raw_from(tab, sizeof tab);
-    nl_attn_batch b = {1, 1, 1, 1, 1, 16, true, rcu.g, rctx.g, rtab.g};
+    nl_attn_batch b = {1, 1, 1, 1, 1, 16, true, rcu.g, rctx.g, rtab.g, 0};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         nl_status st = gpu->ops->attention(gpu, NULL, NULL, NULL, NULL, &b, 2, 1, bad[i], 0.1f, NL_DTYPE_BF16);
         ck_assert_int_eq(st, NL_ERR_UNSUPPORTED);

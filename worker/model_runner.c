@@ -141,6 +141,7 @@ typedef struct step_plan {
     step_shape shape;   /* what is uploaded, padding included             */
     int32_t max_q, max_ctx;
     bool all_decode;
+    int32_t n_leading_decodes; /* seqs before the first prompt chunk */
 } step_plan;
 
 typedef struct model_runner {
@@ -479,7 +480,8 @@ static nl_status upload_inputs(model_runner *r, const step_plan *plan, qwen_inpu
                  .max_context_len = plan->max_ctx, .max_blocks_per_seq = sh->stride,
                  .block_size = r->p.block_size, .all_decode = plan->all_decode,
                  .cu_seqlens_q = r->dev[BUF_CU], .context_lens = r->dev[BUF_CTX],
-                 .block_tables = r->dev[BUF_TABLES]},
+                 .block_tables = r->dev[BUF_TABLES],
+                 .n_leading_decodes = plan->n_leading_decodes},
         .n_logits = sh->n_logits,
         .logit_rows = r->dev[BUF_ROWS],
         .gather_perm = r->dev[BUF_PERM],
@@ -674,6 +676,8 @@ static nl_status prepare_inputs(model_runner *r, const wire_run *cmd, step_plan 
     int32_t n_seqs = cmd->n_seqs, bs = r->p.block_size;
     *plan = (step_plan){.graph = -1, .n_tokens = n_tokens, .all_decode = true};
     for (int32_t s = 0; s < n_seqs; s++) plan->all_decode &= cmd->seqs[s].num_new == 1;
+    while (plan->n_leading_decodes < n_seqs && cmd->seqs[plan->n_leading_decodes].num_new == 1)
+        plan->n_leading_decodes++;
     if (plan->all_decode)
         for (int32_t i = 0; i < r->n_graphs && plan->graph < 0; i++)
             if (r->graph_size[i] >= n_seqs) plan->graph = i;

@@ -387,6 +387,28 @@ nl_status cuda_attention(nl_backend *backend, void *out, const void *qkv, const 
                             "head (at most %d)", a.group, ATTN_WARPS * 8);
         return cuda_attention_generic(be, &a, b);
     }
-    if (b->all_decode) return cuda_attention_decode(be, &a, b);
-    return cuda_attention_prefill(be, &a, b);
+    if (b->all_decode || b->n_leading_decodes >= b->n_seqs) return cuda_attention_decode(be, &a, b);
+    if (b->n_leading_decodes <= 0) return cuda_attention_prefill(be, &a, b);
+    /* A mixed step: its decode rows read their contexts once per kv head
+     * in the decode kernel instead of as one-row tiles of the prefill
+     * kernel, then the prompt chunks take the prefill kernel. */
+    const int32_t k = b->n_leading_decodes;
+    nl_attn_batch decodes = *b;
+    decodes.n_seqs = decodes.n_tokens = k;
+    decodes.max_q_len = 1;
+    decodes.all_decode = true;
+    NL_TRY(cuda_attention_decode(be, &a, &decodes));
+    /* the kernels read the per-sequence arrays from the arguments */
+    nl_attn_batch prompts = *b;
+    prompts.n_seqs -= k;
+    prompts.n_tokens -= k;
+    prompts.cu_seqlens_q += k;
+    prompts.context_lens += k;
+    prompts.block_tables += (size_t)k * b->max_blocks_per_seq;
+    prompts.n_leading_decodes = 0;
+    attn_args pa = a;
+    pa.cu_seqlens_q = prompts.cu_seqlens_q;
+    pa.context_lens = prompts.context_lens;
+    pa.block_tables = prompts.block_tables;
+    return cuda_attention_prefill(be, &pa, &prompts);
 }

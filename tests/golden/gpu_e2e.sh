@@ -6,13 +6,16 @@
 # random-weight model of PRESET's shape (default qwen3-0.6b; MKMODEL_ARGS adds
 # shape options), writes transformers' bf16 greedy outputs for random prompts
 # (reference.jsonl), checks nanollm against them with CUDA graphs on and off
-# and prefix caching off (MODES="graphs eager noprefix" picks a subset), then
-# runs the throughput benchmark.
+# and prefix caching off (MODES="graphs eager noprefix" picks a subset;
+# "mixed" runs steps of 64 tokens, where prompt chunks join running
+# decodes), then runs the throughput benchmark.
 # TPS="1 2 4 8" runs every mode at each tensor-parallel size with all ranks
 # on GPU 0 (--devices 0,0,...; the CUDA-IPC all-reduce) and also checks each
 # tp > 1 against tp 1 of the same mode.  N_PROMPTS, MAX_TOKENS and MAX_SEQS
 # (default 32, 64, 512) shrink the run; BENCH=0 skips the benchmark;
-# HF=0 skips transformers (then only tp against tp 1); DEADLINE (seconds since
+# HF=0 skips transformers (then only tp against tp 1); REFERENCE=FILE takes
+# transformers' outputs from an earlier run of the same preset instead of
+# running it again; DEADLINE (seconds since
 # the epoch) skips a run that would start within RUN_S (default 60) seconds of it;
 # DEVICE=cpu runs the same on the CPU backend (a check of this script).
 set -uo pipefail
@@ -31,7 +34,11 @@ vocab=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["vocab_
 prompts=$out/prompts.jsonl
 python3 "$here/gpu_parity.py" prompts "$prompts" --n "${N_PROMPTS:-32}" \
     --max-tokens "${MAX_TOKENS:-64}" --vocab "$vocab"
-if [ "${HF:-1}" = 1 ]; then
+if [ -n "${REFERENCE:-}" ]; then
+    # transformers' outputs made earlier for the same preset, prompts (their
+    # seed and vocabulary) and mkmodel weights (deterministic)
+    cp "$REFERENCE" "$out/reference.jsonl"
+elif [ "${HF:-1}" = 1 ]; then
     /usr/bin/time -f "transformers reference %e s" \
         python3 "$here/gpu_parity.py" reference "$model" "$prompts" "$out/reference.jsonl" 2>&1 | tail -1
 fi
@@ -47,11 +54,14 @@ for tp in ${TPS:-1}; do
         if [ -n "${DEADLINE:-}" ] && [ $(($(date +%s) + ${RUN_S:-60})) -gt "$DEADLINE" ]; then
             echo "batch $name skipped: too little time left"; continue
         fi
-        flags=()
+        flags=() seqs=${MAX_SEQS:-512}
         [ "$mode" = eager ] && flags=(--enforce-eager)
         [ "$mode" = noprefix ] && flags=(--no-prefix-caching)
+        # steps of 64 tokens at most: prompts arrive in chunks beside
+        # running decodes (mixed steps)
+        [ "$mode" = mixed ] && flags=(--max-num-batched-tokens 64) seqs=16
         /usr/bin/time -f "batch $name %e s" timeout "${RUN_TIMEOUT:-900}" "$launch" --model "$model" --device "${DEVICE:-cuda}" "${tpflags[@]}" \
-            --max-num-seqs "${MAX_SEQS:-512}" "${flags[@]}" \
+            --max-num-seqs "$seqs" "${flags[@]}" \
             batch --input "$prompts" --output "$out/out_$name.jsonl" 2>"$out/err_$name.txt"
         echo "batch $name exit $?"; tail -4 "$out/err_$name.txt"
         [ -f "$out/reference.jsonl" ] && pairs+=("$out/reference.jsonl" "$out/out_$name.jsonl")
