@@ -230,7 +230,9 @@ START_TEST(test_prefill_first_option)
                               "x", "y", on ? "--prefill-first" : NULL, NULL};
         int rc = launch(args, NULL);
         ck_assert_msg(rc == 0, "exit %d: %s", rc, err_text);
-        ck_assert_msg(strstr(err_text, on ? ", prefill-first steps\n" : ", mixed steps\n"), "%s", err_text);
+        ck_assert_msg(strstr(err_text, on ? ", prefill-first steps of up to 16384 tokens\n"
+                                          : ", mixed steps of up to 16384 tokens\n"),
+                      "%s", err_text);
     }
 }
 END_TEST

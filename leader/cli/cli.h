@@ -64,6 +64,9 @@ struct cli_command {
     const struct option *options;
     const char *help;
     void (*help_more)(void); /* prints what the help cannot know statically; may be NULL */
+    /* The command's own default for --max-num-batched-tokens (raised to
+     * --max-num-seqs when that is larger); 0: the library's. */
+    int32_t default_step_tokens;
 };
 
 enum {

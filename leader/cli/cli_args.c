@@ -139,6 +139,8 @@ bool cli_parser_init(cli_parser *p, const cli_command *cmd, const nl_engine_conf
     p->cmd = cmd;
     if (config) p->config = *config;
     else nl_engine_config_init(&p->config);
+    /* 0 until the options are read: --max-num-batched-tokens accepts no 0 */
+    if (cmd->default_step_tokens > 0) p->config.max_num_batched_tokens = 0;
     size_t n_own = 0;
     while (cmd->options && cmd->options[n_own].name) n_own++;
     p->table = calloc(N_GLOBAL + n_own + 1, sizeof(struct option));
@@ -326,10 +328,15 @@ static int apply_global(cli_parser *p, int c, const char *v)
     return cli_usage_error(p, "option %d has no handler", c);
 }
 
-/* The engine options together, once all are read. */
+/* The engine options together, once all are read; a command's own default
+ * step budget is settled here, against the final --max-num-seqs. */
 static int check_config(cli_parser *p)
 {
-    const nl_engine_config *cf = &p->config;
+    nl_engine_config *cf = &p->config;
+    if (cf->max_num_batched_tokens == 0)
+        cf->max_num_batched_tokens = p->cmd->default_step_tokens > cf->max_num_seqs
+                                         ? p->cmd->default_step_tokens
+                                         : cf->max_num_seqs;
     if (cf->block_size % 16 != 0)
         return cli_usage_error(p, "--block-size: %d is not a multiple of 16", cf->block_size);
     if (cf->devices && cf->n_devices != cf->tp)

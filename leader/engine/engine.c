@@ -102,9 +102,11 @@ nl_status engine_open_with_runner(const nl_engine_config *config,
         e->rng = (uint64_t)time(NULL) ^ ((uint64_t)(uintptr_t)e << 16);
     e->next_id = 1;
     engine_publish_stats(e);
-    nl_log(NL_LOG_INFO, "engine open: %s, %d KV blocks of %d tokens, max_model_len %d, tp %d, %s steps",
+    nl_log(NL_LOG_INFO,
+           "engine open: %s, %d KV blocks of %d tokens, max_model_len %d, tp %d, %s steps of up to %d "
+           "tokens",
            e->device_name, e->bm->num_blocks, config->block_size, e->config.max_model_len, config->tp,
-           config->prefill_first ? "prefill-first" : "mixed");
+           config->prefill_first ? "prefill-first" : "mixed", config->max_num_batched_tokens);
     *out = e;
     return NL_OK;
 fail:;

@@ -85,8 +85,11 @@ int server_run(const nl_engine_config *config, const server_options *opt)
         metrics_destroy(m);
         return 1;
     }
-    fprintf(stderr, "nanollm-launch: serve: model '%s' on %s, max_model_len %d, listening on http://%s:%u%s\n",
-            name, info->device_name, info->max_model_len, opt->host, (unsigned)http_port(http),
+    fprintf(stderr,
+            "nanollm-launch: serve: model '%s' on %s, max_model_len %d, %s steps of up to %d tokens, "
+            "listening on http://%s:%u%s\n",
+            name, info->device_name, info->max_model_len, config->prefill_first ? "prefill-first" : "mixed",
+            config->max_num_batched_tokens, opt->host, (unsigned)http_port(http),
             opt->api_key ? " (API key required)" : "");
     if (!opt->api_key && strcmp(opt->host, "127.0.0.1") != 0 && strcmp(opt->host, "::1") != 0 &&
         strcmp(opt->host, "localhost") != 0)

@@ -179,6 +179,8 @@ const close = (a, b) => Math.abs(a - b) < 1e-4;
 
 async function testApi() {
   const a = await startServer(ENGINE, ['--api-key', KEY, '--max-queue', '64']);
+  check(a.stderr().includes('mixed steps of up to 2048 tokens'),
+    'serve: steps of 2048 tokens unless --max-num-batched-tokens says otherwise');
   const c = client(a.port);
   try {
     const models = await c.models.list();
