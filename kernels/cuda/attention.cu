@@ -1,6 +1,7 @@
 /* attention.cu — the attention op's entry point, which checks the arguments
- * and picks a kernel (attention_decode.cu for all-decode batches,
- * attention_prefill.cu otherwise, for the head dims they are built for), plus
+ * and picks a kernel (attention_decode.cu for all-decode batches and for the
+ * leading decode rows of a mixed one, attention_prefill.cu for prompt rows,
+ * for the head dims they are built for), plus
  * the first, generic CUDA-core kernel for both cases, which takes every other
  * head dim and stays the reference the specialised kernels are measured
  * against (NL_ATTN_GENERIC=1 in the environment selects it).
