@@ -4,7 +4,9 @@
  * field ("param") the way OpenAI's API does; null counts as absent for the
  * optional fields, as the official clients may send it.  Unknown fields are
  * refused rather than ignored: a client that asks for something this server
- * does not do (n > 1, echo, penalties, tools) should learn so.
+ * does not do (n > 1, echo, penalties) should learn so.  A chat request
+ * becomes the chat template's request (messages, tools,
+ * add_generation_prompt, chat_template_kwargs), rendered by the engine.
  */
 #include "leader/server/request.h"
 
@@ -154,18 +156,16 @@ static bool parse_prompt(json_t *v, api_request *req, api_error *err)
     return false;
 }
 
-/* A message's content: a string, or a list of {"type": "text", "text"} parts
- * (joined). */
-static bool parse_content(json_t *c, size_t index, api_request *req, const char **out, api_error *err)
+/* A message's content as the template gets it: a string, null, or a list
+ * of {"type": "text", "text"} parts joined into one string (templates test
+ * `content is string`, as vLLM's "string" content format assumes). */
+static bool parse_content(json_t *c, size_t index, json_t *msg, api_error *err)
 {
     char field[64];
     snprintf(field, sizeof(field), "messages[%zu].content", index);
-    if (json_is_string(c)) {
-        *out = json_string_value(c);
-        return true;
-    }
+    if (json_is_string(c) || json_is_null(c)) return true;
     if (!json_is_array(c)) {
-        api_error_invalid(err, field, "'%s' must be a string or a list of text parts, got %s", field,
+        api_error_invalid(err, field, "'%s' must be a string, null or a list of text parts, got %s", field,
                           type_name(c));
         return false;
     }
@@ -182,36 +182,110 @@ static bool parse_content(json_t *c, size_t index, api_request *req, const char 
         total += json_string_length(text);
     }
     char *joined = malloc(total + 1);
-    char **list = realloc(req->joined, sizeof(char *) * (size_t)(req->n_joined + 1));
-    if (list) req->joined = list;
-    if (!joined || !list) {
-        free(joined);
+    if (!joined) {
         api_error_set(err, 500, "internal_error", field, NULL, "out of memory for %zu bytes of content", total);
         return false;
     }
-    req->joined[req->n_joined++] = joined;
     size_t at = 0;
     json_array_foreach(c, k, part) {
         json_t *text = json_object_get(part, "text");
         memcpy(joined + at, json_string_value(text), json_string_length(text));
         at += json_string_length(text);
     }
-    joined[at] = '\0';
-    *out = joined;
+    json_t *str = json_stringn_nocheck(joined, at);
+    free(joined);
+    if (!str || json_object_set_new(msg, "content", str) != 0) {
+        api_error_set(err, 500, "internal_error", field, NULL, "out of memory for %zu bytes of content", total);
+        return false;
+    }
     return true;
 }
 
+/* The fields a message may carry, each with the JSON type it must have
+ * (tool_calls and tool_call_id carry a tool-using conversation to the
+ * template; reasoning_content is vLLM's field for a reasoning model's
+ * earlier thinking). */
+static const struct message_field {
+    const char *name;
+    json_type type; /* JSON_NULL: checked by its own rule */
+} message_fields[] = {
+    {"role", JSON_STRING},         {"content", JSON_NULL},           {"name", JSON_STRING},
+    {"tool_calls", JSON_ARRAY},    {"tool_call_id", JSON_STRING},    {"reasoning_content", JSON_STRING},
+};
+
+static bool check_message_field(const char *field, const char *key, json_t *f, api_error *err)
+{
+    char sub[160];
+    snprintf(sub, sizeof(sub), "%s.%s", field, key);
+    for (size_t i = 0; i < sizeof(message_fields) / sizeof(message_fields[0]); i++) {
+        if (strcmp(key, message_fields[i].name) != 0) continue;
+        json_type want = message_fields[i].type;
+        if (want == JSON_NULL || json_is_null(f) || json_typeof(f) == want) return true;
+        api_error_invalid(err, sub, "'%s' must be %s, got %s", sub,
+                          want == JSON_STRING ? "a string" : "a list", type_name(f));
+        return false;
+    }
+    api_error_invalid(err, sub, "unknown field '%s'", sub);
+    return false;
+}
+
+/* An assistant turn's tool calls as templates expect them: OpenAI's API
+ * sends each call's function.arguments as a JSON string, and templates
+ * such as Llama 3.1's print it with tojson, so it becomes the object it
+ * encodes (as vLLM's serving layer does).  msg is the message's copy. */
+static bool parse_tool_calls(json_t *msg, size_t index, api_error *err)
+{
+    json_t *calls = json_object_get(msg, "tool_calls");
+    if (!json_is_array(calls)) return true;
+    json_t *copy = json_array();
+    if (!copy || json_object_set_new(msg, "tool_calls", copy) != 0) {
+        api_error_set(err, 500, "internal_error", "messages", NULL, "out of memory for tool calls");
+        return false;
+    }
+    size_t k;
+    json_t *call;
+    json_array_foreach(calls, k, call) {
+        char field[96];
+        snprintf(field, sizeof(field), "messages[%zu].tool_calls[%zu]", index, k);
+        json_t *fn = json_object_get(call, "function");
+        if (!json_is_object(call) || !json_is_object(fn) || !json_is_string(json_object_get(fn, "name"))) {
+            api_error_invalid(err, field, "'%s' must be {\"function\": {\"name\": string, \"arguments\": ...}, "
+                              "...}", field);
+            return false;
+        }
+        json_t *c = json_copy(call), *f = json_copy(fn);
+        if (!c || !f || json_array_append_new(copy, c) != 0 || json_object_set_new(c, "function", f) != 0) {
+            api_error_set(err, 500, "internal_error", "messages", NULL, "out of memory for tool calls");
+            return false;
+        }
+        json_t *args = json_object_get(f, "arguments");
+        if (!json_is_string(args)) continue;
+        json_error_t jerr;
+        json_t *parsed = json_loadb(json_string_value(args), json_string_length(args),
+                                    JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
+        if (!parsed) {
+            api_error_invalid(err, field, "'%s.function.arguments' is not valid JSON: %s", field, jerr.text);
+            return false;
+        }
+        json_object_set_new(f, "arguments", parsed);
+    }
+    return true;
+}
+
+/* messages: each checked, and copied into the template's request with
+ * text parts joined and OpenAI's "developer" role as the "system" role of
+ * the chat templates. */
 static bool parse_messages(json_t *v, api_request *req, api_error *err)
 {
     req->prompt_field = "messages";
     size_t n = json_is_array(v) ? json_array_size(v) : 0;
-    if (n == 0 || n > INT32_MAX) {
+    if (n == 0) {
         api_error_invalid(err, "messages", "'messages' must be a non-empty list of {role, content}, got %s",
                           json_is_array(v) ? "an empty list" : type_name(v));
         return false;
     }
-    req->messages = calloc(n, sizeof(*req->messages));
-    if (!req->messages) {
+    json_t *copy = json_array();
+    if (!copy || json_object_set_new(req->chat, "messages", copy) != 0) {
         api_error_set(err, 500, "internal_error", "messages", NULL, "out of memory for %zu messages", n);
         return false;
     }
@@ -226,37 +300,67 @@ static bool parse_messages(json_t *v, api_request *req, api_error *err)
         }
         const char *key;
         json_t *f;
-        json_object_foreach(m, key, f) {
-            if (strcmp(key, "role") != 0 && strcmp(key, "content") != 0 && strcmp(key, "name") != 0) {
-                char sub[160];
-                snprintf(sub, sizeof(sub), "%s.%s", field, key);
-                api_error_invalid(err, sub, "unknown field '%s'", sub);
-                return false;
-            }
-        }
-        json_t *role = json_object_get(m, "role");
-        const char *r = json_string_value(role);
+        json_object_foreach(m, key, f)
+            if (!check_message_field(field, key, f, err)) return false;
+        const char *r = json_string_value(json_object_get(m, "role"));
         if (!r || (strcmp(r, "system") != 0 && strcmp(r, "user") != 0 && strcmp(r, "assistant") != 0 &&
-                   strcmp(r, "developer") != 0)) {
+                   strcmp(r, "developer") != 0 && strcmp(r, "tool") != 0)) {
             snprintf(field, sizeof(field), "messages[%zu].role", k);
-            api_error_invalid(err, field, "'%s' must be \"system\", \"developer\", \"user\" or \"assistant\"",
+            api_error_invalid(err, field,
+                              "'%s' must be \"system\", \"developer\", \"user\", \"assistant\" or \"tool\"",
                               field);
             return false;
         }
-        /* OpenAI's "developer" role is the system role of older models. */
-        req->messages[k].role = strcmp(r, "developer") == 0 ? "system" : r;
         json_t *content = json_object_get(m, "content");
-        if (!content) {
+        bool calls = json_array_size(json_object_get(m, "tool_calls")) > 0;
+        if (!content && !(strcmp(r, "assistant") == 0 && calls)) {
             snprintf(field, sizeof(field), "messages[%zu].content", k);
             api_error_invalid(err, field, "'%s' is missing", field);
             return false;
         }
-        if (!parse_content(content, k, req, &req->messages[k].content, err)) return false;
+        json_t *msg = json_copy(m);
+        if (!msg || json_array_append_new(copy, msg) != 0) {
+            api_error_set(err, 500, "internal_error", "messages", NULL, "out of memory for %zu messages", n);
+            return false;
+        }
+        if (strcmp(r, "developer") == 0) json_object_set_new(msg, "role", json_string("system"));
+        if (content && !parse_content(content, k, msg, err)) return false;
+        if (!parse_tool_calls(msg, k, err)) return false;
+    }
+    return true;
+}
+
+/* tools: a list of tool definitions ({"type": "function", "function":
+ * {...}}), handed to the template as they are. */
+static bool parse_tools(json_t *v, api_request *req, api_error *err)
+{
+    size_t k;
+    json_t *t;
+    if (!json_is_array(v)) {
+        api_error_invalid(err, "tools", "'tools' must be a list of tool definitions, got %s", type_name(v));
+        return false;
+    }
+    json_array_foreach(v, k, t) {
+        if (!json_is_object(t)) {
+            char field[64];
+            snprintf(field, sizeof(field), "tools[%zu]", k);
+            api_error_invalid(err, field, "'%s' must be an object, got %s", field, type_name(t));
+            return false;
+        }
+    }
+    return json_object_set(req->chat, "tools", v) == 0;
+}
+
+/* The request's chat prompt: the template's request as text. */
+static bool finish_chat(api_request *req, api_error *err)
+{
+    req->chat_text = json_dumps(req->chat, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    if (!req->chat_text) {
+        api_error_set(err, 500, "internal_error", "messages", NULL, "out of memory for the chat request");
+        return false;
     }
     req->prompt.kind = NL_PROMPT_CHAT;
-    req->prompt.messages = req->messages;
-    req->prompt.n_messages = (int32_t)n;
-    req->prompt.enable_thinking = true;
+    req->prompt.chat_json = req->chat_text;
     return true;
 }
 
@@ -280,6 +384,8 @@ static bool parse_stream_options(json_t *v, api_request *req, api_error *err)
     return true;
 }
 
+/* chat_template_kwargs: variables for the template (enable_thinking, and
+ * whatever else a model's template reads), passed through as vLLM does. */
 static bool parse_chat_template_kwargs(json_t *v, api_request *req, api_error *err)
 {
     if (!json_is_object(v)) {
@@ -287,17 +393,13 @@ static bool parse_chat_template_kwargs(json_t *v, api_request *req, api_error *e
                           type_name(v));
         return false;
     }
-    const char *key;
-    json_t *f;
-    json_object_foreach(v, key, f) {
-        if (strcmp(key, "enable_thinking") != 0) {
-            api_error_invalid(err, "chat_template_kwargs",
-                              "unknown field 'chat_template_kwargs.%s' (only enable_thinking is supported)", key);
-            return false;
-        }
-        if (!get_bool(f, "chat_template_kwargs.enable_thinking", &req->prompt.enable_thinking, err)) return false;
+    json_t *thinking = json_object_get(v, "enable_thinking");
+    if (thinking && !json_is_null(thinking) && !json_is_boolean(thinking)) {
+        api_error_invalid(err, "chat_template_kwargs.enable_thinking",
+                          "'chat_template_kwargs.enable_thinking' must be a boolean, got %s", type_name(thinking));
+        return false;
     }
-    return true;
+    return json_object_set(req->chat, "chat_template_kwargs", v) == 0;
 }
 
 /* The fields of completions and chat completions; the chat-only and
@@ -313,6 +415,10 @@ static bool parse_generation(json_t *doc, const char *served_model, api_request 
     req->logprobs = -1;
     bool chat_logprobs = false, have_prompt = false, have_max_tokens = false;
     json_t *top_logprobs = NULL, *stream_options = NULL, *template_kwargs = NULL;
+    if (chat && !(req->chat = json_object())) {
+        api_error_set(err, 500, "internal_error", "messages", NULL, "out of memory for the chat request");
+        return false;
+    }
     const char *key;
     json_t *v;
     json_object_foreach(doc, key, v) {
@@ -385,6 +491,14 @@ static bool parse_generation(json_t *doc, const char *served_model, api_request 
             top_logprobs = v;
         } else if (chat && strcmp(key, "chat_template_kwargs") == 0) {
             template_kwargs = v;
+        } else if (chat && strcmp(key, "tools") == 0) {
+            if (!parse_tools(v, req, err)) return false;
+        } else if (chat && strcmp(key, "add_generation_prompt") == 0) {
+            if (!json_is_boolean(v)) {
+                api_error_invalid(err, key, "'add_generation_prompt' must be a boolean, got %s", type_name(v));
+                return false;
+            }
+            json_object_set(req->chat, key, v);
         } else {
             api_error_invalid(err, key, "unknown field '%s'", key);
             return false;
@@ -402,6 +516,7 @@ static bool parse_generation(json_t *doc, const char *served_model, api_request 
         if (!parse_stream_options(stream_options, req, err)) return false;
     }
     if (template_kwargs && !parse_chat_template_kwargs(template_kwargs, req, err)) return false;
+    if (chat && !finish_chat(req, err)) return false;
     if (chat) {
         int64_t top = 0;
         if (top_logprobs) {
@@ -501,9 +616,8 @@ bool api_request_parse(api_kind kind, const char *body, size_t len, const char *
 void api_request_free(api_request *req)
 {
     json_decref(req->doc);
+    json_decref(req->chat);
+    free(req->chat_text);
     free(req->ids);
-    free(req->messages);
-    for (int32_t k = 0; k < req->n_joined; k++) free(req->joined[k]);
-    free(req->joined);
     memset(req, 0, sizeof(*req));
 }

@@ -39,9 +39,11 @@ typedef struct api_request {
     int32_t *ids;                 /* token-id prompt, detokenize input      */
     size_t prompt_len;            /* tokenize: bytes of prompt.text (U+0000 kept) */
     uint32_t encode_flags;        /* tokenize: nl_encode_flags              */
-    nl_chat_message *messages;    /* [prompt.n_messages]                    */
-    char **joined;                /* message contents joined from parts     */
-    int32_t n_joined;
+    /* chat: the template's request in vLLM's shape ({"messages", "tools",
+     * "add_generation_prompt", "chat_template_kwargs"}), built from the
+     * body, and its text (prompt.chat_json) */
+    json_t *chat;
+    char *chat_text;
     nl_sampling_params params;
     const char *stop[API_MAX_STOP];
     bool stream;

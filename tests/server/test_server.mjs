@@ -66,7 +66,23 @@ for (let i = 0; i < 32; i++) {
   else Object.assign(line, { temperature: 0.9, top_k: 50, seed: 1000 + i });
   streamLines.push(line);
 }
+// A tool-using conversation: the template's request as batch takes it (the
+// call's arguments an object, as templates expect them) ...
+const TOOLS = [{ type: 'function', function: { name: 'get_weather', description: 'Weather of a city',
+  parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } } }];
+const toolTurns = (args) => [
+  { role: 'system', content: 'You help with the weather.' },
+  { role: 'user', content: 'Weather in Paris?' },
+  { role: 'assistant', content: '', tool_calls: [{ id: 'call_1', type: 'function',
+    function: { name: 'get_weather', arguments: args } }] },
+  { role: 'tool', tool_call_id: 'call_1', content: '{"temp": 21}' },
+];
 const refLines = [
+  { id: 'tools', messages: toolTurns({ city: 'Paris' }), tools: TOOLS, max_tokens: 8, temperature: 0,
+    ignore_eos: true },
+  { id: 'no_gen_prompt', messages: [{ role: 'user', content: 'Hi' }, { role: 'assistant', content: 'Hello' }],
+    add_generation_prompt: false, chat_template_kwargs: { enable_thinking: false, other: 1 }, max_tokens: 6,
+    temperature: 0, ignore_eos: true },
   { id: 'greedy', prompt: 'Hello world, this is', max_tokens: 24, temperature: 0, ignore_eos: true, logprobs: 3 },
   { id: 'chat', messages: [{ role: 'user', content: 'Say something nice.' }], max_tokens: 16, temperature: 0,
     ignore_eos: true, logprobs: 2 },
@@ -179,8 +195,6 @@ const close = (a, b) => Math.abs(a - b) < 1e-4;
 
 async function testApi() {
   const a = await startServer(ENGINE, ['--api-key', KEY, '--max-queue', '64']);
-  check(a.stderr().includes('mixed steps of up to 2048 tokens'),
-    'serve: steps of 2048 tokens unless --max-num-batched-tokens says otherwise');
   const c = client(a.port);
   try {
     const models = await c.models.list();
@@ -233,6 +247,29 @@ async function testApi() {
     eq(cs.text, ch.text, 'streamed chat text = batch');
     check(cs.lps.length === 16 && cs.lps.every((e, k) => close(e.logprob, ch.logprobs[k].logprob) &&
       e.top_logprobs.length === 0), 'streamed chat logprobs (no alternatives asked)');
+
+    // ... and through the API: a tool turn, tool definitions, the call's
+    // arguments as OpenAI sends them (a JSON string, compact here, where
+    // the template's tojson of the object puts spaces); the template gets
+    // the same request as batch's.
+    const tr = await c.chat.completions.create({ model: MODEL, messages: toolTurns('{"city":"Paris"}'),
+      tools: TOOLS, max_tokens: 8, temperature: 0, ignore_eos: true });
+    eq([tr.choices[0].message.content, tr.usage.prompt_tokens], [ref.tools.text, ref.tools.prompt_tokens],
+      'chat with tools and a tool turn = batch');
+    const ng = await c.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'Hi' },
+      { role: 'assistant', content: 'Hello' }], add_generation_prompt: false,
+    chat_template_kwargs: { enable_thinking: false, other: 1 }, max_tokens: 6, temperature: 0, ignore_eos: true });
+    eq([ng.choices[0].message.content, ng.usage.prompt_tokens], [ref.no_gen_prompt.text, ref.no_gen_prompt.prompt_tokens],
+      'add_generation_prompt and chat_template_kwargs reach the template as in batch');
+    let te = await expectError(c.chat.completions.create({ model: MODEL, messages: toolTurns('{"city": '),
+      tools: TOOLS }), BadRequestError, 400, 'tool call arguments that are not JSON');
+    eq(te?.param, 'messages[2].tool_calls[0]', 'the broken tool call named');
+    te = await expectError(c.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'x' }],
+      tools: { get_weather: {} } }), BadRequestError, 400, 'tools not a list');
+    eq(te?.param, 'tools', 'tools named');
+    te = await expectError(c.chat.completions.create({ model: MODEL, messages: [{ role: 'tool', content: 'x',
+      tool_call: 'call_1' }] }), BadRequestError, 400, 'unknown message field');
+    eq(te?.param, 'messages[0].tool_call', 'the unknown message field named');
 
     // Stop strings: the output ends before the first occurrence.
     const chars = Array.from(g.text);
@@ -557,6 +594,20 @@ async function testGraceful() {
 // A model whose tokenizer is bytes (id = byte): sampled text holds U+0000
 // wherever id 0 was drawn, and the server's responses carry it as "\u0000"
 // exactly as batch writes it -- whole, streamed, and in the logprob tokens.
+// ---- the step budget: serve's own default ----------------------------------------------
+
+async function testStepBudget() {
+  const small = ['--num-kv-blocks', '64', '--max-model-len', '256'];
+  for (const [extra, want] of [[[], 2048], [['--max-num-seqs', '3000'], 3000],
+    [['--max-num-batched-tokens', '4096'], 4096]]) {
+    const s = await startServer([...small, ...extra], []);
+    check(s.stderr().includes(`mixed steps of up to ${want} tokens`),
+      `serve ${extra.join(' ') || '(no budget given)'}: steps of up to ${want} tokens`);
+    s.proc.kill('SIGTERM');
+    await s.exited;
+  }
+}
+
 async function testNulText() {
   const tok = path.join(tmp, 'bytes-tok');
   fs.mkdirSync(tok);
@@ -610,6 +661,7 @@ try {
   await testShutdown();
   await testGraceful();
   await testNulText();
+  await testStepBudget();
 } catch (err) {
   failures++;
   console.log(`not ok - ${err.stack}`);
