@@ -350,6 +350,22 @@ async function testApi() {
     let e = await expectError(c.completions.create({ model: MODEL, prompt: 'x', frobnicate: 1 }), BadRequestError,
       400, 'unknown field');
     eq(e && [e.param, e.type], ['frobnicate', 'invalid_request_error'], 'unknown field named in param');
+    // Fields clients send at their neutral value: accepted there, refused
+    // by name at any other.
+    const neutral = await c.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'x' }],
+      max_tokens: 2, temperature: 0, presence_penalty: 0, frequency_penalty: 0, logit_bias: {}, user: 'u-1',
+      tool_choice: 'none', parallel_tool_calls: true, response_format: { type: 'text' } });
+    eq(neutral.choices[0].finish_reason, 'length', 'neutral penalties, logit_bias, user, tool_choice none: accepted');
+    for (const [body, param] of [[{ presence_penalty: 0.5 }, 'presence_penalty'],
+      [{ logit_bias: { 42: 5 } }, 'logit_bias'], [{ tool_choice: 'auto' }, 'tool_choice'],
+      [{ response_format: { type: 'json_object' } }, 'response_format']]) {
+      e = await expectError(c.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'x' }],
+        ...body }), BadRequestError, 400, `${param} at a value that asks for more`);
+      eq(e?.param, param, `${param} refused by name`);
+    }
+    e = await expectError(c.completions.create({ model: MODEL, prompt: 'x', echo: true }), BadRequestError, 400,
+      'echo: true');
+    eq(e?.param, 'echo', 'echo refused by name');
     e = await expectError(c.completions.create({ model: MODEL, prompt: 'x', temperature: 'hot' }), BadRequestError,
       400, 'wrong type');
     eq(e?.param, 'temperature', 'wrong type named');
