@@ -16,6 +16,8 @@
 /* Top-N logprobs a request may ask for per generated token: the sampler's
  * output rows, the reply wire format and nl_token_logprob all hold this many. */
 #define NL_MAX_LOGPROBS 20
+/* stop_token_ids per request (nl_sampling_params) */
+#define NL_MAX_STOP_TOKEN_IDS 1024
 
 /* Tensor-parallel worker processes of one engine (the shared segment has a
  * slot for each). */

@@ -155,6 +155,11 @@ typedef struct nl_sampling_params {
     const char *const *stop;   /* stop strings, not included in the output  */
     int32_t n_stop;
     int32_t logprobs;          /* top-N logprobs per generated token, 0-20  */
+    /* Token ids that end the output when sampled (vLLM's stop_token_ids):
+     * the id is kept in token_ids, its text is left out, and ignore_eos
+     * does not apply to them.  Copied at submission. */
+    const int32_t *stop_token_ids;
+    int32_t n_stop_token_ids;  /* at most 1024                               */
 } nl_sampling_params;
 
 void nl_sampling_params_init(nl_sampling_params *params);

@@ -783,6 +783,33 @@ START_TEST(test_text_and_stop_strings)
     ck_assert_int_eq(memcmp(r->token_ids, want, sizeof(int32_t) * (size_t)r->n_tokens), 0);
     free(decoded);
 
+    /* A stop token (vLLM's stop_token_ids): the output ends at its first
+     * occurrence, the id kept and its text left out, ignore_eos or not;
+     * the ids are copied at submission. */
+    int32_t stop_ids[2] = {151642, want[10]};
+    int32_t at_id = 0;
+    while (want[at_id] != stop_ids[1]) at_id++;
+    sp = greedy(40);
+    sp.ignore_eos = true;
+    sp.stop_token_ids = stop_ids;
+    sp.n_stop_token_ids = 2;
+    memset(&log, 0, sizeof(log));
+    uint64_t sid;
+    ck_assert_int_eq(nl_engine_submit(e, &p, &sp, &sid), NL_OK);
+    stop_ids[1] = -1;
+    ck_assert_int_eq(nl_engine_run_until_done(e), NL_OK);
+    ck_assert_int_eq(nl_engine_get_result(e, sid, &r), NL_OK);
+    ck_assert_int_eq(r->finish_reason, NL_FINISH_STOP);
+    ck_assert_int_eq(r->n_tokens, at_id + 1);
+    ck_assert_int_eq(memcmp(r->token_ids, want, sizeof(int32_t) * (size_t)r->n_tokens), 0);
+    ck_assert_int_eq(nl_engine_decode(e, want, at_id, &decoded, &decoded_len), NL_OK);
+    ck_assert_str_eq(r->text, decoded);
+    ck_assert_str_eq(log.text, decoded);
+    free(decoded);
+    /* an id outside the vocabulary is refused by name */
+    ck_assert_int_eq(nl_engine_submit(e, &p, &sp, &sid), NL_ERR_INVALID_ARG);
+    ck_assert_ptr_nonnull(strstr(nl_last_error(), "stop_token_ids[1] = -1"));
+
     /* Ids past the tokenizer's vocabulary (embedding padding) render as no
      * text instead of failing the request. */
     nl_engine_close(e);

@@ -249,6 +249,70 @@ START_TEST(test_batch_demo_model)
 }
 END_TEST
 
+/* Runs batch over lines on the demo model; the output lines parsed. */
+static int run_batch_lines(const char *lines, json_t **out, int max)
+{
+    char in[] = "/tmp/nl-batch-in-XXXXXX", outp[] = "/tmp/nl-batch-out-XXXXXX";
+    int fd = mkstemp(in);
+    ck_assert_int_eq(write(fd, lines, strlen(lines)), (ssize_t)strlen(lines));
+    close(fd);
+    close(mkstemp(outp));
+    int rc = launch((const char *[]){"--device", "cpu", "batch", "--input", in, "--output", outp, NULL});
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, err_text);
+    FILE *f = fopen(outp, "r");
+    char *line = NULL;
+    size_t cap = 0;
+    int n = 0;
+    while (n < max && getline(&line, &cap, f) > 0) {
+        json_error_t e;
+        out[n] = json_loads(line, 0, &e);
+        ck_assert_msg(out[n] != NULL, "output line %d: %s", n + 1, e.text);
+        n++;
+    }
+    free(line);
+    fclose(f);
+    unlink(in);
+    unlink(outp);
+    return n;
+}
+
+/* stop_token_ids (vLLM's name) in batch lines: the output ends at the
+ * first occurrence of a listed id, kept in token_ids; a field that is not
+ * a list of ids is refused by name. */
+START_TEST(test_batch_stop_token_ids)
+{
+    if (!have_tokenizer()) {
+        fprintf(stderr, "test_batch_stop_token_ids: no Qwen3 tokenizer, skipped\n");
+        return;
+    }
+    setenv("NANOLLM_CPU_KV_BYTES", "67108864", 1);
+    json_t *o[2] = {0};
+    ck_assert_int_eq(run_batch_lines("{\"prompt\": \"Hello there\", \"max_tokens\": 8, \"temperature\": 0, "
+                                     "\"ignore_eos\": true}\n", o, 1), 1);
+    json_t *ids = json_object_get(o[0], "token_ids");
+    ck_assert_int_eq(json_array_size(ids), 8);
+    json_int_t stop = json_integer_value(json_array_get(ids, 4));
+    size_t first = 0;
+    while (json_integer_value(json_array_get(ids, first)) != stop) first++;
+    char lines[512];
+    snprintf(lines, sizeof lines,
+             "{\"prompt\": \"Hello there\", \"max_tokens\": 8, \"temperature\": 0, \"ignore_eos\": true, "
+             "\"stop_token_ids\": [%lld]}\n{\"prompt\": \"x\", \"stop_token_ids\": \"7\"}\n", (long long)stop);
+    json_t *r[2] = {0};
+    ck_assert_int_eq(run_batch_lines(lines, r, 2), 2);
+    ck_assert_str_eq(json_string_value(json_object_get(r[0], "finish_reason")), "stop");
+    json_t *cut = json_object_get(r[0], "token_ids");
+    ck_assert_uint_eq(json_array_size(cut), first + 1);
+    for (size_t k = 0; k <= first; k++)
+        ck_assert_int_eq(json_integer_value(json_array_get(cut, k)), json_integer_value(json_array_get(ids, k)));
+    const char *why = json_string_value(json_object_get(r[1], "error"));
+    ck_assert_msg(why && strstr(why, "stop_token_ids"), "%s", why ? why : "(no error)");
+    json_decref(o[0]);
+    json_decref(r[0]);
+    json_decref(r[1]);
+}
+END_TEST
+
 START_TEST(test_generate_demo_model)
 {
     if (!have_tokenizer()) return;
@@ -483,6 +547,7 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_bad_usage);
     tcase_add_test(tc, test_batch_demo_model);
+    tcase_add_test(tc, test_batch_stop_token_ids);
     tcase_add_test(tc, test_generate_demo_model);
     tcase_add_test(tc, test_bench_random_workload_fits);
     tcase_add_test(tc, test_batch_openai_format);

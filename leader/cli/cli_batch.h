@@ -50,6 +50,7 @@ typedef struct batch_request {
     nl_sampling_params params;
     const char *stops[CLI_MAX_STOP];
     int32_t *ids;          /* owned prompt ids                               */
+    int32_t *stop_ids;     /* owned stop_token_ids                           */
     json_t *chat;          /* the chat request: messages and the template's
                             * inputs (tools, add_generation_prompt,
                             * chat_template_kwargs)                          */

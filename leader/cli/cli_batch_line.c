@@ -4,7 +4,8 @@
  * with optional `tools`, `add_generation_prompt` and `chat_template_kwargs`
  * as vLLM names them, rendered by the model's chat template), and
  * optionally `id`, `max_tokens`, `temperature`, `top_k`, `top_p`, `min_p`,
- * `seed`, `ignore_eos`, `stop` (a string or a list) and `logprobs`; any
+ * `seed`, `ignore_eos`, `stop` (a string or a list), `stop_token_ids` and
+ * `logprobs`; any
  * other field is refused by name.
  *
  * OpenAI lines: `custom_id`, `method` ("POST"), `url` and `body`.  The body
@@ -12,7 +13,7 @@
  * that of /v1/chat/completions `messages` (and `tools`,
  * `add_generation_prompt`, `chat_template_kwargs`); both take `model`, `max_tokens`
  * (chat also `max_completion_tokens`), `temperature`, `top_p`, `top_k`,
- * `min_p`, `seed`, `stop`, `ignore_eos`, `n` (1 only), `stream` (false
+ * `min_p`, `seed`, `stop`, `stop_token_ids`, `ignore_eos`, `n` (1 only), `stream` (false
  * only), `user`, and logprobs as the API has them (completions: `logprobs`
  * N; chat: `logprobs` true with `top_logprobs` N).  Other body fields are
  * refused by name rather than silently ignored.
@@ -72,11 +73,17 @@ static bool get_number(json_t *v, const char *key, double *out, char **err)
     return true;
 }
 
-static bool get_token_ids(batch_request *rq, json_t *v, const char *key, char **err)
+/* An array of token ids into *ids (malloc'd); the engine checks them
+ * against the vocabulary. */
+static bool get_ids(json_t *v, const char *key, int32_t **ids, char **err)
 {
+    if (!json_is_array(v)) {
+        *err = line_error("field \"%s\": must be an array of token ids", key);
+        return false;
+    }
     size_t n = json_array_size(v);
-    rq->ids = malloc(sizeof(int32_t) * (n ? n : 1));
-    if (!rq->ids) {
+    *ids = malloc(sizeof(int32_t) * (n ? n : 1));
+    if (!*ids) {
         *err = line_error("out of memory for %zu token ids", n);
         return false;
     }
@@ -86,11 +93,17 @@ static bool get_token_ids(batch_request *rq, json_t *v, const char *key, char **
             *err = line_error("field \"%s\": element %zu is not a token id", key, k);
             return false;
         }
-        rq->ids[k] = (int32_t)json_integer_value(t);
+        (*ids)[k] = (int32_t)json_integer_value(t);
     }
+    return true;
+}
+
+static bool get_token_ids(batch_request *rq, json_t *v, const char *key, char **err)
+{
+    if (!get_ids(v, key, &rq->ids, err)) return false;
     rq->prompt.kind = NL_PROMPT_TOKENS;
     rq->prompt.token_ids = rq->ids;
-    rq->prompt.n_tokens = (int32_t)n;
+    rq->prompt.n_tokens = (int32_t)json_array_size(v);
     return true;
 }
 
@@ -186,6 +199,13 @@ static bool sampling_field(batch_request *rq, const char *key, json_t *v, bool *
         sp->ignore_eos = json_is_true(v);
     } else if (strcmp(key, "stop") == 0) {
         return get_stop(rq, v, key, err);
+    } else if (strcmp(key, "stop_token_ids") == 0) {
+        if (json_is_null(v)) return true;
+        free(rq->stop_ids);
+        rq->stop_ids = NULL;
+        if (!get_ids(v, key, &rq->stop_ids, err)) return false;
+        sp->stop_token_ids = rq->stop_ids;
+        sp->n_stop_token_ids = json_array_size(v) > INT32_MAX ? INT32_MAX : (int32_t)json_array_size(v);
     } else {
         *known = false;
     }
@@ -398,6 +418,7 @@ void batch_request_free(batch_request *rq)
 {
     batch_meta_free(&rq->meta);
     free(rq->ids);
+    free(rq->stop_ids);
     json_decref(rq->chat);
     free(rq->chat_text);
     free(rq->error);

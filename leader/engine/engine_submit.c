@@ -57,6 +57,14 @@ static nl_status validate_params(const nl_engine *e, const nl_sampling_params *p
         if (!utf8_validate(p->stop[i], strlen(p->stop[i]), &bad))
             return nl_error(NL_ERR_INVALID_ARG, "stop string %d: invalid UTF-8 at byte %zu", i, bad);
     }
+    if (p->n_stop_token_ids < 0 || p->n_stop_token_ids > NL_MAX_STOP_TOKEN_IDS ||
+        (p->n_stop_token_ids > 0 && !p->stop_token_ids))
+        return nl_error(NL_ERR_INVALID_ARG, "stop_token_ids: %d ids (at most %d, in an array)",
+                        p->n_stop_token_ids, NL_MAX_STOP_TOKEN_IDS);
+    for (int32_t i = 0; i < p->n_stop_token_ids; i++)
+        if (p->stop_token_ids[i] < 0 || p->stop_token_ids[i] >= e->facts.vocab_size)
+            return nl_error(NL_ERR_INVALID_ARG, "stop_token_ids[%d] = %d: outside the vocabulary [0, %d)", i,
+                            p->stop_token_ids[i], e->facts.vocab_size);
     return NL_OK;
 }
 

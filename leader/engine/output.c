@@ -35,6 +35,13 @@ static bool is_eos(const output_processor *op, int32_t token)
     return false;
 }
 
+static bool is_stop_id(const request *r, int32_t token)
+{
+    for (int32_t i = 0; i < r->n_stop_ids; i++)
+        if (r->stop_ids[i] == token) return true;
+    return false;
+}
+
 static nl_status stream(output_processor *op, request *r, int32_t token, bool finished)
 {
     const char *text;
@@ -67,11 +74,14 @@ nl_status output_process_token(output_processor *op, request *r, const wire_samp
     NL_TRY(seq_append_token(s, sm->token_id));
     NL_TRY(request_record_logprobs(r, sm));
     if (!s->params.ignore_eos && is_eos(op, sm->token_id)) *finish = NL_FINISH_STOP;
+    /* a stop token ends the output without its text, as a stop string does */
+    bool stop_id = is_stop_id(r, sm->token_id);
+    if (stop_id) *finish = NL_FINISH_STOP;
     bool stopped_by_string = false;
     /* The embedding may have rows that stand for no token (padding past
      * the tokenizer's ids, or a gap between them): such an id renders as
      * no text. */
-    if (r->detok && tokenizer_has_token(op->tok, sm->token_id)) {
+    if (r->detok && !stop_id && tokenizer_has_token(op->tok, sm->token_id)) {
         const char *delta;
         size_t len;
         NL_TRY(detokenizer_push(r->detok, sm->token_id, &delta, &len));

@@ -1,4 +1,4 @@
-/* request.c — a request's stop strings, text, logprobs and result (see request.h). */
+/* request.c — a request's stop strings and ids, text, logprobs and result (see request.h). */
 #define _GNU_SOURCE /* memmem */
 #include "leader/engine/request.h"
 
@@ -35,6 +35,12 @@ nl_status request_create(uint64_t id, const int32_t *prompt, int32_t prompt_len,
             if (len > r->max_stop_len) r->max_stop_len = len;
         }
     }
+    if (params->n_stop_token_ids > 0) {
+        r->stop_ids = malloc(sizeof(int32_t) * (size_t)params->n_stop_token_ids);
+        if (!r->stop_ids) goto oom;
+        memcpy(r->stop_ids, params->stop_token_ids, sizeof(int32_t) * (size_t)params->n_stop_token_ids);
+        r->n_stop_ids = params->n_stop_token_ids;
+    }
     if (params->logprobs > 0) {
         r->cap_logprobs = params->max_tokens < REQUEST_FIRST_LOGPROBS ? params->max_tokens : REQUEST_FIRST_LOGPROBS;
         r->logprobs = calloc((size_t)r->cap_logprobs, sizeof(nl_token_logprob));
@@ -62,6 +68,7 @@ void request_destroy(request *r)
     if (r->stop)
         for (int32_t i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->stop);
+    free(r->stop_ids);
     free(r->text);
     free(r->logprobs);
     free(r->error);

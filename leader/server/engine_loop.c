@@ -254,7 +254,9 @@ static void submit_job(engine_loop *loop, server_job *job)
     if (st != NL_OK) {
         const char *msg = nl_last_error();
         if (st == NL_ERR_INVALID_ARG || st == NL_ERR_UNSUPPORTED) {
-            const char *param = strncmp(msg, "stop", 4) == 0 ? "stop" : req->prompt_field;
+            const char *param = strncmp(msg, "stop_token_ids", 14) == 0 ? "stop_token_ids"
+                                : strncmp(msg, "stop", 4) == 0              ? "stop"
+                                                                            : req->prompt_field;
             const char *code = strstr(msg, "max_model_len") || strstr(msg, "KV blocks") ? "context_length_exceeded"
                                                                                         : NULL;
             refuse(job, 400, "invalid_request_error", param, code, msg);

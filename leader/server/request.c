@@ -111,11 +111,17 @@ static bool parse_stop(json_t *v, api_request *req, api_error *err)
 }
 
 /* An array of token ids; field names it in errors. */
-static bool parse_ids(json_t *v, const char *field, api_request *req, api_error *err)
+/* A list of token ids into *ids (malloc'd); the engine checks them
+ * against the vocabulary. */
+static bool get_ids(json_t *v, const char *field, int32_t **ids, api_error *err)
 {
+    if (!json_is_array(v)) {
+        api_error_invalid(err, field, "'%s' must be a list of token ids, got %s", field, type_name(v));
+        return false;
+    }
     size_t n = json_array_size(v);
-    req->ids = malloc(sizeof(int32_t) * (n ? n : 1));
-    if (!req->ids) {
+    *ids = malloc(sizeof(int32_t) * (n ? n : 1));
+    if (!*ids) {
         api_error_set(err, 500, "internal_error", field, NULL, "out of memory for %zu token ids", n);
         return false;
     }
@@ -126,8 +132,15 @@ static bool parse_ids(json_t *v, const char *field, api_request *req, api_error 
             api_error_invalid(err, field, "'%s[%zu]' must be a token id (an integer >= 0)", field, k);
             return false;
         }
-        req->ids[k] = (int32_t)json_integer_value(t);
+        (*ids)[k] = (int32_t)json_integer_value(t);
     }
+    return true;
+}
+
+static bool parse_ids(json_t *v, const char *field, api_request *req, api_error *err)
+{
+    if (!get_ids(v, field, &req->ids, err)) return false;
+    size_t n = json_array_size(v);
     req->prompt.kind = NL_PROMPT_TOKENS;
     req->prompt.token_ids = req->ids;
     req->prompt.n_tokens = (int32_t)n;
@@ -524,6 +537,10 @@ static bool parse_generation(json_t *doc, const char *served_model, api_request 
             if (!get_bool(v, key, &p->ignore_eos, err)) return false;
         } else if (strcmp(key, "stop") == 0) {
             if (!parse_stop(v, req, err)) return false;
+        } else if (strcmp(key, "stop_token_ids") == 0) { /* vLLM's */
+            if (!get_ids(v, key, &req->stop_ids, err)) return false;
+            p->stop_token_ids = req->stop_ids;
+            p->n_stop_token_ids = (int32_t)(json_array_size(v) < INT32_MAX ? json_array_size(v) : INT32_MAX);
         } else if (strcmp(key, "n") == 0) {
             if (!get_int(v, key, 1, 1, &iv, err)) {
                 api_error_invalid(err, "n", "'n' must be 1: one completion per request is supported");
@@ -674,5 +691,6 @@ void api_request_free(api_request *req)
     json_decref(req->chat);
     free(req->chat_text);
     free(req->ids);
+    free(req->stop_ids);
     memset(req, 0, sizeof(*req));
 }

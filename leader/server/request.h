@@ -37,6 +37,7 @@ typedef struct api_request {
     nl_prompt prompt;             /* TEXT, TOKENS or CHAT                   */
     const char *prompt_field;     /* "prompt" or "messages", for errors     */
     int32_t *ids;                 /* token-id prompt, detokenize input      */
+    int32_t *stop_ids;            /* stop_token_ids                         */
     size_t prompt_len;            /* tokenize: bytes of prompt.text (U+0000 kept) */
     uint32_t encode_flags;        /* tokenize: nl_encode_flags              */
     /* chat: the template's request in vLLM's shape ({"messages", "tools",

@@ -287,6 +287,19 @@ async function testApi() {
         max_tokens: 24, temperature: 0, ignore_eos: true, stop, stream: true }));
       eq([sst.text, sst.finish], [want, 'stop'], 'stop while streaming');
     }
+    // A stop token id (vLLM's stop_token_ids): the output ends at its first
+    // occurrence, the id counted and its text left out.
+    const cut = g.token_ids.indexOf(g.token_ids[6]);
+    const upToStop = await (await fetch(`http://127.0.0.1:${a.port}/detokenize`, { method: 'POST',
+      headers: { Authorization: `Bearer ${KEY}`, 'Content-Type': 'application/json' },
+      body: JSON.stringify({ tokens: g.token_ids.slice(0, cut) }) })).json();
+    const sid = await c.completions.create({ model: MODEL, prompt: 'Hello world, this is', max_tokens: 24,
+      temperature: 0, ignore_eos: true, stop_token_ids: [g.token_ids[6]] });
+    eq([sid.choices[0].text, sid.choices[0].finish_reason, sid.usage.completion_tokens],
+      [upToStop.prompt, 'stop', cut + 1], 'stop_token_ids: the greedy output up to that token, without its text');
+    const badStop = await expectError(c.completions.create({ model: MODEL, prompt: 'x',
+      stop_token_ids: [1 << 30] }), BadRequestError, 400, 'a stop token id outside the vocabulary');
+    eq(badStop?.param, 'stop_token_ids', 'stop_token_ids named');
 
     // 32 concurrent streams = the same requests through batch.
     const t0 = Date.now();
