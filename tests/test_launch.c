@@ -158,6 +158,33 @@ static bool have_tokenizer(void)
     return access(path, R_OK) == 0;
 }
 
+/* Runs batch over lines on the demo model; the output lines parsed. */
+static int run_batch_lines(const char *lines, json_t **out, int max)
+{
+    char in[] = "/tmp/nl-batch-in-XXXXXX", outp[] = "/tmp/nl-batch-out-XXXXXX";
+    int fd = mkstemp(in);
+    ck_assert_int_eq(write(fd, lines, strlen(lines)), (ssize_t)strlen(lines));
+    close(fd);
+    close(mkstemp(outp));
+    int rc = launch((const char *[]){"--device", "cpu", "batch", "--input", in, "--output", outp, NULL});
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, err_text);
+    FILE *f = fopen(outp, "r");
+    char *line = NULL;
+    size_t cap = 0;
+    int n = 0;
+    while (n < max && getline(&line, &cap, f) > 0) {
+        json_error_t e;
+        out[n] = json_loads(line, 0, &e);
+        ck_assert_msg(out[n] != NULL, "output line %d: %s", n + 1, e.text);
+        n++;
+    }
+    free(line);
+    fclose(f);
+    unlink(in);
+    unlink(outp);
+    return n;
+}
+
 START_TEST(test_batch_demo_model)
 {
     if (!have_tokenizer()) {
@@ -165,8 +192,6 @@ START_TEST(test_batch_demo_model)
         return;
     }
     setenv("NANOLLM_CPU_KV_BYTES", "67108864", 1);
-    char in[] = "/tmp/nl-batch-in-XXXXXX", outp[] = "/tmp/nl-batch-out-XXXXXX";
-    int fd = mkstemp(in);
     const char *lines =
         "{\"id\": \"a\", \"prompt\": \"Hello there\", \"max_tokens\": 4, \"temperature\": 0}\n"
         "this is not json\n"
@@ -182,29 +207,10 @@ START_TEST(test_batch_demo_model)
         "{\"role\": \"tool\", \"content\": \"42\"}], \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}], "
         "\"add_generation_prompt\": false, \"chat_template_kwargs\": {\"enable_thinking\": false}, \"max_tokens\": 1}\n"
         "{\"prompt\": \"x\", \"tools\": []}\n";
-    ck_assert_int_eq(write(fd, lines, strlen(lines)), (ssize_t)strlen(lines));
-    close(fd);
-    int ofd = mkstemp(outp);
-    close(ofd);
-    int rc = launch((const char *[]){"--device", "cpu", "batch", "--input", in, "--output", outp, NULL});
-    ck_assert_msg(rc == 0, "exit %d: %s", rc, err_text);
+    json_t *o[11] = {0};
+    int n = run_batch_lines(lines, o, 11);
     ck_assert_ptr_nonnull(strstr(err_text, "10 requests (5 rejected)"));
     ck_assert_ptr_nonnull(strstr(err_text, "demo model"));
-    FILE *f = fopen(outp, "r");
-    json_t *o[11] = {0};
-    char *line = NULL;
-    size_t cap = 0;
-    int n = 0;
-    while (n < 11 && getline(&line, &cap, f) > 0) {
-        json_error_t e;
-        o[n] = json_loads(line, 0, &e);
-        ck_assert_msg(o[n] != NULL, "output line %d: %s", n + 1, e.text);
-        n++;
-    }
-    free(line);
-    fclose(f);
-    unlink(in);
-    unlink(outp);
     ck_assert_int_eq(n, 10);
     /* Input order, ids given or the 0-based line number. */
     ck_assert_str_eq(json_string_value(json_object_get(o[0], "id")), "a");
@@ -248,33 +254,6 @@ START_TEST(test_batch_demo_model)
     for (int k = 0; k < 10; k++) json_decref(o[k]);
 }
 END_TEST
-
-/* Runs batch over lines on the demo model; the output lines parsed. */
-static int run_batch_lines(const char *lines, json_t **out, int max)
-{
-    char in[] = "/tmp/nl-batch-in-XXXXXX", outp[] = "/tmp/nl-batch-out-XXXXXX";
-    int fd = mkstemp(in);
-    ck_assert_int_eq(write(fd, lines, strlen(lines)), (ssize_t)strlen(lines));
-    close(fd);
-    close(mkstemp(outp));
-    int rc = launch((const char *[]){"--device", "cpu", "batch", "--input", in, "--output", outp, NULL});
-    ck_assert_msg(rc == 0, "exit %d: %s", rc, err_text);
-    FILE *f = fopen(outp, "r");
-    char *line = NULL;
-    size_t cap = 0;
-    int n = 0;
-    while (n < max && getline(&line, &cap, f) > 0) {
-        json_error_t e;
-        out[n] = json_loads(line, 0, &e);
-        ck_assert_msg(out[n] != NULL, "output line %d: %s", n + 1, e.text);
-        n++;
-    }
-    free(line);
-    fclose(f);
-    unlink(in);
-    unlink(outp);
-    return n;
-}
 
 /* stop_token_ids (vLLM's name) in batch lines: the output ends at the
  * first occurrence of a listed id, kept in token_ids; a field that is not
