@@ -189,7 +189,9 @@ typedef struct nl_prompt {
      * or null), "tool_calls", "tool_call_id", "name", "reasoning_content"
      * ...}], "tools": [...], "add_generation_prompt": bool (default true),
      * "chat_template_kwargs": {...}}, rendered by the model's own Jinja chat
-     * template as transformers renders it. */
+     * template as transformers renders it, after one step of vLLM's server:
+     * an assistant tool call's function.arguments given as a JSON string
+     * (OpenAI's API) reaches the template as the value it encodes. */
     const char *chat_json;
 } nl_prompt;
 

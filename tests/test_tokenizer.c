@@ -442,16 +442,32 @@ START_TEST(test_invalid_input)
     free(text);
     ck_assert_int_eq(tokenizer_apply_chat_template(qwen, &odd, 0, true, true, &text), NL_ERR_INVALID_ARG);
     size_t text_len;
-    ck_assert_int_eq(tokenizer_apply_chat_request(qwen, "{\"messages\": []}", &text, &text_len), NL_ERR_INVALID_ARG);
+    ck_assert_int_eq(tokenizer_apply_chat_request(qwen, "{\"messages\": []}", false, &text, &text_len), NL_ERR_INVALID_ARG);
     ck_assert_ptr_nonnull(strstr(nl_last_error(), "messages"));
     ck_assert_int_eq(tokenizer_apply_chat_request(qwen, "{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}], "
-                                                  "\"add_generation_prompt\": false}", &text, &text_len), NL_OK);
+                                                  "\"add_generation_prompt\": false}", false, &text, &text_len), NL_OK);
     ck_assert_str_eq(text, "<|im_start|>user\nq<|im_end|>\n");
     ck_assert_uint_eq(text_len, strlen(text));
     free(text);
     ck_assert_int_eq(tokenizer_apply_chat_request(qwen, "{\"messages\": [{\"role\": \"user\"}], \"stream\": 1}",
-                                                  &text, &text_len), NL_ERR_INVALID_ARG);
+                                                  false, &text, &text_len), NL_ERR_INVALID_ARG);
     ck_assert_ptr_nonnull(strstr(nl_last_error(), "stream"));
+    /* A tool call's arguments as OpenAI sends them, a JSON string: as the
+     * server takes a request, the template gets the object it encodes (its
+     * tojson spaces it out); as given, the string itself. */
+    const char *call = "{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", "
+                       "\"content\": \"\", \"tool_calls\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", "
+                       "\"arguments\": \"{\\\"a\\\":1}\"}}]}], \"add_generation_prompt\": false}";
+    ck_assert_int_eq(tokenizer_apply_chat_request(qwen, call, true, &text, &text_len), NL_OK);
+    ck_assert_ptr_nonnull(strstr(text, "\"arguments\": {\"a\": 1}"));
+    free(text);
+    ck_assert_int_eq(tokenizer_apply_chat_request(qwen, call, false, &text, &text_len), NL_OK);
+    ck_assert_ptr_nonnull(strstr(text, "\"arguments\": {\"a\":1}"));
+    free(text);
+    const char *broken = "{\"messages\": [{\"role\": \"assistant\", \"content\": \"\", \"tool_calls\": "
+                         "[{\"function\": {\"name\": \"f\", \"arguments\": \"{\\\"a\\\": \"}}]}]}";
+    ck_assert_int_eq(tokenizer_apply_chat_request(qwen, broken, true, &text, &text_len), NL_ERR_INVALID_ARG);
+    ck_assert_ptr_nonnull(strstr(nl_last_error(), "messages[0].tool_calls[0].function.arguments"));
 }
 END_TEST
 

@@ -104,7 +104,7 @@ static nl_status prompt_ids(nl_engine *e, const nl_prompt *prompt, int32_t **ids
     nl_status st = NL_OK;
     if (prompt->kind == NL_PROMPT_CHAT) {
         if (prompt->chat_json)
-            st = tokenizer_apply_chat_request(e->tok, prompt->chat_json, &chat_text, &chat_len);
+            st = tokenizer_apply_chat_request(e->tok, prompt->chat_json, true, &chat_text, &chat_len);
         else
             st = tokenizer_apply_chat_template(e->tok, prompt->messages, (size_t)prompt->n_messages,
                                                true, prompt->enable_thinking, &chat_text);

@@ -84,5 +84,5 @@ nl_status nl_tokenizer_apply_chat_template(const nl_tokenizer *h, const char *re
     *text = NULL;
     *len = 0;
     if (!h || !request_json) return nl_error(NL_ERR_INVALID_ARG, "chat template: tokenizer or request is NULL");
-    return tokenizer_apply_chat_request(h->tok, request_json, text, len);
+    return tokenizer_apply_chat_request(h->tok, request_json, false, text, len);
 }

@@ -6,7 +6,9 @@
  * refused rather than ignored: a client that asks for something this server
  * does not do (n > 1, echo, penalties) should learn so.  A chat request
  * becomes the chat template's request (messages, tools,
- * add_generation_prompt, chat_template_kwargs), rendered by the engine.
+ * add_generation_prompt, chat_template_kwargs), rendered by the engine
+ * (which also decodes tool-call arguments given as JSON strings, as
+ * vLLM's server does).
  */
 #include "leader/server/request.h"
 
@@ -242,49 +244,6 @@ static bool check_message_field(const char *field, const char *key, json_t *f, a
     return false;
 }
 
-/* An assistant turn's tool calls as templates expect them: OpenAI's API
- * sends each call's function.arguments as a JSON string, and templates
- * such as Llama 3.1's print it with tojson, so it becomes the object it
- * encodes (as vLLM's serving layer does).  msg is the message's copy. */
-static bool parse_tool_calls(json_t *msg, size_t index, api_error *err)
-{
-    json_t *calls = json_object_get(msg, "tool_calls");
-    if (!json_is_array(calls)) return true;
-    json_t *copy = json_array();
-    if (!copy || json_object_set_new(msg, "tool_calls", copy) != 0) {
-        api_error_set(err, 500, "internal_error", "messages", NULL, "out of memory for tool calls");
-        return false;
-    }
-    size_t k;
-    json_t *call;
-    json_array_foreach(calls, k, call) {
-        char field[96];
-        snprintf(field, sizeof(field), "messages[%zu].tool_calls[%zu]", index, k);
-        json_t *fn = json_object_get(call, "function");
-        if (!json_is_object(call) || !json_is_object(fn) || !json_is_string(json_object_get(fn, "name"))) {
-            api_error_invalid(err, field, "'%s' must be {\"function\": {\"name\": string, \"arguments\": ...}, "
-                              "...}", field);
-            return false;
-        }
-        json_t *c = json_copy(call), *f = json_copy(fn);
-        if (!c || !f || json_array_append_new(copy, c) != 0 || json_object_set_new(c, "function", f) != 0) {
-            api_error_set(err, 500, "internal_error", "messages", NULL, "out of memory for tool calls");
-            return false;
-        }
-        json_t *args = json_object_get(f, "arguments");
-        if (!json_is_string(args)) continue;
-        json_error_t jerr;
-        json_t *parsed = json_loadb(json_string_value(args), json_string_length(args),
-                                    JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
-        if (!parsed) {
-            api_error_invalid(err, field, "'%s.function.arguments' is not valid JSON: %s", field, jerr.text);
-            return false;
-        }
-        json_object_set_new(f, "arguments", parsed);
-    }
-    return true;
-}
-
 /* messages: each checked, and copied into the template's request with
  * text parts joined and OpenAI's "developer" role as the "system" role of
  * the chat templates. */
@@ -338,7 +297,6 @@ static bool parse_messages(json_t *v, api_request *req, api_error *err)
         }
         if (strcmp(r, "developer") == 0) json_object_set_new(msg, "role", json_string("system"));
         if (content && !parse_content(content, k, msg, err)) return false;
-        if (!parse_tool_calls(msg, k, err)) return false;
     }
     return true;
 }

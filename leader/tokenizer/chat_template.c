@@ -161,6 +161,29 @@ static nl_status check_request(const json_t *request)
     return NL_OK;
 }
 
+nl_status chat_request_decode_tool_arguments(json_t *request)
+{
+    size_t i, k;
+    json_t *m, *call;
+    json_array_foreach(json_object_get(request, "messages"), i, m) {
+        const char *role = json_string_value(json_object_get(m, "role"));
+        if (!role || strcmp(role, "assistant") != 0) continue;
+        json_array_foreach(json_object_get(m, "tool_calls"), k, call) {
+            json_t *fn = json_object_get(call, "function"), *args = json_object_get(fn, "arguments");
+            if (!json_is_string(args)) continue;
+            json_error_t jerr;
+            json_t *value = json_loadb(json_string_value(args), json_string_length(args),
+                                       JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
+            if (!value)
+                return nl_error(NL_ERR_INVALID_ARG,
+                                "chat: messages[%zu].tool_calls[%zu].function.arguments is not valid JSON: %s", i, k,
+                                jerr.text);
+            json_object_set_new(fn, "arguments", value);
+        }
+    }
+    return NL_OK;
+}
+
 nl_status chat_template_render_request(const chat_template *t, const json_t *request, char **out, size_t *len,
                                        bool *raised)
 {

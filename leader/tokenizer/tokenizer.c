@@ -766,7 +766,8 @@ nl_status tokenizer_apply_chat_template(const tokenizer *t, const nl_chat_messag
     return chat_template_render(t->chat, msgs, n_msgs, add_generation_prompt, enable_thinking, out);
 }
 
-nl_status tokenizer_apply_chat_request(const tokenizer *t, const char *request_json, char **out, size_t *len)
+nl_status tokenizer_apply_chat_request(const tokenizer *t, const char *request_json, bool as_server,
+                                       char **out, size_t *len)
 {
     *out = NULL;
     *len = 0;
@@ -776,7 +777,8 @@ nl_status tokenizer_apply_chat_request(const tokenizer *t, const char *request_j
     if (!request)
         return nl_error(NL_ERR_INVALID_ARG, "chat: bad JSON at line %d column %d: %s", jerr.line, jerr.column,
                         jerr.text);
-    nl_status st = chat_template_render_request(t->chat, request, out, len, NULL);
+    nl_status st = as_server ? chat_request_decode_tool_arguments(request) : NL_OK;
+    if (st == NL_OK) st = chat_template_render_request(t->chat, request, out, len, NULL);
     json_decref(request);
     return st;
 }

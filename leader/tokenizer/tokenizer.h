@@ -48,8 +48,10 @@ nl_status tokenizer_apply_chat_template(const tokenizer *t, const nl_chat_messag
                                         bool add_generation_prompt, bool enable_thinking, char **out);
 /* The same for a request in vLLM's chat shape, as JSON text: {"messages", "tools",
  * "add_generation_prompt", "chat_template_kwargs"} (chat_template_render_request); *len the
- * text's length (it may hold U+0000). */
-nl_status tokenizer_apply_chat_request(const tokenizer *t, const char *request_json, char **out, size_t *len);
+ * text's length (it may hold U+0000).  as_server: first as vLLM's server takes a request
+ * (chat_request_decode_tool_arguments); otherwise exactly as given, as transformers renders. */
+nl_status tokenizer_apply_chat_request(const tokenizer *t, const char *request_json, bool as_server,
+                                       char **out, size_t *len);
 /* EOS/stop ids from config.json, generation_config.json and tokenizer_config.json, deduplicated. */
 size_t tokenizer_eos_ids(const tokenizer *t, int32_t *out, size_t cap);
 bool tokenizer_is_special(const tokenizer *t, int32_t id);
