@@ -172,6 +172,38 @@ static bool affix_match(const jargs *a, const jv_str *s, jv what, bool prefix)
     return memcmp(prefix ? s->s : s->s + s->len - p->len, p->s, p->len) == 0;
 }
 
+/* str.center / ljust / rjust / zfill as Python pads: width counts code
+ * points, the fill is one character; center puts the odd one on the left
+ * when the width is odd (CPython's rule); zfill keeps a leading sign first. */
+static jv str_pad(const jargs *a, const jv_str *s, const char *name)
+{
+    jctx *c = a->c;
+    if (a->npos < 1) jinja_fail(c, a->n->line, "str.%s needs a width", name);
+    int64_t width = jarg_int(a, a->pos[0], "width");
+    bool zfill = name[0] == 'z';
+    const jv_str *fill = NULL;
+    if (!zfill) {
+        jv f = jarg(a, 1, "fillchar", jv_none());
+        if (f.kind != JV_NONE) {
+            fill = jarg_str(a, f, "fillchar");
+            if (ju_count(fill->s, fill->len) != 1)
+                jinja_fail(c, a->n->line, "str.%s: the fill character must be exactly one character long", name);
+        }
+    }
+    int64_t len = (int64_t)ju_count(s->s, s->len), margin = width - len;
+    if (margin <= 0) return jv_strn(c, s->s, s->len);
+    int64_t left = name[0] == 'l' ? 0 : name[0] == 'c' ? margin / 2 + (margin & width & 1) : margin;
+    const char *f = zfill ? "0" : fill ? fill->s : " ";
+    size_t flen = zfill ? 1 : fill ? fill->len : 1;
+    size_t sign = zfill && s->len > 0 && (s->s[0] == '+' || s->s[0] == '-') ? 1 : 0;
+    jbuf b = {0};
+    jbuf_put(c, &b, s->s, sign);
+    for (int64_t i = 0; i < left; i++) jbuf_put(c, &b, f, flen);
+    jbuf_put(c, &b, s->s + sign, s->len - sign);
+    for (int64_t i = left; i < margin; i++) jbuf_put(c, &b, f, flen);
+    return jbuf_take(c, &b);
+}
+
 static bool str_method(const jargs *a, const jv_str *s, const char *name, jv *out)
 {
     jctx *c = a->c;
@@ -205,6 +237,8 @@ static bool str_method(const jargs *a, const jv_str *s, const char *name, jv *ou
         return true;
     }
     if (!strcmp(name, "format")) return *out = str_format(a, s), true;
+    if (!strcmp(name, "center") || !strcmp(name, "ljust") || !strcmp(name, "rjust") || !strcmp(name, "zfill"))
+        return *out = str_pad(a, s, name), true;
     if (!strcmp(name, "join")) {
         if (a->npos < 1) jinja_fail(c, a->n->line, "str.join needs an iterable");
         jv seq = jinja_iterable(c, a->n->line, a->pos[0]);

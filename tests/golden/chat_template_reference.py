@@ -370,6 +370,7 @@ SNIPPETS = [
     "{{ ', '.join(['a', 'b']) }} {{ 'hello'.find('l') }} {{ 'hello'.rfind('l') }} {{ 'hello'.count('l') }} {{ '123'.isdigit() }} {{ 'ab'.isalpha() }}",
     "{{ d.get('a') }} {{ d.get('zz') }} {{ d.get('zz', 'dflt') }} {{ msgs[0].get('content') }}",
     "{{ 'ÉCOLE ß İ'.lower() }} {{ 'straße é ﬁ'.upper() }} {{ 'ǆungla ßa'.title() }} {{ 'ßx' | capitalize }} {{ 'ﬁne day' | title }}",
+    "{{ 'ab'.center(7) }}|{{ 'ab'.center(6, '*') }}|{{ 'abc'.center(6, 'é') }}|{{ 'x'.ljust(4, '.') }}|{{ 'x'.rjust(3) }}|{{ '-42'.zfill(6) }}|{{ '+7'.zfill(4) }}|{{ 'abcdef'.center(3) }}|{{ 'é'.ljust(3, 'ü') }}|{{ '42'.zfill(1) }}",
     # globals
     "{{ range(5) | list }} {{ range(2, 10, 3) | list }} {{ range(5, 0, -2) | list }} {{ dict(a=1, b='x') }} {{ strftime_now('%Y-%m-%d %H:%M %b %a') }}",
     "{{ namespace(x=1) }}{{ n ~ '' }}",
