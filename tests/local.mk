@@ -27,6 +27,6 @@ include tests/server.mk
 
 # Scripts run on a GPU machine (golden files, parity, benchmarks) and the
 # results they produced.
-EXTRA_DIST += tests/check_run.h tests/golden/gpu_same_tokens.sh tests/golden/gpu_e2e.sh tests/golden/gpu_tp_check.sh tests/golden/gpu_checks.sh \
+EXTRA_DIST += tests/check_run.h tests/byte_tokenizer.h tests/golden/gpu_same_tokens.sh tests/golden/gpu_e2e.sh tests/golden/gpu_tp_check.sh tests/golden/gpu_checks.sh \
 	tests/golden/gpu_env.sh tests/golden/gpu_kill_test.sh tests/golden/gpu_profile.sh \
 	tests/golden/gpu_parity.py tests/golden/hf_load_check.py bench/RESULTS.md bench/PERF_NOTES.md

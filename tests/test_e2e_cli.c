@@ -35,6 +35,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "tests/byte_tokenizer.h"
+
 #define GOLDEN_MODEL "qwen3_tied_gqa"
 #define N_TOP 5
 #define MAX_STEPS 16
@@ -535,17 +537,7 @@ START_TEST(test_batch_text_with_nul)
     snprintf(tok, sizeof tok, "%s/bytes-tok", tmp_root);
     ck_assert_int_eq(mkdir(tok, 0755), 0);
     snprintf(path, sizeof path, "%s/tokenizer.json", tok);
-    FILE *f = fopen(path, "w");
-    ck_assert_ptr_nonnull(f);
-    fputs("{\"added_tokens\": [], \"normalizer\": null, \"pre_tokenizer\": {\"type\": \"ByteLevel\"},"
-          " \"decoder\": {\"type\": \"ByteLevel\"}, \"model\": {\"type\": \"BPE\", \"merges\": [], \"vocab\": {", f);
-    int next = 256;
-    for (int b = 0; b < 256; b++) {
-        bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
-        fprintf(f, "%s\"\\u%04x\": %d", b ? ", " : "", printable ? b : next++, b);
-    }
-    fputs("}}}", f);
-    ck_assert_int_eq(fclose(f), 0);
+    write_byte_tokenizer(path, "[]");
     snprintf(path, sizeof path, "%s/tokenizer_config.json", tok);
     write_file(path, "{}");
     snprintf(dir, sizeof dir, "%s/bytes-model", tmp_root);
@@ -576,7 +568,7 @@ START_TEST(test_batch_text_with_nul)
                                  "64", "batch", "--input", in_path, "--output", out_path, NULL},
                 NULL);
     ck_assert_msg(rc == 0, "batch exit %d: %s", rc, err_text);
-    f = fopen(out_path, "r");
+    FILE *f = fopen(out_path, "r");
     ck_assert_ptr_nonnull(f);
     int nul_ids = 0, nul_keys = 0;
     static char line[1 << 20];

@@ -14,6 +14,7 @@
 #include "leader/engine/engine_internal.h"
 #include "leader/engine/engine_state.h"
 #include "tests/fake_runner.h"
+#include "tests/byte_tokenizer.h"
 #include "tests/check_run.h"
 
 #define VOCAB 1000
@@ -58,6 +59,18 @@ static nl_prompt tokens_prompt(const int32_t *ids, int32_t n)
     p.token_ids = ids;
     p.n_tokens = n;
     return p;
+}
+
+/* Submits one request, runs the engine until it is done and returns the
+ * request's result (the engine's until the next submission). */
+static const nl_result *run_one(nl_engine *e, const nl_prompt *p, const nl_sampling_params *sp)
+{
+    uint64_t id;
+    const nl_result *r;
+    ck_assert_int_eq(nl_engine_submit(e, p, sp, &id), NL_OK);
+    ck_assert_int_eq(nl_engine_run_until_done(e), NL_OK);
+    ck_assert_int_eq(nl_engine_get_result(e, id, &r), NL_OK);
+    return r;
 }
 
 static nl_sampling_params greedy(int32_t max_tokens)
@@ -737,11 +750,7 @@ START_TEST(test_text_and_stop_strings)
     p.kind = NL_PROMPT_TEXT;
     p.text = "The quick brown fox";
     nl_sampling_params sp = greedy(40);
-    uint64_t a;
-    ck_assert_int_eq(nl_engine_submit(e, &p, &sp, &a), NL_OK);
-    ck_assert_int_eq(nl_engine_run_until_done(e), NL_OK);
-    const nl_result *r;
-    ck_assert_int_eq(nl_engine_get_result(e, a, &r), NL_OK);
+    const nl_result *r = run_one(e, &p, &sp);
     int32_t *ids; int32_t n;
     ck_assert_int_eq(nl_engine_encode(e, "The quick brown fox", 19, NL_ENCODE_DEFAULT, &ids, &n), NL_OK);
     ck_assert_int_eq(r->prompt_tokens, n);
@@ -870,21 +879,7 @@ static tokenizer *load_gapped_tokenizer(char *dir)
     ck_assert_ptr_nonnull(mkdtemp(dir));
     char path[4200];
     snprintf(path, sizeof(path), "%s/tokenizer.json", dir);
-    FILE *f = fopen(path, "w");
-    ck_assert_ptr_nonnull(f);
-    fputs("{\"added_tokens\": [{\"id\": 300, \"content\": \"<x>\", \"special\": true}],"
-          " \"normalizer\": null, \"pre_tokenizer\": {\"type\": \"ByteLevel\"},"
-          " \"decoder\": {\"type\": \"ByteLevel\"},"
-          " \"model\": {\"type\": \"BPE\", \"merges\": [], \"vocab\": {", f);
-    /* GPT-2's byte alphabet: printable Latin-1 bytes stand for themselves,
-     * the others take the code points 256.. in order. */
-    int next = 256;
-    for (int b = 0; b < 256; b++) {
-        bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
-        fprintf(f, "%s\"\\u%04x\": %d", b ? ", " : "", printable ? b : next++, b);
-    }
-    fputs("}}}", f);
-    ck_assert_int_eq(fclose(f), 0);
+    write_byte_tokenizer(path, "[{\"id\": 300, \"content\": \"<x>\", \"special\": true}]");
     tokenizer *t = NULL;
     ck_assert_msg(tokenizer_load(dir, &t) == NL_OK, "%s", nl_last_error());
     return t;
@@ -983,11 +978,7 @@ START_TEST(test_encode_decode_nul)
     nl_engine_set_stream_callback(e, on_text, &log);
     nl_prompt p = tokens_prompt(prompt, 1);
     nl_sampling_params sp = greedy(64);
-    uint64_t a;
-    ck_assert_int_eq(nl_engine_submit(e, &p, &sp, &a), NL_OK);
-    ck_assert_int_eq(nl_engine_run_until_done(e), NL_OK);
-    const nl_result *r;
-    ck_assert_int_eq(nl_engine_get_result(e, a, &r), NL_OK);
+    const nl_result *r = run_one(e, &p, &sp);
     ck_assert_int_eq(memcmp(r->token_ids, want, sizeof(want)), 0);
     /* decode renders the ids at once, the detokenizer token by token; the
      * gap ids are no token */

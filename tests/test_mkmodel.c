@@ -594,6 +594,18 @@ START_TEST(test_cli)
 END_TEST
 
 
+/* Makes a one-layer model in sub(dir) with mkmodel's options and reads its
+ * config back. */
+static void make_small(const char *dir, const char *options, nl_model_config *cfg)
+{
+    char args[512];
+    snprintf(args, sizeof args,
+             "--out %s %s --layers 1 --hidden 16 --inter 16 --heads 2 --kv-heads 1 --head-dim 8 --no-tokenizer",
+             sub(dir), options);
+    ck_assert_int_eq(run_cli(args), 0);
+    st_close(open_checked(sub(dir), cfg));
+}
+
 /* --arch of another family brings that family's defaults (the released
  * models' config.json values: Meta-Llama-3-8B theta 500000, eps 1e-5,
  * plain rope, vocab 128256; Qwen3 theta 1e6, eps 1e-6, vocab 151936),
@@ -603,10 +615,7 @@ START_TEST(test_cli_arch_family)
 {
     char args[512];
     nl_model_config cfg;
-    const char *small = "--layers 1 --hidden 16 --inter 16 --heads 2 --kv-heads 1 --head-dim 8 --no-tokenizer";
-    snprintf(args, sizeof args, "--out %s --preset qwen3-0.6b --arch llama %s", sub("ql"), small);
-    ck_assert_int_eq(run_cli(args), 0);
-    st_close(open_checked(sub("ql"), &cfg));
+    make_small("ql", "--preset qwen3-0.6b --arch llama", &cfg);
     ck_assert_int_eq(cfg.arch, NL_ARCH_LLAMA);
     ck_assert_float_eq(cfg.rope_theta, 500000.0f);
     ck_assert_float_eq(cfg.rms_norm_eps, 1e-5f);
@@ -616,9 +625,7 @@ START_TEST(test_cli_arch_family)
     ck_assert(!cfg.attention_bias);
     ck_assert(cfg.tie_word_embeddings); /* the preset's shape stays */
 
-    snprintf(args, sizeof args, "--out %s --preset llama3.1-8b --arch qwen3 %s", sub("lq"), small);
-    ck_assert_int_eq(run_cli(args), 0);
-    st_close(open_checked(sub("lq"), &cfg));
+    make_small("lq", "--preset llama3.1-8b --arch qwen3", &cfg);
     ck_assert_int_eq(cfg.arch, NL_ARCH_QWEN3);
     ck_assert_float_eq(cfg.rope_theta, 1000000.0f);
     ck_assert_float_eq(cfg.rms_norm_eps, 1e-6f);
@@ -627,24 +634,17 @@ START_TEST(test_cli_arch_family)
     ck_assert_int_eq(cfg.bos_token_id, 151643);
     ck_assert(!cfg.tie_word_embeddings);
 
-    snprintf(args, sizeof args, "--out %s --preset llama3.1-8b --arch llama --vocab 512 %s", sub("ll"), small);
-    ck_assert_int_eq(run_cli(args), 0);
-    st_close(open_checked(sub("ll"), &cfg));
+    make_small("ll", "--preset llama3.1-8b --arch llama --vocab 512", &cfg);
     ck_assert_float_eq(cfg.rope_theta, 500000.0f);
     ck_assert_int_eq(cfg.rope_scaling.type, NL_ROPE_LLAMA3);
     ck_assert_float_eq(cfg.rope_scaling.factor, 8.0f);
 
-    snprintf(args, sizeof args, "--out %s --arch qwen2 --vocab 512 %s", sub("q2"), small);
-    ck_assert_int_eq(run_cli(args), 0);
-    st_close(open_checked(sub("q2"), &cfg));
+    make_small("q2", "--arch qwen2 --vocab 512", &cfg);
     ck_assert_int_eq(cfg.arch, NL_ARCH_QWEN2);
     ck_assert(cfg.attention_bias);
     ck_assert_float_eq(cfg.rope_theta, 1000000.0f);
 
-    snprintf(args, sizeof args, "--out %s --arch llama --rope-theta 12345 --rms-eps 1e-4 --vocab 512 %s",
-             sub("lo"), small);
-    ck_assert_int_eq(run_cli(args), 0);
-    st_close(open_checked(sub("lo"), &cfg));
+    make_small("lo", "--arch llama --rope-theta 12345 --rms-eps 1e-4 --vocab 512", &cfg);
     ck_assert_float_eq(cfg.rope_theta, 12345.0f);
     ck_assert_float_eq(cfg.rms_norm_eps, 1e-4f);
     /* Llama's two end ids past a 512-token vocabulary become one, not two

@@ -198,6 +198,31 @@ START_TEST(test_chunked_prefill)
 }
 END_TEST
 
+/* The long-prompt arrival: a, a short prompt of 8 tokens and 40 to
+ * generate, already added; b, a prompt of 1000 tokens and b_max_tokens to
+ * generate, for the caller to add once a decodes. */
+static void short_and_long(harness *h, int32_t b_max_tokens, seq **a, seq **b)
+{
+    int32_t short_prompt[8], long_prompt[1000];
+    for (int i = 0; i < 8; i++) short_prompt[i] = i + 3;
+    for (int i = 0; i < 1000; i++) long_prompt[i] = (i * 13 + 1) % 1000;
+    *a = new_seq(1, short_prompt, 8, 40, true, 16);
+    scheduler_add(h->sch, *a);
+    *b = new_seq(2, long_prompt, 1000, b_max_tokens, true, 16);
+}
+
+/* Both seqs finished: their tokens are the fake model's and every block is
+ * free again. */
+static void check_pair_and_close(harness *h, seq *a, seq *b, int32_t blocks)
+{
+    check_tokens(h, a);
+    check_tokens(h, b);
+    ck_assert_int_eq(h->bm->n_free, blocks);
+    seq_destroy(a);
+    seq_destroy(b);
+    harness_close(h);
+}
+
 /* A long prompt that arrives while a seq decodes does not freeze it: every
  * step carries the decoding seq's next token beside a chunk of the prompt
  * (mixed batches), and both still produce the fake model's tokens. */
@@ -205,14 +230,10 @@ START_TEST(test_long_prompt_does_not_freeze_decodes)
 {
     harness h;
     harness_open(&h, 200, 16, true, 4, 64, 1000, -1);
-    int32_t short_prompt[8], long_prompt[1000];
-    for (int i = 0; i < 8; i++) short_prompt[i] = i + 3;
-    for (int i = 0; i < 1000; i++) long_prompt[i] = (i * 13 + 1) % 1000;
-    seq *a = new_seq(1, short_prompt, 8, 40, true, 16);
-    scheduler_add(h.sch, a);
+    seq *a, *b;
+    short_and_long(&h, 2, &a, &b);
     ck_assert_int_eq(harness_step(&h), 1);
     ck_assert_int_eq(seq_num_output(a), 1);
-    seq *b = new_seq(2, long_prompt, 1000, 2, true, 16);
     scheduler_add(h.sch, b);
     /* The budget of 64 leaves 63 for the prompt: 15 chunks of 63, then 55. */
     for (int step = 0; step < 16; step++) {
@@ -226,12 +247,7 @@ START_TEST(test_long_prompt_does_not_freeze_decodes)
     }
     ck_assert_int_eq(h.mixed_steps, 16);
     while (harness_step(&h)) {}
-    check_tokens(&h, a);
-    check_tokens(&h, b);
-    ck_assert_int_eq(h.bm->n_free, 200);
-    seq_destroy(a);
-    seq_destroy(b);
-    harness_close(&h);
+    check_pair_and_close(&h, a, b, 200);
 }
 END_TEST
 
@@ -242,15 +258,11 @@ START_TEST(test_prefill_first_long_prompt_pauses_decodes)
 {
     harness h;
     harness_open_policy(&h, 200, 16, true, 4, 64, 1000, -1, true);
-    int32_t short_prompt[8], long_prompt[1000];
-    for (int i = 0; i < 8; i++) short_prompt[i] = i + 3;
-    for (int i = 0; i < 1000; i++) long_prompt[i] = (i * 13 + 1) % 1000;
-    seq *a = new_seq(1, short_prompt, 8, 40, true, 16);
-    scheduler_add(h.sch, a);
+    seq *a, *b;
+    short_and_long(&h, 3, &a, &b);
     ck_assert_int_eq(harness_step(&h), 1);
     ck_assert_int_eq(harness_step(&h), 1); /* a decodes alone */
     ck_assert_int_eq(seq_num_output(a), 2);
-    seq *b = new_seq(2, long_prompt, 1000, 3, true, 16);
     scheduler_add(h.sch, b);
     /* ceil(1000 / 64) = 16 chunks of b alone: 15 of 64, then 40. */
     for (int step = 0; step < 16; step++) {
@@ -268,12 +280,7 @@ START_TEST(test_prefill_first_long_prompt_pauses_decodes)
     while (harness_step(&h)) {}
     ck_assert_int_eq(h.mixed_steps, 0);
     ck_assert_int_eq(h.prompt_only_steps, 17);
-    check_tokens(&h, a);
-    check_tokens(&h, b);
-    ck_assert_int_eq(h.bm->n_free, 200);
-    seq_destroy(a);
-    seq_destroy(b);
-    harness_close(&h);
+    check_pair_and_close(&h, a, b, 200);
 }
 END_TEST
 

@@ -546,6 +546,21 @@ static void assert_encodes(tokenizer *t, const char *text, const int32_t *want, 
         assert_encodes(t, text, want_, sizeof want_ / sizeof want_[0]);         \
     } while (0)
 
+static void assert_decodes(tokenizer *t, bool skip_special, const int32_t *ids, size_t n, const char *want)
+{
+    char *text;
+    ck_assert_int_eq(tokenizer_decode(t, ids, n, skip_special, &text), NL_OK);
+    ck_assert_str_eq(text, want);
+    free(text);
+}
+
+/* DECODES(t, skip_special, "text", ids...) */
+#define DECODES(t, skip_special, text, ...)                                     \
+    do {                                                                        \
+        static const int32_t ids_[] = {__VA_ARGS__};                            \
+        assert_decodes(t, skip_special, ids_, sizeof ids_ / sizeof ids_[0], text); \
+    } while (0)
+
 START_TEST(test_bpe_merge_order)
 {
     /* merges: "a a" rank 0, ["aa", "aa"] rank 1, "a b" rank 2, "b c" rank 3 */
@@ -559,11 +574,7 @@ START_TEST(test_bpe_merge_order)
     ENCODES(t, "aab", 256, 'b');        /* a a before a b */
     ENCODES(t, "ab ab", 258, ' ', 258); /* words are merged separately */
     ck_assert_int_eq(tokenizer_vocab_size(t), 260);
-    char *text;
-    int32_t ids[] = {257, 32, 259};
-    ck_assert_int_eq(tokenizer_decode(t, ids, 3, false, &text), NL_OK);
-    ck_assert_str_eq(text, "aaaa bc");
-    free(text);
+    DECODES(t, false, "aaaa bc", 257, 32, 259);
     tokenizer_destroy(t);
 }
 END_TEST
@@ -574,11 +585,7 @@ START_TEST(test_empty_vocab_key)
 {
     tokenizer *t = load_tiny("{\"\": 256, \"ab\": 257}", "[\"a b\"]", "[]", "null");
     ENCODES(t, "abc", 257, 'c');
-    char *text;
-    int32_t ids[] = {257, 256, 257};
-    ck_assert_int_eq(tokenizer_decode(t, ids, 3, false, &text), NL_OK);
-    ck_assert_str_eq(text, "abab");
-    free(text);
+    DECODES(t, false, "abab", 257, 256, 257);
     tokenizer_destroy(t);
 }
 END_TEST
@@ -602,11 +609,7 @@ START_TEST(test_added_token_options)
     ENCODES(t, "e\xCC\x81te\xCC\x81!", 304, '!'); /* normalized: matched after NFC */
     ck_assert(tokenizer_is_special(t, 301));
     ck_assert(!tokenizer_is_special(t, 303));
-    char *text;
-    int32_t ids[] = {'a', 300, 303, 'b'};
-    ck_assert_int_eq(tokenizer_decode(t, ids, 4, true, &text), NL_OK);
-    ck_assert_str_eq(text, "a<s><s>b");
-    free(text);
+    DECODES(t, true, "a<s><s>b", 'a', 300, 303, 'b');
     tokenizer_destroy(t);
 }
 END_TEST
