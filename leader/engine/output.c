@@ -28,17 +28,10 @@ void output_processor_free(output_processor *op)
     op->stream_buf = NULL;
 }
 
-static bool is_eos(const output_processor *op, int32_t token)
+static bool has_id(const int32_t *ids, int32_t n, int32_t id)
 {
-    for (int32_t i = 0; i < op->n_eos; i++)
-        if (op->eos_ids[i] == token) return true;
-    return false;
-}
-
-static bool is_stop_id(const request *r, int32_t token)
-{
-    for (int32_t i = 0; i < r->n_stop_ids; i++)
-        if (r->stop_ids[i] == token) return true;
+    for (int32_t i = 0; i < n; i++)
+        if (ids[i] == id) return true;
     return false;
 }
 
@@ -73,9 +66,9 @@ nl_status output_process_token(output_processor *op, request *r, const wire_samp
     *finish = NL_FINISH_NONE;
     NL_TRY(seq_append_token(s, sm->token_id));
     NL_TRY(request_record_logprobs(r, sm));
-    if (!s->params.ignore_eos && is_eos(op, sm->token_id)) *finish = NL_FINISH_STOP;
+    if (!s->params.ignore_eos && has_id(op->eos_ids, op->n_eos, sm->token_id)) *finish = NL_FINISH_STOP;
     /* a stop token ends the output without its text, as a stop string does */
-    bool stop_id = is_stop_id(r, sm->token_id);
+    bool stop_id = has_id(s->params.stop_token_ids, s->params.n_stop_token_ids, sm->token_id);
     if (stop_id) *finish = NL_FINISH_STOP;
     bool stopped_by_string = false;
     /* The embedding may have rows that stand for no token (padding past

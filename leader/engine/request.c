@@ -39,7 +39,8 @@ nl_status request_create(uint64_t id, const int32_t *prompt, int32_t prompt_len,
         r->stop_ids = malloc(sizeof(int32_t) * (size_t)params->n_stop_token_ids);
         if (!r->stop_ids) goto oom;
         memcpy(r->stop_ids, params->stop_token_ids, sizeof(int32_t) * (size_t)params->n_stop_token_ids);
-        r->n_stop_ids = params->n_stop_token_ids;
+        r->seq.params.stop_token_ids = r->stop_ids;
+        r->seq.params.n_stop_token_ids = params->n_stop_token_ids;
     }
     if (params->logprobs > 0) {
         r->cap_logprobs = params->max_tokens < REQUEST_FIRST_LOGPROBS ? params->max_tokens : REQUEST_FIRST_LOGPROBS;

@@ -44,8 +44,8 @@ typedef struct request {
     char **stop;               /* [n_stop], owned copies                     */
     int32_t n_stop;
     size_t max_stop_len;
-    int32_t *stop_ids;         /* [n_stop_ids], owned copy of stop_token_ids */
-    int32_t n_stop_ids;
+    int32_t *stop_ids;         /* owned copy of stop_token_ids, which
+                                  seq.params points at from submission on   */
 
     detokenizer *detok;        /* NULL without a tokenizer: ids only         */
     char *text;                /* NUL-terminated, or NULL while empty        */

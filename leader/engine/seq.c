@@ -17,8 +17,10 @@ nl_status seq_init(seq *s, uint64_t id, const int32_t *prompt, int32_t prompt_le
     s->id = id;
     s->status = SEQ_WAITING;
     s->params = *params;
-    s->params.stop = NULL;
+    s->params.stop = NULL; /* the caller's arrays: the request keeps copies */
     s->params.n_stop = 0;
+    s->params.stop_token_ids = NULL;
+    s->params.n_stop_token_ids = 0;
     s->seed = seed;
     s->prompt_len = prompt_len;
     s->prompt_cached = -1;
