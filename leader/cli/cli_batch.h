@@ -88,7 +88,7 @@ bool batch_output_is_final(json_t *line, json_t **id);
 /* A JSON string of text that may not be valid UTF-8 (a message quoting the
  * input): invalid bytes become U+FFFD, so the field is never dropped.
  * batch_json_text reads up to a NUL; batch_json_textn reads len bytes,
- * which may hold U+0000 (written "\u0000"). */
+ * which may hold U+0000 (written "\u0000").  NULL text is "". */
 json_t *batch_json_text(const char *text);
 json_t *batch_json_textn(const char *text, size_t len);
 

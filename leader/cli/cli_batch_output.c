@@ -30,11 +30,12 @@ static size_t utf8_seq_len(const unsigned char *s, size_t n)
 
 json_t *batch_json_text(const char *text)
 {
-    return batch_json_textn(text ? text : "", text ? strlen(text) : 0);
+    return batch_json_textn(text, text ? strlen(text) : 0);
 }
 
 json_t *batch_json_textn(const char *text, size_t n)
 {
+    if (!text) text = "", n = 0;
     json_t *j = json_stringn(text, n);
     if (j) return j;
     char *fixed = malloc(3 * n + 1);
@@ -75,7 +76,7 @@ static json_t *native_line(const batch_meta *m, const nl_result *r, batch_failur
     json_t *toks = json_array();
     for (int32_t k = 0; r && k < r->n_tokens; k++) json_array_append_new(toks, json_integer(r->token_ids[k]));
     json_object_set_new(o, "token_ids", toks);
-    if (has_tokenizer && r) json_object_set_new(o, "text", batch_json_textn(r->text ? r->text : "", r->text_len));
+    if (has_tokenizer && r) json_object_set_new(o, "text", batch_json_textn(r->text, r->text_len));
     bool ok = r && (r->finish_reason == NL_FINISH_STOP || r->finish_reason == NL_FINISH_LENGTH);
     json_object_set_new(o, "finish_reason", json_string(r ? finish_name(r->finish_reason) : "error"));
     json_object_set_new(o, "prompt_tokens", json_integer(r ? r->prompt_tokens : 0));
@@ -174,7 +175,7 @@ static json_t *openai_line(const batch_meta *m, int64_t index, const nl_result *
     snprintf(body_id, sizeof body_id, "%s-%lld", chat ? "chatcmpl" : "cmpl", (long long)index);
     json_t *choice = json_object();
     json_object_set_new(choice, "index", json_integer(0));
-    json_t *text = batch_json_textn(r->text ? r->text : "", r->text ? r->text_len : 0);
+    json_t *text = batch_json_textn(r->text, r->text_len);
     if (chat)
         json_object_set_new(choice, "message", json_pack("{s:s, s:o}", "role", "assistant", "content", text));
     else

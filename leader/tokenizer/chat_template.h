@@ -29,6 +29,13 @@ nl_status chat_template_create(const char *source, const char *bos_token, const 
                                chat_template **out);
 void chat_template_destroy(chat_template *t);
 
+/* vLLM's serving layer, before it renders: an assistant message's tool
+ * call whose function.arguments is a JSON string (OpenAI's API sends it
+ * so) gets the value it encodes, since templates such as Llama 3.1's print
+ * the arguments with tojson.  request is changed in place; arguments that
+ * are not JSON fail with NL_ERR_INVALID_ARG naming the message and call. */
+nl_status chat_request_decode_tool_arguments(json_t *request);
+
 /* Renders a request in vLLM's chat shape, a JSON object with
  *   "messages"              array of message objects, each with a string
  *                           "role"; every other field (content as a string,
@@ -44,13 +51,6 @@ void chat_template_destroy(chat_template *t);
  * length.  A template's raise_exception() is NL_ERR_INVALID_ARG whose message
  * is exactly the template's, with *raised set (raised may be NULL); other
  * render failures are NL_ERR_INVALID_ARG naming the template line. */
-/* vLLM's serving layer, before it renders: an assistant message's tool
- * call whose function.arguments is a JSON string (OpenAI's API sends it
- * so) gets the value it encodes, since templates such as Llama 3.1's print
- * the arguments with tojson.  request is changed in place; arguments that
- * are not JSON fail with NL_ERR_INVALID_ARG naming the message and call. */
-nl_status chat_request_decode_tool_arguments(json_t *request);
-
 nl_status chat_template_render_request(const chat_template *t, const json_t *request, char **out, size_t *len,
                                        bool *raised);
 
