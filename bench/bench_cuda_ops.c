@@ -4,9 +4,11 @@
  * a warm-up, timed around a stream synchronisation, with the bytes or flops
  * it moved, so it can be set against the GPU's ceilings.
  *
- * Usage: bench_cuda_ops [iterations] [attention|graph|sample]   (prints a
- * Markdown table; "attention" or "sample" times only those shapes, "graph"
- * only decode attention at small batches under a CUDA graph's host maximum).
+ * Usage: bench_cuda_ops [iterations] [attention|decode|graph|gemv|sample]
+ * (prints a Markdown table; "attention" or "sample" times only those shapes,
+ * "decode" the decode attention of the throughput benchmark's batch sizes,
+ * "graph" only decode attention at small batches under a CUDA graph's host
+ * maximum, "gemv" the batch-1 linear shapes).
  * NL_ATTN_GENERIC=1 in the environment times the backend's generic attention
  * kernel instead.
  */
@@ -106,9 +108,21 @@ static void bench_decode_kv(int n_seqs, int ctx, int hq, int hk, int hd, int bs,
     for (int s = 0; s < n_seqs; s++)
         for (int i = 0; i < (cl[s] + bs - 1) / bs; i++)
             tab[(size_t)s * stride + i] = ((s * blocks_per + i) * 7919) % nb;
+    /* longest context first, as the engine orders a step's decodes
+     * (NL_DECODE_ORDER=0: the seqs' own order) */
+    int32_t *order = malloc(n_seqs * 4);
+    for (int s = 0; s < n_seqs; s++) order[s] = s;
+    for (int s = 1; s < n_seqs; s++)
+        for (int j = s; j > 0 && cl[order[j]] > cl[order[j - 1]]; j--) {
+            int32_t t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+    bool ordered = !(getenv("NL_DECODE_ORDER") && strcmp(getenv("NL_DECODE_ORDER"), "0") == 0);
     nl_attn_batch b = {n_seqs, n_seqs, 1, max_ctx, stride, bs, true,
                        dev_ints(cu, n_seqs + 1), dev_ints(cl, n_seqs),
-                       dev_ints(tab, (size_t)n_seqs * stride), 0};
+                       dev_ints(tab, (size_t)n_seqs * stride), 0,
+                       ordered ? dev_ints(order, n_seqs) : NULL};
     double t = TIME(be->ops->attention(be, out, qkv, kc, vc, &b, hq, hk, hd, 0.088f, kv));
     double bytes = 2.0 * keys * hk * hd * (double)nl_dtype_size(kv);
     char extra[64] = "";
@@ -125,9 +139,11 @@ static void bench_decode_kv(int n_seqs, int ctx, int hq, int hk, int hd, int bs,
     be->ops->free(be, (void *)b.cu_seqlens_q);
     be->ops->free(be, (void *)b.context_lens);
     be->ops->free(be, (void *)b.block_tables);
+    if (b.decode_order) be->ops->free(be, (void *)b.decode_order);
     free(cu);
     free(cl);
     free(tab);
+    free(order);
 }
 
 static void bench_decode(int n_seqs, int ctx, int hq, int hk, int hd, int bs, int host_max)
@@ -148,7 +164,7 @@ static void bench_prefill(int n_seqs, int len, int hq, int hk, int hd, int bs)
     for (int s = 0; s < n_seqs; s++) cl[s] = len;
     for (int i = 0; i < nb; i++) tab[i] = i;
     nl_attn_batch b = {n_seqs, n, len, len, blocks_per, bs, false,
-                       dev_ints(cu, n_seqs + 1), dev_ints(cl, n_seqs), dev_ints(tab, nb), 0};
+                       dev_ints(cu, n_seqs + 1), dev_ints(cl, n_seqs), dev_ints(tab, nb), 0, NULL};
     double t = TIME(be->ops->attention(be, out, qkv, kc, vc, &b, hq, hk, hd, 0.088f, NL_DTYPE_BF16));
     double flops = 4.0 * n_seqs * hq * hd * (double)len * (len + 1) / 2.0;
     printf("| prefill attention | %d seqs x %d tokens, hq %d hk %d hd %d | %.1f us | %.1f TFLOP/s |\n",
@@ -244,6 +260,19 @@ int main(int argc, char **argv)
         return 0;
     }
     if (only_sample) goto sample;
+    if (argc > 2 && strcmp(argv[2], "decode") == 0) {
+        /* the throughput benchmark's decode batches, Qwen3-0.6B heads, from
+         * its start (256 seqs) to its tail, eager and under a graph's host
+         * maximum; with NL_DECODE_SPREAD=1 their contexts spread as there */
+        int seqs[] = {256, 128, 64, 32, 16, 4, 1};
+        for (int i = 0; i < 7; i++) bench_decode(seqs[i], 1000, 16, 8, 128, 16, 0);
+        for (int i = 2; i < 7; i++) bench_decode(seqs[i], 1000, 16, 8, 128, 16, 40960);
+        bench_decode(1, 400, 16, 8, 128, 16, 40960);
+        bench_decode_kv(256, 1000, 16, 8, 128, 16, 0, NL_DTYPE_F8_E4M3);
+        bench_decode_kv(64, 1000, 16, 8, 128, 16, 0, NL_DTYPE_F8_E4M3);
+        nl_backend_destroy(be);
+        return 0;
+    }
     /* Small batches of the throughput benchmark's tail under a graph
      * captured at max_model_len 40960 (Qwen3-0.6B heads). */
     bench_decode(8, 1000, 16, 8, 128, 16, 40960);

@@ -14,7 +14,7 @@
  *
  * KV cache, one pair of buffers per layer: [num_blocks, block_size, hk, hd].
  * A token's slot is block_id * block_size + offset_in_block.  Its element
- * type (kv_dtype of store_kv and attention) is the act_dtype or
+ * type (kv_dtype of qk_norm_rope_store and attention) is the act_dtype or
  * NL_DTYPE_F8_E4M3: e4m3 with one scale of 1.0 for the whole cache, i.e. a
  * cached value is the activation rounded to the nearest e4m3 (saturating at
  * +-448, nl_f32_to_f8e4m3), and attention reads it back exactly.  A single
@@ -61,6 +61,11 @@ typedef struct nl_attn_batch {
      * q_len 1 (the scheduler puts running decodes first), so that a backend
      * can give them its decode kernel; 0 declares nothing. */
     int32_t n_leading_decodes;
+    /* Optional: the decode seqs (all of them, or the leading decodes of a
+     * mixed batch) in the order a backend should start them, longest
+     * context first, so that the longest do not start last and finish
+     * after everything else; NULL is their own order. */
+    const int32_t *decode_order;
 } nl_attn_batch;
 
 /* nl_sample_row, the sampler's exact semantics and its random race are
@@ -78,6 +83,11 @@ typedef struct nl_backend_ops {
     void (*free)(nl_backend *be, void *ptr);
     nl_status (*upload)(nl_backend *be, void *dst, const void *src, size_t bytes);
     nl_status (*download)(nl_backend *be, void *dst, const void *src, size_t bytes);
+    /* Uploads the first row_bytes of each of rows rows: from host src, rows
+     * src_pitch bytes apart, to dst, rows dst_pitch apart (the used columns
+     * of a wide table). */
+    nl_status (*upload_rows)(nl_backend *be, void *dst, size_t dst_pitch, const void *src,
+                             size_t src_pitch, size_t row_bytes, size_t rows);
     nl_status (*memset_zero)(nl_backend *be, void *dst, size_t bytes);
     nl_status (*synchronize)(nl_backend *be);
     nl_status (*memory_info)(nl_backend *be, size_t *free_bytes, size_t *total_bytes);
@@ -112,25 +122,27 @@ typedef struct nl_backend_ops {
      * q and k at positions[n]: pair (i, i + hd/2) turns by the angle
      * positions[t] * inv_freq[i].  inv_freq [hd / 2] is fp32 backend memory
      * the host filled once (common/model_rope.h), so every rope type is the
-     * same op. */
-    nl_status (*qk_norm_rope)(nl_backend *be, void *qkv, const int32_t *positions,
-                              const nl_weight *q_norm, const nl_weight *k_norm,
-                              const float *inv_freq, int32_t n, int32_t hq, int32_t hk,
-                              int32_t hd, float eps);
-    /* Copies the k and v parts of qkv into the paged cache at slots[n],
-     * converted to kv_dtype; a negative slot is skipped (padding). */
-    nl_status (*store_kv)(nl_backend *be, void *k_cache, void *v_cache, const void *qkv,
-                          const int32_t *slots, int32_t n, int32_t hq, int32_t hk,
-                          int32_t hd, int32_t block_size, nl_dtype kv_dtype);
+     * same op.  Then copies the k part (rotated) and the v part into the
+     * paged cache at slots[n], converted to kv_dtype; a negative slot is
+     * skipped (padding).  One op, so a backend can do both in one pass. */
+    nl_status (*qk_norm_rope_store)(nl_backend *be, void *qkv, const int32_t *positions,
+                                    const nl_weight *q_norm, const nl_weight *k_norm,
+                                    const float *inv_freq, void *k_cache, void *v_cache,
+                                    const int32_t *slots, int32_t n, int32_t hq, int32_t hk,
+                                    int32_t hd, float eps, int32_t block_size,
+                                    nl_dtype kv_dtype);
     /* out[n, hq * hd] = causal softmax(q k^T * scale) v over the paged cache
      * of kv_dtype, GQA: query head h reads kv head h / (hq / hk). */
     nl_status (*attention)(nl_backend *be, void *out, const void *qkv,
                            const void *k_cache, const void *v_cache,
                            const nl_attn_batch *batch, int32_t hq, int32_t hk,
                            int32_t hd, float scale, nl_dtype kv_dtype);
-    /* out[n, inter] = silu(gate_up[:, :inter]) * gate_up[:, inter:]. */
-    nl_status (*silu_mul)(nl_backend *be, void *out, const void *gate_up, int32_t n,
-                          int32_t inter);
+    /* The MLP's first half: out[n, inter] = silu(g) * u, where [g | u] =
+     * x[n, w.cols] @ w^T (+ bias) and w holds the gate rows, then the up
+     * rows [2 inter, cols].  work [n, 2 inter] is the caller's scratch for
+     * [g | u]; a backend that fuses the two steps may leave it unused. */
+    nl_status (*linear_silu_mul)(nl_backend *be, void *out, void *work, const void *x,
+                                 const nl_weight *w, const nl_weight *bias, int32_t n);
     /* out[m, dim] = x[rows[i], :], to take each sequence's last token. */
     nl_status (*gather_rows)(nl_backend *be, void *out, const void *x, const int32_t *rows,
                              int32_t m, int32_t dim);

@@ -83,6 +83,17 @@ START_TEST(test_embedding_shard)
 }
 END_TEST
 
+START_TEST(test_upload_rows)
+{
+    /* the first 2 of 4 columns of 3 rows, into rows 5 wide */
+    int32_t src[3 * 4], dst[3 * 5] = {0};
+    for (int i = 0; i < 12; i++) src[i] = 10 + i;
+    ck_assert_int_eq(be->ops->upload_rows(be, dst, 5 * 4, src, 4 * 4, 2 * 4, 3), NL_OK);
+    for (int r = 0; r < 3; r++)
+        for (int c = 0; c < 5; c++) ck_assert_int_eq(dst[r * 5 + c], c < 2 ? src[r * 4 + c] : 0);
+}
+END_TEST
+
 START_TEST(test_weight_fill_dtypes_and_slices)
 {
     /* A [3, 4] weight filled from columns 2..5 of a [3, 8] bf16 source, and
@@ -184,7 +195,24 @@ static void check_qk_norm_rope(int hq, int hk, int hd, bool with_norm)
     /* any table will do: the op turns pair i by pos * inv_freq[i] */
     float *inv = malloc(sizeof(float) * (size_t)(hd / 2));
     for (int i = 0; i < hd / 2; i++) inv[i] = (float)pow(1e6, -2.0 * i / hd) / (i % 3 ? 1.0f : 8.0f);
-    ck_assert_int_eq(be->ops->qk_norm_rope(be, qkv, pos, wq, wk, inv, N, hq, hk, hd, 1e-6f), NL_OK);
+    /* tokens land in slots 5, 4, 3, ...; token 2 is padding (slot -1) */
+    size_t kvw = (size_t)hk * hd;
+    float *kc = calloc((N + 2) * kvw, sizeof(float)), *vc = calloc((N + 2) * kvw, sizeof(float));
+    int32_t slots[N];
+    for (int t = 0; t < N; t++) slots[t] = t == 2 ? -1 : N - 1 - t;
+    ck_assert_int_eq(be->ops->qk_norm_rope_store(be, qkv, pos, wq, wk, inv, kc, vc, slots, N, hq, hk,
+                                                 hd, 1e-6f, 16, NL_DTYPE_F32), NL_OK);
+    /* the cache holds the rotated k and the untouched v; the padding row's
+     * slot (3) stays zero */
+    for (int t = 0; t < N; t++) {
+        const float *k = slots[t] >= 0 ? kc + slots[t] * kvw : kc + 3 * kvw;
+        const float *vv = slots[t] >= 0 ? vc + slots[t] * kvw : vc + 3 * kvw;
+        for (size_t e = 0; e < kvw; e++) {
+            ck_assert_float_eq(k[e], slots[t] >= 0 ? qkv[t * width + hq * hd + e] : 0.0f);
+            ck_assert_float_eq(vv[e], slots[t] >= 0 ? orig[t * width + (hq + hk) * hd + e] : 0.0f);
+        }
+    }
+    free(kc), free(vc);
     double *v = malloc(sizeof(double) * hd), *nv = malloc(sizeof(double) * hd);
     for (int t = 0; t < N; t++)
         for (int h = 0; h < hq + 2 * hk; h++) {
@@ -310,7 +338,12 @@ static double check_attention_kv(int hq, int hk, int hd, nl_dtype kv_dtype, doub
         }
     }
     slots[n] = -1; /* a padding row must be skipped */
-    ck_assert_int_eq(be->ops->store_kv(be, kc, vc, qkv, slots, n + 1, hq, hk, hd, BS, kv_dtype), NL_OK);
+    /* a table of zero frequencies rotates by 0: the op only stores */
+    float *inv0 = calloc((size_t)hd / 2, sizeof(float));
+    int32_t *pos0 = calloc((size_t)n + 1, sizeof(int32_t));
+    ck_assert_int_eq(be->ops->qk_norm_rope_store(be, qkv, pos0, NULL, NULL, inv0, kc, vc, slots, n + 1,
+                                                 hq, hk, hd, 1e-6f, BS, kv_dtype), NL_OK);
+    free(inv0), free(pos0);
     nl_attn_batch b = {.n_seqs = S, .n_tokens = n, .max_q_len = 5, .max_context_len = 48,
                        .max_blocks_per_seq = MAXB, .block_size = BS, .all_decode = false,
                        .cu_seqlens_q = cu, .context_lens = ctx, .block_tables = &tables[0][0]};
@@ -367,11 +400,14 @@ END_TEST
 
 START_TEST(test_store_kv_rejects_other_dtypes)
 {
-    float buf[256] = {0};
-    int32_t slot = 0;
-    ck_assert_int_eq(be->ops->store_kv(be, buf, buf, buf, &slot, 1, 1, 1, 8, 16, NL_DTYPE_I32),
+    float buf[256] = {0}, qkv[3 * 8], inv[4] = {1, 1, 1, 1};
+    for (int i = 0; i < 24; i++) qkv[i] = (float)i;
+    int32_t slot = 0, pos = 7;
+    ck_assert_int_eq(be->ops->qk_norm_rope_store(be, qkv, &pos, NULL, NULL, inv, buf, buf, &slot, 1, 1,
+                                                 1, 8, 1e-6f, 16, NL_DTYPE_I32),
                      NL_ERR_UNSUPPORTED);
     ck_assert_ptr_nonnull(strstr(nl_last_error(), "I32"));
+    for (int i = 0; i < 24; i++) ck_assert_float_eq(qkv[i], (float)i); /* refused before any work */
 }
 END_TEST
 
@@ -388,19 +424,33 @@ END_TEST
 
 START_TEST(test_silu_mul_gather)
 {
-    enum { N = 9, I = 13, D = 5 };
-    float *gu = rand_array(N * 2 * I), out[N * I];
-    ck_assert_int_eq(be->ops->silu_mul(be, out, gu, N, I), NL_OK);
+    /* linear_silu_mul: [g | u] = x w^T + bias, out = silu(g) * u */
+    enum { N = 9, I = 13, K = 6, D = 5 };
+    float *xs = rand_array(N * K), *wv = rand_array(2 * I * K), *bv = rand_array(2 * I);
+    float out[N * I], work[N * 2 * I];
+    nl_weight *w = weight_from(wv, 2 * I, K), *bias = weight_from(bv, 1, 2 * I);
+    ck_assert_int_eq(be->ops->linear_silu_mul(be, out, work, xs, w, bias, N), NL_OK);
     for (int i = 0; i < N; i++)
         for (int j = 0; j < I; j++) {
-            double g = gu[i * 2 * I + j], u = gu[i * 2 * I + I + j];
-            ASSERT_CLOSE(out[i * I + j], g / (1 + exp(-g)) * u, 1e-6);
+            double g = bv[j], u = bv[I + j];
+            for (int k = 0; k < K; k++) {
+                g += (double)xs[i * K + k] * wv[j * K + k];
+                u += (double)xs[i * K + k] * wv[(I + j) * K + k];
+            }
+            ASSERT_CLOSE(out[i * I + j], g / (1 + exp(-g)) * u, 1e-5);
         }
+    nl_weight *odd = weight_from(wv, 2 * I - 1, K);
+    ck_assert_int_eq(be->ops->linear_silu_mul(be, out, work, xs, odd, NULL, N), NL_ERR_INVALID_ARG);
+    ck_assert_ptr_nonnull(strstr(nl_last_error(), "gate and up"));
+    be->ops->weight_destroy(be, w);
+    be->ops->weight_destroy(be, bias);
+    be->ops->weight_destroy(be, odd);
+    free(xs), free(wv), free(bv);
     float *x = rand_array(N * D), g[3 * D];
     int32_t rows[3] = {8, 0, 4};
     ck_assert_int_eq(be->ops->gather_rows(be, g, x, rows, 3, D), NL_OK);
     for (int i = 0; i < 3; i++) ck_assert_int_eq(memcmp(g + i * D, x + rows[i] * D, sizeof(float) * D), 0);
-    free(gu), free(x);
+    free(x);
 }
 END_TEST
 
@@ -608,6 +658,7 @@ static Suite *cpu_ops_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_embedding_shard);
     tcase_add_test(tc, test_weight_fill_dtypes_and_slices);
+    tcase_add_test(tc, test_upload_rows);
     tcase_add_test(tc, test_rmsnorm);
     tcase_add_test(tc, test_linear);
     tcase_add_test(tc, test_qk_norm_rope);

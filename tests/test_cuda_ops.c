@@ -216,6 +216,23 @@ static void check_linear(int n, int rows, int cols, bool bias, bool f32)
     free(b);
 }
 
+/* upload_rows: the first 3 of 7 columns of 5 rows land in a zeroed table
+ * whose rows are 7 wide, the rest stays zero */
+START_TEST(test_upload_rows)
+{
+    int32_t src[5 * 7], got[5 * 7];
+    for (int i = 0; i < 35; i++) src[i] = 100 + i;
+    void *dev;
+    ck_assert_int_eq(gpu->ops->alloc(gpu, sizeof src, &dev), NL_OK);
+    ck_assert_int_eq(gpu->ops->memset_zero(gpu, dev, sizeof src), NL_OK);
+    ck_assert_int_eq(gpu->ops->upload_rows(gpu, dev, 7 * 4, src, 7 * 4, 3 * 4, 5), NL_OK);
+    ck_assert_int_eq(gpu->ops->download(gpu, got, dev, sizeof got), NL_OK);
+    for (int r = 0; r < 5; r++)
+        for (int c = 0; c < 7; c++) ck_assert_int_eq(got[r * 7 + c], c < 3 ? src[r * 7 + c] : 0);
+    gpu->ops->free(gpu, dev);
+}
+END_TEST
+
 START_TEST(test_linear)
 {
     check_linear(1, 64, 64, false, false);
@@ -304,24 +321,37 @@ START_TEST(test_rmsnorm)
 }
 END_TEST
 
-static void check_silu(int n, int inter)
+/* linear_silu_mul: one token takes the fused GEMV, more the GEMM and then
+ * silu_mul (gemm.cu); gate values of a few units reach SiLU's bend. */
+static void check_linear_silu(int n, int inter, int cols, bool bias)
 {
-    float *g = rand_bf16((size_t)n * inter * 2, 4.0f);
-    pair pg = pair_from(g, (size_t)n * inter * 2), out = pair_new((size_t)n * inter);
-    OK_BOTH(cpu->ops->silu_mul(cpu, out.c, pg.c, n, inter),
-            gpu->ops->silu_mul(gpu, out.g, pg.g, n, inter));
+    float *x = rand_bf16((size_t)n * cols, 1.0f), *w = rand_bf16((size_t)2 * inter * cols, 0.2f);
+    float *b = rand_bf16((size_t)2 * inter, 1.0f);
+    pair px = pair_from(x, (size_t)n * cols), out = pair_new((size_t)n * inter);
+    pair work = pair_new((size_t)n * 2 * inter);
+    wpair pw = weight_from(w, 2 * inter, cols), pb = weight_from(b, 1, 2 * inter);
+    OK_BOTH(cpu->ops->linear_silu_mul(cpu, out.c, work.c, px.c, pw.c, bias ? pb.c : NULL, n),
+            gpu->ops->linear_silu_mul(gpu, out.g, work.g, px.g, pw.g, bias ? pb.g : NULL, n));
     char what[96];
-    snprintf(what, sizeof what, "silu_mul n=%d inter=%d", n, inter);
+    snprintf(what, sizeof what, "linear_silu_mul n=%d inter=%d cols=%d%s", n, inter, cols,
+             bias ? " +bias" : "");
     expect_close(out, what);
-    pair_free(pg);
+    pair_free(px);
     pair_free(out);
-    free(g);
+    pair_free(work);
+    weight_free(pw);
+    weight_free(pb);
+    free(x);
+    free(w);
+    free(b);
 }
 
 START_TEST(test_silu_gather)
 {
-    check_silu(9, 3072);
-    check_silu(3, 101);
+    check_linear_silu(1, 3072, 1024, false);
+    check_linear_silu(1, 1000, 8 * 37, true);
+    check_linear_silu(9, 3072, 1024, false);
+    check_linear_silu(3, 101, 64, true);
     int n = 30, dim = 512, m = 6;
     float *x = rand_bf16((size_t)n * dim, 1.0f);
     int32_t rows[6] = {29, 0, 7, 7, 15, 3};
@@ -337,7 +367,14 @@ START_TEST(test_silu_gather)
 }
 END_TEST
 
-/* ---- qk_norm_rope, store_kv ------------------------------------------------------ */
+/* ---- qk_norm_rope_store -------------------------------------------------------------- */
+
+/* The slot of token i in a cache of `slots_total` slots: scattered, every
+ * ninth token padding (-1). */
+static int32_t test_slot(int i, int slots_total)
+{
+    return i % 9 == 4 ? -1 : (int32_t)((i * 37 + 5) % slots_total);
+}
 
 static void check_rope(int n, int hq, int hk, int hd, bool norm, float theta)
 {
@@ -353,14 +390,32 @@ static void check_rope(int n, int hq, int hk, int hd, bool norm, float theta)
     pair pq = pair_from(q, n * width);
     wpair wq = weight_from(qn, 1, hd), wk = weight_from(kn, 1, hd);
     raw pp = raw_from(pos, n * sizeof *pos);
-    OK_BOTH(cpu->ops->qk_norm_rope(cpu, pq.c, pp.c, norm ? wq.c : NULL, norm ? wk.c : NULL,
-                                   (const float *)pinv.c, n, hq, hk, hd, 1e-6f),
-            gpu->ops->qk_norm_rope(gpu, pq.g, pp.g, norm ? wq.g : NULL, norm ? wk.g : NULL,
-                                   (const float *)pinv.g, n, hq, hk, hd, 1e-6f));
+    int bs = 16, slots_total = 4 * bs;
+    size_t cache = (size_t)slots_total * hk * hd;
+    float *zero = calloc(cache, 4);
+    int32_t *slots = malloc(n * sizeof *slots);
+    for (int i = 0; i < n; i++) slots[i] = test_slot(i, slots_total);
+    pair kc = pair_from(zero, cache), vc = pair_from(zero, cache);
+    raw ps = raw_from(slots, n * sizeof *slots);
+    OK_BOTH(cpu->ops->qk_norm_rope_store(cpu, pq.c, pp.c, norm ? wq.c : NULL, norm ? wk.c : NULL,
+                                         (const float *)pinv.c, kc.c, vc.c, ps.c, n, hq, hk, hd,
+                                         1e-6f, bs, NL_DTYPE_F32),
+            gpu->ops->qk_norm_rope_store(gpu, pq.g, pp.g, norm ? wq.g : NULL, norm ? wk.g : NULL,
+                                         (const float *)pinv.g, kc.g, vc.g, ps.g, n, hq, hk, hd,
+                                         1e-6f, bs, NL_DTYPE_BF16));
     char what[96];
     snprintf(what, sizeof what, "qk_norm_rope n=%d hq=%d hk=%d hd=%d%s theta=%g", n, hq, hk, hd,
              norm ? " +norm" : "", theta);
     expect_close(pq, what);
+    snprintf(what, sizeof what, "  its k cache (slots with -1) hd=%d", hd);
+    expect_close(kc, what);
+    snprintf(what, sizeof what, "  its v cache hd=%d", hd);
+    expect_close(vc, what);
+    pair_free(kc);
+    pair_free(vc);
+    raw_free(ps);
+    free(zero);
+    free(slots);
     pair_free(pq);
     raw_free(pp);
     raw_free(pinv);
@@ -384,40 +439,6 @@ START_TEST(test_qk_norm_rope)
     check_rope(5, 10, 2, 80, true, 10000.0f);
     check_rope(5, 12, 4, 96, false, 1000000.0f);
     check_rope(4, 8, 2, 256, true, 1000000.0f);
-}
-END_TEST
-
-static void check_store_kv(int hq, int hk, int hd)
-{
-    int n = 37, bs = 16, blocks = 8;
-    size_t cache = (size_t)blocks * bs * hk * hd;
-    float *q = rand_bf16((size_t)n * (hq + 2 * hk) * hd, 1.0f), *zero = calloc(cache, 4);
-    int32_t slots[37];
-    for (int i = 0; i < n; i++) slots[i] = i % 9 == 4 ? -1 : (int)((i * 37 + 5) % (blocks * bs));
-    pair pq = pair_from(q, (size_t)n * (hq + 2 * hk) * hd);
-    pair kc = pair_from(zero, cache), vc = pair_from(zero, cache);
-    raw ps = raw_from(slots, sizeof slots);
-    OK_BOTH(cpu->ops->store_kv(cpu, kc.c, vc.c, pq.c, ps.c, n, hq, hk, hd, bs, NL_DTYPE_F32),
-            gpu->ops->store_kv(gpu, kc.g, vc.g, pq.g, ps.g, n, hq, hk, hd, bs, NL_DTYPE_BF16));
-    char what[96];
-    snprintf(what, sizeof what, "store_kv k cache (skipping slot -1) hd=%d", hd);
-    expect_close(kc, what);
-    snprintf(what, sizeof what, "store_kv v cache hd=%d", hd);
-    expect_close(vc, what);
-    pair_free(pq);
-    pair_free(kc);
-    pair_free(vc);
-    raw_free(ps);
-    free(q);
-    free(zero);
-}
-
-START_TEST(test_store_kv)
-{
-    check_store_kv(16, 8, 128);
-    check_store_kv(4, 2, 32);
-    check_store_kv(10, 2, 80);
-    check_store_kv(8, 2, 256);
 }
 END_TEST
 
@@ -492,11 +513,23 @@ static void check_attention(int n_seqs, const int *q_lens, const int *prefix, in
     void *kcg = attn_kv_fp8 ? rk8.g : kc.g, *vcg = attn_kv_fp8 ? rv8.g : vc.g;
     raw rcu = raw_from(cu, (n_seqs + 1) * 4), rctx = raw_from(ctx, n_seqs * 4);
     raw rtab = raw_from(table, (size_t)n_seqs * max_blocks * 4);
-    nl_attn_batch bc = {n_seqs, n, max_q, max_ctx, max_blocks, bs, all_decode, rcu.c, rctx.c, rtab.c, 0};
-    nl_attn_batch bg = {n_seqs, n, max_q, max_ctx, max_blocks, bs, all_decode, rcu.g, rctx.g, rtab.g, 0};
+    nl_attn_batch bc = {n_seqs, n, max_q, max_ctx, max_blocks, bs, all_decode, rcu.c, rctx.c, rtab.c, 0, NULL};
+    nl_attn_batch bg = {n_seqs, n, max_q, max_ctx, max_blocks, bs, all_decode, rcu.g, rctx.g, rtab.g, 0, NULL};
     /* a mixed batch declares its leading decodes, as the worker does */
     while (bg.n_leading_decodes < n_seqs && q_lens[bg.n_leading_decodes] == 1) bg.n_leading_decodes++;
     bc.n_leading_decodes = bg.n_leading_decodes;
+    /* ... and orders its decodes longest context first */
+    int32_t order[64];
+    int n_dec = all_decode ? n_seqs : bg.n_leading_decodes;
+    for (int s = 0; s < n_seqs; s++) order[s] = s;
+    for (int s = 1; s < n_dec; s++)
+        for (int j = s; j > 0 && ctx[order[j]] > ctx[order[j - 1]]; j--) {
+            int32_t t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+    raw rorder = raw_from(order, n_seqs * 4);
+    bg.decode_order = rorder.g;
     float scale = 1.0f / sqrtf((float)hd);
     OK_BOTH(cpu->ops->attention(cpu, out.c, pq.c, kcc, vcc, &bc, hq, hk, hd, scale, kv_c),
             gpu->ops->attention(gpu, out.g, pq.g, kcg, vcg, &bg, hq, hk, hd, scale, kv_g));
@@ -515,6 +548,7 @@ static void check_attention(int n_seqs, const int *q_lens, const int *prefix, in
     raw_free(rcu);
     raw_free(rctx);
     raw_free(rtab);
+    raw_free(rorder);
     free(hk_);
     free(hv);
     free(hq_);
@@ -658,44 +692,60 @@ START_TEST(test_attention_fp8_kv)
 }
 END_TEST
 
-/* The e4m3 store writes the bytes the CPU's rounding gives. */
+/* The e4m3 store writes the bytes the host's rounding (nl_f32_to_f8e4m3)
+ * gives for the k and v the op leaves in qkv: with a zero rotation and no
+ * norms those are the inputs, past +-448 (saturation) and subnormal too;
+ * with a rotation, the rotated k. */
 START_TEST(test_store_kv_fp8)
 {
     static const int shapes[][3] = {{16, 8, 128}, {4, 2, 32}, {10, 2, 80}};
-    for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
-        int hq = shapes[c][0], hk = shapes[c][1], hd = shapes[c][2];
-        int n = 37, bs = 16, blocks = 8;
-        size_t cache = (size_t)blocks * bs * hk * hd, width = (size_t)(hq + 2 * hk) * hd;
-        float *q = rand_bf16((size_t)n * width, 600.0f); /* past +-448: saturation too */
-        for (size_t i = 0; i < (size_t)n * width; i += 3) /* and subnormals, still bf16 values */
+    for (size_t c = 0; c < 2 * sizeof shapes / sizeof shapes[0]; c++) {
+        int hq = shapes[c / 2][0], hk = shapes[c / 2][1], hd = shapes[c / 2][2];
+        bool rotate = c % 2;
+        int n = 37, bs = 16, blocks = 8, slots_total = blocks * bs;
+        size_t cache = (size_t)slots_total * hk * hd, width = (size_t)(hq + 2 * hk) * hd;
+        float *q = rand_bf16((size_t)n * width, rotate ? 3.0f : 600.0f);
+        for (size_t i = 0; i < (size_t)n * width; i += 3) /* subnormals, still bf16 values */
             q[i] = nl_bf16_to_f32(nl_f32_to_bf16(q[i] * 1e-3f));
-        int32_t slots[37];
-        for (int i = 0; i < n; i++) slots[i] = i % 9 == 4 ? -1 : (int)((i * 37 + 5) % (blocks * bs));
+        int32_t slots[37], pos[37];
+        for (int i = 0; i < n; i++) slots[i] = test_slot(i, slots_total), pos[i] = 3 * i + 1;
+        float *inv = calloc((size_t)hd / 2, sizeof(float));
+        for (int i = 0; rotate && i < hd / 2; i++) inv[i] = 1.0f / powf(10000.0f, (float)(2 * i) / hd);
         pair pq = pair_from(q, (size_t)n * width);
         raw kc = raw_from(NULL, cache), vc = raw_from(NULL, cache), ps = raw_from(slots, sizeof slots);
-        ck_assert_int_eq(cpu->ops->memset_zero(cpu, kc.c, cache), NL_OK);
-        ck_assert_int_eq(cpu->ops->memset_zero(cpu, vc.c, cache), NL_OK);
+        raw pp = raw_from(pos, sizeof pos), pinv = raw_from(inv, sizeof(float) * (size_t)(hd / 2));
         ck_assert_int_eq(gpu->ops->memset_zero(gpu, kc.g, cache), NL_OK);
         ck_assert_int_eq(gpu->ops->memset_zero(gpu, vc.g, cache), NL_OK);
-        OK_BOTH(cpu->ops->store_kv(cpu, kc.c, vc.c, pq.c, ps.c, n, hq, hk, hd, bs, NL_DTYPE_F8_E4M3),
-                gpu->ops->store_kv(gpu, kc.g, vc.g, pq.g, ps.g, n, hq, hk, hd, bs, NL_DTYPE_F8_E4M3));
-        uint8_t *a = malloc(cache), *b = malloc(cache);
+        ck_assert_msg(gpu->ops->qk_norm_rope_store(gpu, pq.g, pp.g, NULL, NULL, (const float *)pinv.g,
+                                                   kc.g, vc.g, ps.g, n, hq, hk, hd, 1e-6f, bs,
+                                                   NL_DTYPE_F8_E4M3) == NL_OK,
+                      "%s", nl_last_error());
+        float *rq = malloc((size_t)n * width * 4);
+        uint8_t *want = calloc(cache, 1), *got = malloc(cache);
+        pair_get(pq, rq, rq); /* the GPU's qkv after the op (the cpu copy is unused) */
         for (int which = 0; which < 2; which++) {
-            raw r = which ? vc : kc;
-            ck_assert_int_eq(cpu->ops->download(cpu, a, r.c, cache), NL_OK);
-            ck_assert_int_eq(gpu->ops->download(gpu, b, r.g, cache), NL_OK);
+            memset(want, 0, cache);
+            for (int t = 0; t < n; t++)
+                for (int e = 0; slots[t] >= 0 && e < hk * hd; e++)
+                    want[(size_t)slots[t] * hk * hd + e] =
+                        nl_f32_to_f8e4m3(rq[t * width + (size_t)(hq + which * hk) * hd + e]);
+            ck_assert_int_eq(gpu->ops->download(gpu, got, which ? vc.g : kc.g, cache), NL_OK);
             size_t diff = 0;
-            for (size_t i = 0; i < cache; i++) diff += a[i] != b[i];
-            printf("  store_kv fp8 %s cache hd=%d: %zu of %zu bytes differ\n", which ? "v" : "k", hd,
-                   diff, cache);
-            ck_assert_msg(diff == 0, "store_kv fp8 hd=%d: %zu bytes differ", hd, diff);
+            for (size_t i = 0; i < cache; i++) diff += want[i] != got[i];
+            printf("  store fp8 %s cache hd=%d%s: %zu of %zu bytes differ\n", which ? "v" : "k", hd,
+                   rotate ? " rotated" : "", diff, cache);
+            ck_assert_msg(diff == 0, "store fp8 hd=%d: %zu bytes differ", hd, diff);
         }
-        free(a);
-        free(b);
+        free(rq);
+        free(want);
+        free(got);
+        free(inv);
         pair_free(pq);
         raw_free(kc);
         raw_free(vc);
         raw_free(ps);
+        raw_free(pp);
+        raw_free(pinv);
         free(q);
     }
 }
@@ -708,7 +758,7 @@ START_TEST(test_attention_head_dim_refused)
     int32_t cu[2] = {0, 1}, ctx[1] = {1}, tab[1] = {0};
     raw rcu = raw_from(cu, sizeof cu), rctx = raw_from(ctx, sizeof ctx);
     raw rtab = raw_from(tab, sizeof tab);
-    nl_attn_batch b = {1, 1, 1, 1, 1, 16, true, rcu.g, rctx.g, rtab.g, 0};
+    nl_attn_batch b = {1, 1, 1, 1, 1, 16, true, rcu.g, rctx.g, rtab.g, 0, NULL};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         nl_status st = gpu->ops->attention(gpu, NULL, NULL, NULL, NULL, &b, 2, 1, bad[i], 0.1f, NL_DTYPE_BF16);
         ck_assert_int_eq(st, NL_ERR_UNSUPPORTED);
@@ -1041,12 +1091,12 @@ int main(void)
     Suite *s = suite_create("cuda_ops");
     TCase *tc = tcase_create("ops");
     tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, test_upload_rows);
     tcase_add_test(tc, test_linear);
     tcase_add_test(tc, test_embedding);
     tcase_add_test(tc, test_rmsnorm);
     tcase_add_test(tc, test_silu_gather);
     tcase_add_test(tc, test_qk_norm_rope);
-    tcase_add_test(tc, test_store_kv);
     tcase_add_test(tc, test_store_kv_fp8);
     tcase_add_test(tc, test_attention_fp8_kv);
     tcase_add_test(tc, test_attention_prefill);

@@ -58,6 +58,8 @@ typedef enum step_buf {
     BUF_CTX,     /* [seqs] context lengths                            */
     BUF_TABLES,  /* [seqs, stride] block tables                       */
     BUF_ROWS,    /* [logits] token index of each logits row           */
+    BUF_ORDER,   /* [seqs] decode seqs, longest context first          */
+    BUF_ORDER_KEYS, /* [seqs] their sort keys, host only              */
     BUF_PERM,    /* [logits tp] interleave of the gathered logits     */
     BUF_SROWS,   /* [logits] sampling controls                        */
     BUF_OUT_IDS, /* [logits] sampled ids                              */
@@ -72,6 +74,7 @@ typedef enum step_buf {
 typedef struct step_shape {
     int32_t n_tokens, n_seqs;
     int32_t stride;   /* block table row width                             */
+    int32_t table_width; /* columns of each row the step's seqs use         */
     int32_t n_logits; /* logits rows computed (and sampled on rank 0)      */
     int32_t n_perm;   /* gather permutation entries: tp n_logits on rank 0
                          with tp > 1, else 0                               */
@@ -110,6 +113,8 @@ static const struct step_buf_desc {
     [BUF_CTX] = {"context lengths", sizeof(int32_t), COUNT_SEQS, PHASE_FORWARD_IN},
     [BUF_TABLES] = {"block tables", sizeof(int32_t), COUNT_TABLE, PHASE_FORWARD_IN},
     [BUF_ROWS] = {"logits rows", sizeof(int32_t), COUNT_LOGITS, PHASE_FORWARD_IN},
+    [BUF_ORDER] = {"decode order", sizeof(int32_t), COUNT_SEQS, PHASE_FORWARD_IN},
+    [BUF_ORDER_KEYS] = {"decode order keys", sizeof(int64_t), COUNT_SEQS, PHASE_HOST_ONLY},
     [BUF_PERM] = {"gather permutation", sizeof(int32_t), COUNT_PERM, PHASE_FORWARD_IN},
     [BUF_SROWS] = {"sampling rows", sizeof(nl_sample_row), COUNT_LOGITS, PHASE_SAMPLE_IN},
     [BUF_OUT_IDS] = {"sampled ids", sizeof(int32_t), COUNT_LOGITS, PHASE_SAMPLE_OUT},
@@ -316,7 +321,14 @@ static nl_status transfer_phase(model_runner *r, step_phase phase, const step_sh
         if (d->phase != phase) continue;
         size_t bytes = step_count_of(d->count, shape) * d->elem;
         if (bytes == 0) continue;
-        if (phase == PHASE_SAMPLE_OUT)
+        if (b == BUF_TABLES && shape->table_width < shape->stride) {
+            /* a graph's rows are max_model_len wide; only the columns the
+             * step's seqs use move (a few % of them in a typical step) */
+            size_t pitch = (size_t)shape->stride * d->elem;
+            NL_TRY(be->ops->upload_rows(be, r->dev[b], pitch, r->host[b], pitch,
+                                        (size_t)shape->table_width * d->elem,
+                                        (size_t)shape->n_seqs));
+        } else if (phase == PHASE_SAMPLE_OUT)
             NL_TRY(be->ops->download(be, r->host[b], r->dev[b], bytes));
         else
             NL_TRY(be->ops->upload(be, r->dev[b], r->host[b], bytes));
@@ -429,7 +441,7 @@ static step_shape shape_of(const model_runner *r, int32_t n_tokens, int32_t n_se
 {
     bool perm = r->p.tp > 1 && r->rank == 0;
     return (step_shape){.n_tokens = n_tokens, .n_seqs = n_seqs, .stride = stride,
-                        .n_logits = n_logits, .n_perm = perm ? n_logits * r->p.tp : 0};
+                        .table_width = stride, .n_logits = n_logits, .n_perm = perm ? n_logits * r->p.tp : 0};
 }
 
 /* Pads a decode batch with rows from..size-1 to the graph size `size`:
@@ -460,11 +472,34 @@ static void pad_decode(model_runner *r, int32_t from, int32_t size, step_plan *p
     plan->all_decode = true;
 }
 
+static int compare_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The decode seqs' launch order for attention (nl_attn_batch.decode_order):
+ * longest context first, ties in seq order; the other seqs keep their
+ * places. */
+static void fill_decode_order(model_runner *r, const step_plan *plan)
+{
+    const int32_t n = plan->shape.n_seqs;
+    const int32_t n_dec = plan->all_decode ? n : plan->n_leading_decodes;
+    const int32_t *ctx = r->host[BUF_CTX];
+    int32_t *order = r->host[BUF_ORDER];
+    int64_t *keys = r->host[BUF_ORDER_KEYS];
+    for (int32_t s = 0; s < n_dec; s++) keys[s] = ((int64_t)(INT32_MAX - ctx[s]) << 32) | s;
+    qsort(keys, (size_t)n_dec, sizeof *keys, compare_i64);
+    for (int32_t s = 0; s < n_dec; s++) order[s] = (int32_t)(keys[s] & 0xffffffff);
+    for (int32_t s = n_dec; s < n; s++) order[s] = s;
+}
+
 /* Uploads the forward inputs the plan's shape uses and describes them in
  * *in. */
 static nl_status upload_inputs(model_runner *r, const step_plan *plan, qwen_inputs *in)
 {
     const step_shape *sh = &plan->shape;
+    fill_decode_order(r, plan);
     if (sh->n_perm > 0) {
         int32_t *perm = r->host[BUF_PERM], tp = r->p.tp;
         for (int32_t i = 0; i < sh->n_logits; i++)
@@ -481,7 +516,8 @@ static nl_status upload_inputs(model_runner *r, const step_plan *plan, qwen_inpu
                  .block_size = r->p.block_size, .all_decode = plan->all_decode,
                  .cu_seqlens_q = r->dev[BUF_CU], .context_lens = r->dev[BUF_CTX],
                  .block_tables = r->dev[BUF_TABLES],
-                 .n_leading_decodes = plan->n_leading_decodes},
+                 .n_leading_decodes = plan->n_leading_decodes,
+                 .decode_order = r->dev[BUF_ORDER]},
         .n_logits = sh->n_logits,
         .logit_rows = r->dev[BUF_ROWS],
         .gather_perm = r->dev[BUF_PERM],
@@ -684,10 +720,10 @@ static nl_status prepare_inputs(model_runner *r, const wire_run *cmd, step_plan 
 
     /* a graph replays with the engine-wide table stride; an eager step
      * uploads only as wide a table as its longest seq needs */
-    int32_t stride = 1, n_logits = 0, t = 0;
+    int32_t width = 1, n_logits = 0, t = 0;
     for (int32_t s = 0; s < n_seqs; s++)
-        if (cmd->seqs[s].n_blocks > stride) stride = cmd->seqs[s].n_blocks;
-    if (plan->graph >= 0) stride = r->max_blocks_per_seq;
+        if (cmd->seqs[s].n_blocks > width) width = cmd->seqs[s].n_blocks;
+    int32_t stride = plan->graph >= 0 ? r->max_blocks_per_seq : width;
     int32_t *ids = r->host[BUF_IDS], *pos = r->host[BUF_POS], *slots = r->host[BUF_SLOTS];
     int32_t *cu = r->host[BUF_CU], *ctx = r->host[BUF_CTX], *tables = r->host[BUF_TABLES];
     int32_t *rows = r->host[BUF_ROWS];
@@ -716,6 +752,7 @@ static nl_status prepare_inputs(model_runner *r, const wire_run *cmd, step_plan 
         pad_decode(r, n_seqs, r->graph_size[plan->graph], plan);
     else
         plan->shape = shape_of(r, n_tokens, n_seqs, stride, n_logits);
+    plan->shape.table_width = width;
     return NL_OK;
 }
 

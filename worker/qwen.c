@@ -137,11 +137,11 @@ void qwen_state_destroy(nl_backend *be, const qwen_weights *w, qwen_state *s)
 
 const char *const qwen_op_names[QWEN_OP_COUNT] = {
     [QWEN_OP_EMBEDDING] = "embedding",       [QWEN_OP_RMSNORM] = "add + rmsnorm",
-    [QWEN_OP_QKV] = "qkv linear",            [QWEN_OP_QK_NORM_ROPE] = "qk norm + rope",
-    [QWEN_OP_STORE_KV] = "store k/v",        [QWEN_OP_ATTENTION] = "attention",
+    [QWEN_OP_QKV] = "qkv linear",            [QWEN_OP_ROPE_STORE] = "qk norm + rope + store",
+    [QWEN_OP_ATTENTION] = "attention",
     [QWEN_OP_O_PROJ] = "o_proj linear",      [QWEN_OP_ALL_REDUCE] = "all-reduce",
-    [QWEN_OP_GATE_UP] = "gate_up linear",    [QWEN_OP_SILU_MUL] = "silu * mul",
-    [QWEN_OP_DOWN] = "down linear",          [QWEN_OP_LM_HEAD] = "lm head",
+    [QWEN_OP_GATE_UP] = "gate_up + silu * mul", [QWEN_OP_DOWN] = "down linear",
+    [QWEN_OP_LM_HEAD] = "lm head",
     [QWEN_OP_LOGITS_GATHER] = "logits gather",
 };
 
@@ -166,7 +166,7 @@ nl_status qwen_forward(nl_backend *be, nl_comm *comm, const qwen_weights *w, qwe
     const nl_model_config *cfg = &w->cfg;
     const qwen_shard *sh = &w->shard;
     const int32_t n = in->n_tokens, hidden = cfg->hidden_size;
-    const int32_t hq = sh->hq, hk = sh->hk, hd = sh->hd, inter = sh->inter;
+    const int32_t hq = sh->hq, hk = sh->hk, hd = sh->hd;
     const float eps = cfg->rms_norm_eps, scale = 1.0f / sqrtf((float)hd);
     if (n <= 0 || n > s->max_tokens || in->n_logits < 0 || in->n_logits > s->max_logits)
         return nl_error(NL_ERR_INVALID_ARG, "forward: %d tokens (max %d), %d logits rows (max %d)", n,
@@ -189,12 +189,10 @@ nl_status qwen_forward(nl_backend *be, nl_comm *comm, const qwen_weights *w, qwe
         NL_TRY(op->rmsnorm(be, s->xn, s->x, s->residual, L->input_norm, n, hidden, eps));
         NL_TRY(mark(be, s, QWEN_OP_QKV));
         NL_TRY(op->linear(be, qkv, s->xn, L->qkv, L->qkv_bias, n)); /* [n, (hq + 2 hk) hd] */
-        NL_TRY(mark(be, s, QWEN_OP_QK_NORM_ROPE));
-        NL_TRY(op->qk_norm_rope(be, qkv, in->positions, L->q_norm, L->k_norm, w->rope_inv_freq,
-                                n, hq, hk, hd, eps));
-        NL_TRY(mark(be, s, QWEN_OP_STORE_KV));
-        NL_TRY(op->store_kv(be, s->k_cache[l], s->v_cache[l], qkv, in->slots, n, hq, hk, hd,
-                            s->block_size, s->kv_dtype));
+        NL_TRY(mark(be, s, QWEN_OP_ROPE_STORE));
+        NL_TRY(op->qk_norm_rope_store(be, qkv, in->positions, L->q_norm, L->k_norm,
+                                      w->rope_inv_freq, s->k_cache[l], s->v_cache[l], in->slots,
+                                      n, hq, hk, hd, eps, s->block_size, s->kv_dtype));
         NL_TRY(mark(be, s, QWEN_OP_ATTENTION));
         NL_TRY(op->attention(be, attn, qkv, s->k_cache[l], s->v_cache[l], &in->attn, hq, hk, hd,
                              scale, s->kv_dtype)); /* [n, hq hd] */
@@ -208,9 +206,8 @@ nl_status qwen_forward(nl_backend *be, nl_comm *comm, const qwen_weights *w, qwe
         NL_TRY(mark(be, s, QWEN_OP_RMSNORM));
         NL_TRY(op->rmsnorm(be, s->xn, s->x, s->residual, L->post_norm, n, hidden, eps));
         NL_TRY(mark(be, s, QWEN_OP_GATE_UP));
-        NL_TRY(op->linear(be, gate_up, s->xn, L->gate_up, L->gate_up_bias, n)); /* [n, 2 inter] */
-        NL_TRY(mark(be, s, QWEN_OP_SILU_MUL));
-        NL_TRY(op->silu_mul(be, mlp, gate_up, n, inter));                        /* [n, inter] */
+        NL_TRY(op->linear_silu_mul(be, mlp, gate_up, s->xn, L->gate_up, L->gate_up_bias,
+                                   n)); /* [n, inter] */
         NL_TRY(mark(be, s, QWEN_OP_DOWN));
         NL_TRY(op->linear(be, s->x, mlp, L->down, sh->rank == 0 ? L->down_bias : NULL, n));
         NL_TRY(all_reduce(comm, be, s, s->x, (size_t)n * hidden));

@@ -53,13 +53,11 @@ typedef enum qwen_op {
     QWEN_OP_EMBEDDING,
     QWEN_OP_RMSNORM,     /* residual add + RMSNorm */
     QWEN_OP_QKV,
-    QWEN_OP_QK_NORM_ROPE,
-    QWEN_OP_STORE_KV,
+    QWEN_OP_ROPE_STORE,  /* QK-norm + RoPE + the K/V store */
     QWEN_OP_ATTENTION,
     QWEN_OP_O_PROJ,
     QWEN_OP_ALL_REDUCE,
-    QWEN_OP_GATE_UP,
-    QWEN_OP_SILU_MUL,
+    QWEN_OP_GATE_UP,     /* gate_up linear + SiLU-and-multiply */
     QWEN_OP_DOWN,
     QWEN_OP_LM_HEAD,     /* gather of the sampled rows + the vocab GEMM */
     QWEN_OP_LOGITS_GATHER,

@@ -137,6 +137,14 @@ static nl_status cpu_copy(nl_backend *be, void *dst, const void *src, size_t byt
     return NL_OK;
 }
 
+static nl_status cpu_copy_rows(nl_backend *be, void *dst, size_t dst_pitch, const void *src,
+                               size_t src_pitch, size_t row_bytes, size_t rows)
+{
+    for (size_t i = 0; i < rows; i++)
+        memmove((char *)dst + i * dst_pitch, (const char *)src + i * src_pitch, row_bytes);
+    return NL_OK;
+}
+
 static nl_status cpu_memset_zero(nl_backend *be, void *dst, size_t bytes)
 {
     if (bytes) memset(dst, 0, bytes);
@@ -260,6 +268,7 @@ static const nl_backend_ops cpu_ops = {
     .free = cpu_free,
     .upload = cpu_copy,
     .download = cpu_copy,
+    .upload_rows = cpu_copy_rows,
     .memset_zero = cpu_memset_zero,
     .synchronize = cpu_synchronize,
     .memory_info = cpu_memory_info,
@@ -270,10 +279,9 @@ static const nl_backend_ops cpu_ops = {
     .rmsnorm = cpu_rmsnorm,
     .linear = cpu_linear,
     .linear_f32 = cpu_linear_f32,
-    .qk_norm_rope = cpu_qk_norm_rope,
-    .store_kv = cpu_store_kv,
+    .qk_norm_rope_store = cpu_qk_norm_rope_store,
     .attention = cpu_attention,
-    .silu_mul = cpu_silu_mul,
+    .linear_silu_mul = cpu_linear_silu_mul,
     .gather_rows = cpu_gather_rows,
     .sample = cpu_sample,
     .timer_mark = cpu_timer_mark,

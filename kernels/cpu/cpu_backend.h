@@ -64,11 +64,18 @@ nl_status cpu_qk_norm_rope(nl_backend *be, void *qkv, const int32_t *positions,
 nl_status cpu_store_kv(nl_backend *be, void *k_cache, void *v_cache, const void *qkv,
                        const int32_t *slots, int32_t n, int32_t hq, int32_t hk, int32_t hd,
                        int32_t block_size, nl_dtype kv_dtype);
+nl_status cpu_qk_norm_rope_store(nl_backend *be, void *qkv, const int32_t *positions,
+                                 const nl_weight *q_norm, const nl_weight *k_norm,
+                                 const float *inv_freq, void *k_cache, void *v_cache,
+                                 const int32_t *slots, int32_t n, int32_t hq, int32_t hk, int32_t hd,
+                                 float eps, int32_t block_size, nl_dtype kv_dtype);
 nl_status cpu_attention(nl_backend *be, void *out, const void *qkv, const void *k_cache,
                         const void *v_cache, const nl_attn_batch *batch, int32_t hq,
                         int32_t hk, int32_t hd, float scale, nl_dtype kv_dtype);
 nl_status cpu_silu_mul(nl_backend *be, void *out, const void *gate_up, int32_t n,
                        int32_t inter);
+nl_status cpu_linear_silu_mul(nl_backend *be, void *out, void *work, const void *x,
+                              const nl_weight *w, const nl_weight *bias, int32_t n);
 nl_status cpu_gather_rows(nl_backend *be, void *out, const void *x, const int32_t *rows,
                           int32_t m, int32_t dim);
 nl_status cpu_sample(nl_backend *be, const float *logits, int32_t m, int32_t vocab,

@@ -218,6 +218,19 @@ nl_status cpu_store_kv(nl_backend *be, void *k_cache, void *v_cache, const void 
     return NL_OK;
 }
 
+nl_status cpu_qk_norm_rope_store(nl_backend *be, void *qkv, const int32_t *positions,
+                                 const nl_weight *q_norm, const nl_weight *k_norm,
+                                 const float *inv_freq, void *k_cache, void *v_cache,
+                                 const int32_t *slots, int32_t n, int32_t hq, int32_t hk, int32_t hd,
+                                 float eps, int32_t block_size, nl_dtype kv_dtype)
+{
+    if (!cpu_kv_dtype_ok(kv_dtype)) /* before qkv changes */
+        return nl_error(NL_ERR_UNSUPPORTED, "store_kv: KV cache dtype %s (cpu: F32, BF16 or F8_E4M3)",
+                        nl_dtype_name(kv_dtype));
+    NL_TRY(cpu_qk_norm_rope(be, qkv, positions, q_norm, k_norm, inv_freq, n, hq, hk, hd, eps));
+    return cpu_store_kv(be, k_cache, v_cache, qkv, slots, n, hq, hk, hd, block_size, kv_dtype);
+}
+
 /* ---- attention ---------------------------------------------------------- */
 
 struct attn_ctx {
@@ -360,6 +373,16 @@ nl_status cpu_silu_mul(nl_backend *be, void *out, const void *gate_up, int32_t n
     struct silu_ctx c = {out, gate_up, inter};
     cpu_parallel_for(CPU(be), n, ROWS_MIN_PARALLEL, silu_task, &c);
     return NL_OK;
+}
+
+nl_status cpu_linear_silu_mul(nl_backend *be, void *out, void *work, const void *x,
+                              const nl_weight *w, const nl_weight *bias, int32_t n)
+{
+    if (w->rows % 2 != 0)
+        return nl_error(NL_ERR_INVALID_ARG, "linear_silu_mul: gate_up weight has %lld rows, not "
+                        "gate and up halves", (long long)w->rows);
+    NL_TRY(cpu_linear(be, work, x, w, bias, n));
+    return cpu_silu_mul(be, out, work, n, (int32_t)(w->rows / 2));
 }
 
 nl_status cpu_gather_rows(nl_backend *be, void *out, const void *x, const int32_t *rows, int32_t m,

@@ -54,6 +54,8 @@ template <int HDC, int RPW, typename KV>
 __global__ void __launch_bounds__(ATTN_WARPS * 32)
     kernel_attention(attn_params p)
 {
+    pdl_wait();
+    pdl_release();
     constexpr int ROWS = ATTN_WARPS * RPW;
     constexpr int NP = HDC / 64;     /* output dim pairs per lane, at most */
     const int hd = p.hd, hp = hd / 2; /* dims, dim pairs                   */
@@ -238,6 +240,8 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32)
 __global__ void kernel_attn_merge(bf16 *out, const float *part_o, const float *part_ml, int hd,
                                   int n_splits)
 {
+    pdl_wait();
+    pdl_release();
     size_t row = blockIdx.x; /* tok * hq + h */
     const float *ml = part_ml + row * n_splits * 2;
     float mx = -INFINITY;
@@ -262,7 +266,7 @@ static nl_status launch_kv(cuda_backend *be, attn_params *p, int n_seqs, int q_t
     NL_CUDA_CHECK(cudaFuncSetAttribute(kernel_attention<HDC, RPW, KV>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     dim3 grid(q_tiles * p->n_splits, n_seqs, p->hk);
-    kernel_attention<HDC, RPW, KV><<<grid, ATTN_WARPS * 32, smem, be->stream>>>(*p);
+    NL_CUDA_CHECK(cuda_launch(be, kernel_attention<HDC, RPW, KV>, grid, ATTN_WARPS * 32, smem, *p));
     NL_CUDA_CHECK_LAUNCH();
     return NL_OK;
 }
@@ -324,8 +328,8 @@ nl_status cuda_attention_generic(cuda_backend *be, const attn_args *a, const nl_
     else
         NL_TRY(launch_rpw<256>(be, &p, rpw, b->n_seqs, q_tiles));
     if (p.n_splits > 1) {
-        kernel_attn_merge<<<b->n_tokens * hq, hd, 0, be->stream>>>(p.out, p.part_o, p.part_ml, hd,
-                                                                   p.n_splits);
+        NL_CUDA_CHECK(cuda_launch(be, kernel_attn_merge, b->n_tokens * hq, hd, 0, p.out, p.part_o, p.part_ml, hd,
+                                                                   p.n_splits));
         NL_CUDA_CHECK_LAUNCH();
     }
     return NL_OK;

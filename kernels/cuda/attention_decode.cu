@@ -15,24 +15,24 @@
  * state (base-2 domain, fp32); the block merges its groups in shared memory.
  *
  * Splits: the host picks their number from the batch's block count alone
- * (enough blocks for a few waves of SMs when the sequences alone are too few,
- * none otherwise), never from its maximum context, which under CUDA graphs is
- * max_model_len.  Each block then sizes its split from its own sequence's
+ * (dec_splits: a few waves of blocks when the sequences alone do not fill
+ * one, none otherwise), never from its maximum context, which under CUDA
+ * graphs is max_model_len.  Each block then sizes its split from its own sequence's
  * context_lens (dec_chunk, at least DEC_MIN_CHUNK keys) and exits at once
  * when its split starts past the end; so padding rows (context 1, block 0)
  * cost one early exit per split.  With more than one split, blocks write
- * unnormalised partials (o, m, l) and kernel_decode_merge combines the
- * splits that exist for each sequence.
+ * unnormalised partials (o, m, l), and the last split of each sequence and
+ * head to finish combines the splits that exist (no second kernel: at the
+ * small batches that split, a kernel boundary costs as much as the merge).
  */
 #include <math.h>
 
 #include "kernels/cuda/attention.cuh"
 
 #define DEC_WARPS 4
-#define DEC_MIN_CHUNK 256    /* keys per split at least                      */
-#define DEC_MAX_SPLITS 256
-#define DEC_SPLIT_BELOW 2    /* split when blocks < this many waves of SMs   */
-#define DEC_TARGET_WAVES 4   /* ... aiming at this many waves with splits    */
+#define DEC_MIN_CHUNK 128    /* keys per split at least                      */
+#define DEC_TARGET_WAVES 4   /* waves of resident blocks a split batch aims at */
+#define DEC_MAX_SPLITS 64
 
 struct dec_params : attn_args {
     float *part_o;            /* [n_seqs * hq * n_splits, hd]                */
@@ -40,6 +40,8 @@ struct dec_params : attn_args {
     int n_slices;             /* blocks per kv head's group                  */
     int block_shift;          /* log2 block_size, < 0: not a power of two    */
     int n_splits;             /* blocks per (sequence, kv head, slice)      */
+    int *split_counts;        /* [n_seqs, hk, n_slices] finished splits, 0 between calls */
+    const int32_t *order;     /* [n_seqs] seqs in launch order, or NULL     */
 };
 
 /* Keys per split of a sequence of ctx keys: the context spread over the
@@ -119,6 +121,8 @@ static __device__ __forceinline__ void dec_unpack_kv(const RAW &v, float *f)
 template <int HD, int G, int U, typename KV, int EPL>
 __global__ void __launch_bounds__(DEC_WARPS * 32) kernel_decode(dec_params p)
 {
+    pdl_wait();
+    pdl_release();
     typedef typename dec_raw<EPL * (int)sizeof(KV)>::type raw;
     constexpr int LIVE = HD / EPL;          /* lanes that load a token's row */
     constexpr int LPT = dec_pow2_ceil(LIVE); /* lanes per token              */
@@ -129,8 +133,8 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) kernel_decode(dec_params p)
     __shared__ float sh_o[PARTS][G][HD];
     __shared__ float sh_m[PARTS][G], sh_l[PARTS][G];
 
-    const int split = blockIdx.x, seq = blockIdx.y;
-    const int kvh = blockIdx.z / p.n_slices, slice = blockIdx.z % p.n_slices;
+    const int split = blockIdx.x, seq = p.order ? p.order[blockIdx.z] : blockIdx.z;
+    const int kvh = blockIdx.y / p.n_slices, slice = blockIdx.y % p.n_slices;
     const int ctx = p.context_lens[seq];
     const int chunk = dec_chunk(ctx, p.n_splits);
     const int k_begin = split * chunk;
@@ -293,36 +297,108 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) kernel_decode(dec_params p)
             }
         }
     }
-}
+    if (p.n_splits == 1) return;
 
-/* One block per (sequence, query head): rescales the partials of the splits
- * that this sequence's true context produced to their common maximum. */
-__global__ void kernel_decode_merge(dec_params p, int hd)
-{
-    const int seq = blockIdx.x / p.hq, h = blockIdx.x % p.hq;
-    const int ctx = p.context_lens[seq];
-    const int chunk = dec_chunk(ctx, p.n_splits);
+    /* The last split of this (sequence, kv head, slice) to finish merges
+     * them all: each block publishes its partials (fence, then a count),
+     * and the one that brings the count to the number of splits that hold
+     * keys reads them back and resets the count for the next call. */
+    __shared__ bool last;
     const int n_act = min(p.n_splits, (ctx + chunk - 1) / chunk);
-    const size_t row0 = ((size_t)seq * p.hq + h) * p.n_splits;
-    const float *ml = p.part_ml + row0 * 2;
-    float mx = -INFINITY;
-    for (int s = 0; s < n_act; s++) mx = fmaxf(mx, ml[2 * s]);
-    float sum_l = 0.0f;
-    if (mx != -INFINITY)
-        for (int s = 0; s < n_act; s++) sum_l += exp2f(ml[2 * s] - mx) * ml[2 * s + 1];
-    const float inv = sum_l > 0.0f ? 1.0f / sum_l : 0.0f;
-    bf16 *dst = p.out + ((size_t)p.cu_seqlens_q[seq] * p.hq + h) * hd;
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-        float acc = 0.0f;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int *count = p.split_counts + ((size_t)seq * p.hk + kvh) * p.n_slices + slice;
+        last = atomicAdd(count, 1) == n_act - 1;
+        if (last) *count = 0;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    for (int idx = threadIdx.x; idx < nh * HD; idx += blockDim.x) {
+        const int h = h0 + idx / HD, d = idx % HD;
+        const size_t row0 = ((size_t)seq * p.hq + h) * p.n_splits;
+        const float *ml = p.part_ml + row0 * 2;
+        float mx = -INFINITY;
+        for (int s = 0; s < n_act; s++) mx = fmaxf(mx, __ldcg(ml + 2 * s));
+        float sum_l = 0.0f, acc = 0.0f;
         if (mx != -INFINITY)
-            for (int s = 0; s < n_act; s++)
-                acc += exp2f(ml[2 * s] - mx) * p.part_o[(row0 + s) * hd + d];
-        dst[d] = __float2bfloat16(acc * inv);
+            for (int s = 0; s < n_act; s++) {
+                const float w = exp2f(__ldcg(ml + 2 * s) - mx);
+                sum_l = fmaf(w, __ldcg(ml + 2 * s + 1), sum_l);
+                acc = fmaf(w, __ldcg(p.part_o + (row0 + s) * HD + d), acc);
+            }
+        const float inv = sum_l > 0.0f ? 1.0f / sum_l : 0.0f;
+        p.out[((size_t)tok * p.hq + h) * HD + d] = __float2bfloat16(acc * inv);
     }
 }
 
+typedef void (*dec_kernel)(dec_params);
+
+/* Blocks of kernel k resident on one SM, asked once per kernel. */
+static int dec_blocks_per_sm(dec_kernel k)
+{
+    static struct { dec_kernel k; int blocks; } seen[64];
+    static int n_seen;
+    for (int i = 0; i < n_seen; i++)
+        if (seen[i].k == k) return seen[i].blocks;
+    int blocks = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, k, DEC_WARPS * 32, 0) != cudaSuccess ||
+        blocks < 1) {
+        cudaGetLastError();
+        blocks = 1;
+    }
+    if (n_seen < 64) seen[n_seen++] = {k, blocks};
+    return blocks;
+}
+
+/* Splits the contexts only when the batch's blocks do not fill one wave of
+ * resident blocks: then every block runs at once and the step lasts as long
+ * as its longest context, so splitting them into DEC_TARGET_WAVES waves of
+ * blocks (at least DEC_MIN_CHUNK keys each) spreads that context over idle
+ * SMs.  With a wave or more, blocks that finish early make room for the
+ * next, and the longest-first order keeps the longest from starting last;
+ * splits would only add partial writes and a merge.  The count depends on
+ * the block count, not on the host's maximum context (under graphs,
+ * max_model_len); a small true maximum (eager steps) trims splits that
+ * would find no keys. */
+static int dec_splits(const cuda_backend *be, const nl_attn_batch *b, const dec_params *p,
+                      dec_kernel k)
+{
+    const int blocks = b->n_seqs * p->hk * p->n_slices;
+    const int resident = dec_blocks_per_sm(k) * be->num_sms;
+    if (blocks >= resident) return 1;
+    int n = (DEC_TARGET_WAVES * resident + blocks - 1) / blocks;
+    const int most = (b->max_context_len + DEC_MIN_CHUNK - 1) / DEC_MIN_CHUNK;
+    if (n > most) n = most;
+    if (n > DEC_MAX_SPLITS) n = DEC_MAX_SPLITS;
+    const size_t per_split = (size_t)b->n_seqs * p->hq * (p->hd + 2);
+    const size_t fit = attn_scratch_floats(be) / per_split;
+    if ((size_t)n > fit) n = (int)fit;
+    return n < 1 ? 1 : n;
+}
+
+/* Plans the splits for kernel k and launches it. */
+static nl_status dec_launch(cuda_backend *be, dec_params *p, const nl_attn_batch *b, dec_kernel k)
+{
+    p->n_splits = dec_splits(be, b, p, k);
+    p->split_counts = be->split_counts;
+    /* splits happen below one wave of resident blocks, so there are fewer
+     * (sequence, kv head, slice) counts than resident blocks */
+    if (p->n_splits > 1 && (size_t)b->n_seqs * p->hk * p->n_slices > be->split_counts_len)
+        return nl_error(NL_ERR_RUNTIME, "cuda: decode split counts for %d seqs exceed %zu",
+                        b->n_seqs, be->split_counts_len);
+    p->part_o = attn_scratch(be);
+    p->part_ml = attn_scratch(be) + (size_t)b->n_seqs * p->hq * p->n_splits * p->hd;
+    /* Blocks start in index order, x fastest: a sequence's blocks are
+     * adjacent and, with an order, the longest contexts start first. */
+    dim3 grid(p->n_splits, p->hk * p->n_slices, b->n_seqs);
+    NL_CUDA_CHECK(cuda_launch(be, k, grid, DEC_WARPS * 32, 0, *p));
+    return NL_OK;
+}
+
 template <int HD, int G>
-static nl_status launch_decode(cuda_backend *be, const dec_params *p, int n_seqs)
+static nl_status launch_decode(cuda_backend *be, dec_params *p, const nl_attn_batch *b)
 {
     /* Fewer loads in flight for wide groups keeps q and o in registers. */
     constexpr int U = G <= 2 ? 8 : G == 4 ? 4 : 2;
@@ -331,33 +407,30 @@ static nl_status launch_decode(cuda_backend *be, const dec_params *p, int n_seqs
      * 32 KiB; otherwise 8 (an 8-byte load) with twice the loads in flight. */
     constexpr int PARTS16 = DEC_WARPS * 32 / dec_pow2_ceil(HD / 16);
     constexpr bool WIDE = (size_t)PARTS16 * G * HD * sizeof(float) <= 32768;
-    dim3 grid(p->n_splits, n_seqs, p->hk * p->n_slices);
-    if (!p->kv_fp8)
-        kernel_decode<HD, G, U, bf16, 8><<<grid, DEC_WARPS * 32, 0, be->stream>>>(*p);
-    else if (WIDE)
-        kernel_decode<HD, G, U, fp8, 16><<<grid, DEC_WARPS * 32, 0, be->stream>>>(*p);
-    else
-        kernel_decode<HD, G, 2 * U, fp8, 8><<<grid, DEC_WARPS * 32, 0, be->stream>>>(*p);
-    NL_CUDA_CHECK_LAUNCH();
-    return NL_OK;
+    if (!p->kv_fp8) return dec_launch(be, p, b, kernel_decode<HD, G, U, bf16, 8>);
+    if (WIDE) return dec_launch(be, p, b, kernel_decode<HD, G, U, fp8, 16>);
+    return dec_launch(be, p, b, kernel_decode<HD, G, 2 * U, fp8, 8>);
 }
 
 template <int HD>
-static nl_status launch_decode_g(cuda_backend *be, const dec_params *p, int g, int n_seqs)
+static nl_status launch_decode_g(cuda_backend *be, dec_params *p, int g, const nl_attn_batch *b)
 {
     switch (g) {
-    case 1: return launch_decode<HD, 1>(be, p, n_seqs);
-    case 2: return launch_decode<HD, 2>(be, p, n_seqs);
-    case 4: return launch_decode<HD, 4>(be, p, n_seqs);
-    default: return launch_decode<HD, 8>(be, p, n_seqs);
+    case 1: return launch_decode<HD, 1>(be, p, b);
+    case 2: return launch_decode<HD, 2>(be, p, b);
+    case 4: return launch_decode<HD, 4>(be, p, b);
+    default: return launch_decode<HD, 8>(be, p, b);
     }
 }
 
 nl_status cuda_attention_decode(cuda_backend *be, const attn_args *a, const nl_attn_batch *b)
 {
-    const int hq = a->hq, hk = a->hk, hd = a->hd, group = a->group;
+    const int hd = a->hd, group = a->group;
     /* A block serves up to 8 query heads; larger groups take slices. */
     const int g = group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : 8;
+    if (b->n_seqs > 65535)
+        return nl_error(NL_ERR_UNSUPPORTED, "cuda: decode attention over %d sequences (at most "
+                        "65535 a step)", b->n_seqs);
 
     dec_params p;
     static_cast<attn_args &>(p) = *a;
@@ -365,41 +438,17 @@ nl_status cuda_attention_decode(cuda_backend *be, const attn_args *a, const nl_a
     p.block_shift = -1;
     for (int s = 0; s < 31; s++)
         if ((1 << s) == b->block_size) p.block_shift = s;
-
-    /* Split only when the sequences alone leave SMs idle.  The count
-     * depends on the block count, not on the host's maximum context; a
-     * small true maximum (eager steps) only trims splits that would find no
-     * keys. */
-    const int blocks = b->n_seqs * hk * p.n_slices;
-    int n_splits = 1;
-    if (blocks < DEC_SPLIT_BELOW * be->num_sms) {
-        n_splits = (DEC_TARGET_WAVES * be->num_sms + blocks - 1) / blocks;
-        const int most = (b->max_context_len + DEC_MIN_CHUNK - 1) / DEC_MIN_CHUNK;
-        if (n_splits > most) n_splits = most;
-        if (n_splits > DEC_MAX_SPLITS) n_splits = DEC_MAX_SPLITS;
-        const size_t per_split = (size_t)b->n_seqs * hq * (hd + 2);
-        const size_t fit = attn_scratch_floats(be) / per_split;
-        if ((size_t)n_splits > fit) n_splits = (int)fit;
-        if (n_splits < 1) n_splits = 1;
-    }
-    p.n_splits = n_splits;
-    p.part_o = attn_scratch(be);
-    p.part_ml = attn_scratch(be) + (size_t)b->n_seqs * hq * n_splits * hd;
+    p.order = b->decode_order;
 
     switch (hd) {
-    case 32: NL_TRY(launch_decode_g<32>(be, &p, g, b->n_seqs)); break;
-    case 64: NL_TRY(launch_decode_g<64>(be, &p, g, b->n_seqs)); break;
-    case 80: NL_TRY(launch_decode_g<80>(be, &p, g, b->n_seqs)); break;
-    case 96: NL_TRY(launch_decode_g<96>(be, &p, g, b->n_seqs)); break;
-    case 128: NL_TRY(launch_decode_g<128>(be, &p, g, b->n_seqs)); break;
-    case 256: NL_TRY(launch_decode_g<256>(be, &p, g, b->n_seqs)); break;
+    case 32: return launch_decode_g<32>(be, &p, g, b);
+    case 64: return launch_decode_g<64>(be, &p, g, b);
+    case 80: return launch_decode_g<80>(be, &p, g, b);
+    case 96: return launch_decode_g<96>(be, &p, g, b);
+    case 128: return launch_decode_g<128>(be, &p, g, b);
+    case 256: return launch_decode_g<256>(be, &p, g, b);
     default:
         return nl_error(NL_ERR_UNSUPPORTED, "cuda: decode attention head_dim %d (kernels for "
                         "32, 64, 80, 96, 128, 256)", hd);
     }
-    if (n_splits > 1) {
-        kernel_decode_merge<<<b->n_seqs * hq, hd, 0, be->stream>>>(p, hd);
-        NL_CUDA_CHECK_LAUNCH();
-    }
-    return NL_OK;
 }

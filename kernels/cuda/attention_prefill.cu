@@ -53,6 +53,8 @@ static __device__ __forceinline__ void pf_ldsm_x2(uint32_t r[2], const bf16 *p)
 template <int HD, typename KV>
 __global__ void __launch_bounds__(PF_WARPS * 32) kernel_prefill(pf_params p)
 {
+    pdl_wait();
+    pdl_release();
     constexpr int PF_BK = pf_bk<HD>();
     constexpr bool QREG = HD <= 128; /* query fragments held in registers  */
     constexpr int ST = HD + 8;      /* padded row stride in bf16             */
@@ -280,7 +282,7 @@ static nl_status launch_prefill_kv(cuda_backend *be, const pf_params *p, int n_s
     NL_CUDA_CHECK(cudaFuncSetAttribute(kernel_prefill<HD, KV>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     dim3 grid(q_tiles, n_seqs, p->hq);
-    kernel_prefill<HD, KV><<<grid, PF_WARPS * 32, smem, be->stream>>>(*p);
+    NL_CUDA_CHECK(cuda_launch(be, kernel_prefill<HD, KV>, grid, PF_WARPS * 32, smem, *p));
     NL_CUDA_CHECK_LAUNCH();
     return NL_OK;
 }

@@ -64,6 +64,15 @@ static nl_status cuda_upload(nl_backend *b, void *dst, const void *src, size_t b
     return NL_OK;
 }
 
+static nl_status cuda_upload_rows(nl_backend *b, void *dst, size_t dst_pitch, const void *src,
+                                  size_t src_pitch, size_t row_bytes, size_t rows)
+{
+    if (rows == 0 || row_bytes == 0) return NL_OK;
+    NL_CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, row_bytes, rows,
+                                    cudaMemcpyHostToDevice, cuda_be(b)->stream));
+    return NL_OK;
+}
+
 static nl_status cuda_download(nl_backend *b, void *dst, const void *src, size_t bytes)
 {
     cuda_backend *be = cuda_be(b);
@@ -244,6 +253,7 @@ static void cuda_destroy(nl_backend *b)
     if (be->lt) cublasLtDestroy(be->lt);
     cudaFree(be->workspace);
     cudaFree(be->step_scratch);
+    cudaFree(be->split_counts);
     if (be->staging) cudaFreeHost(be->staging);
     if (be->stream) cudaStreamDestroy(be->stream);
     free(be);
@@ -257,6 +267,7 @@ static const nl_backend_ops cuda_ops = {
     .free = cuda_free,
     .upload = cuda_upload,
     .download = cuda_download,
+    .upload_rows = cuda_upload_rows,
     .memset_zero = cuda_memset_zero,
     .synchronize = cuda_synchronize,
     .memory_info = cuda_memory_info,
@@ -267,10 +278,9 @@ static const nl_backend_ops cuda_ops = {
     .rmsnorm = cuda_rmsnorm,
     .linear = cuda_linear,
     .linear_f32 = cuda_linear_f32,
-    .qk_norm_rope = cuda_qk_norm_rope,
-    .store_kv = cuda_store_kv,
+    .qk_norm_rope_store = cuda_qk_norm_rope_store,
     .attention = cuda_attention,
-    .silu_mul = cuda_silu_mul,
+    .linear_silu_mul = cuda_linear_silu_mul,
     .gather_rows = cuda_gather_rows,
     .sample = cuda_sample,
     .timer_mark = cuda_timer_mark,
@@ -287,11 +297,20 @@ static nl_status backend_init(cuda_backend *be)
     NL_CUDA_CHECK(cudaDeviceGetAttribute(&be->num_sms, cudaDevAttrMultiProcessorCount,
                                          be->device));
     NL_CUDA_CHECK(cudaStreamCreateWithFlags(&be->stream, cudaStreamNonBlocking));
+    int major = 0;
+    NL_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, be->device));
+    const char *pdl = getenv("NANOLLM_PDL");
+    be->pdl = major >= 9 && !(pdl && strcmp(pdl, "0") == 0);
     NL_CUBLAS_CHECK(cublasLtCreate(&be->lt));
     be->workspace_bytes = WORKSPACE_BYTES;
     NL_CUDA_CHECK(cudaMalloc(&be->workspace, be->workspace_bytes));
     be->step_scratch_bytes = STEP_SCRATCH_BYTES;
     NL_CUDA_CHECK(cudaMalloc(&be->step_scratch, be->step_scratch_bytes));
+    /* splits happen only below one wave of resident blocks: at most 2048
+     * threads / 128 a block, per SM */
+    be->split_counts_len = (size_t)16 * be->num_sms;
+    NL_CUDA_CHECK(cudaMalloc(&be->split_counts, be->split_counts_len * sizeof(int)));
+    NL_CUDA_CHECK(cudaMemset(be->split_counts, 0, be->split_counts_len * sizeof(int)));
     be->staging_bytes = STAGING_BYTES;
     NL_CUDA_CHECK(cudaMallocHost(&be->staging, be->staging_bytes));
     return NL_OK;

@@ -73,6 +73,47 @@ static __device__ __forceinline__ uint2 float_to_fp8x8(const float f[8])
     return r;
 }
 
+/* ---- programmatic dependent launch ------------------------------------------
+ *
+ * A kernel the backend launches with cuda_launch may start while the kernel
+ * before it on the stream is still finishing (Hopper's programmatic
+ * dependent launch): its blocks become resident as the earlier kernel's
+ * last blocks run, so the launch latency and the ramp of a small decode
+ * kernel hide behind the previous one instead of following it.  The price
+ * is one rule for every such kernel: it calls pdl_wait() before it reads
+ * anything an earlier kernel wrote and before it writes anything at all;
+ * only constant data (weights) may be read before.  pdl_wait returns once
+ * every earlier kernel has finished and its writes are visible; it is a
+ * no-op for a kernel launched the ordinary way.  pdl_release() lets the
+ * next kernel start its own blocks; each kernel calls it after its wait,
+ * so at most the next kernel overlaps this one.  NANOLLM_PDL=0 launches
+ * everything the ordinary way (for A/B measurements). */
+static __device__ __forceinline__ void pdl_wait(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+static __device__ __forceinline__ void pdl_release(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+static __device__ __forceinline__ float round_bf16(float x)
+{
+    return __bfloat162float(__float2bfloat16(x));
+}
+
+/* One element of SiLU-and-multiply as the reference rounds it: silu(gate)
+ * is rounded to bf16 before it meets up. */
+static __device__ __forceinline__ float silu_mul1(float g, float u)
+{
+    return round_bf16(g / (1.0f + __expf(-g))) * u;
+}
+
 #define NL_GEMM_PLAN_CACHE 256
 
 /* A cuBLASLt matmul prepared for one shape: descriptors plus the algorithm
@@ -92,6 +133,7 @@ typedef struct cuda_backend {
     nl_backend base;
     int device;
     int num_sms;
+    bool pdl;                  /* programmatic dependent launch (cuda_launch) */
     cudaStream_t stream;       /* every op is enqueued here, nothing else */
     cublasLtHandle_t lt;
     void *workspace;           /* cuBLASLt workspace, fixed at creation    */
@@ -104,6 +146,10 @@ typedef struct cuda_backend {
      * return, so they share it in turn; sized once at creation. */
     void *step_scratch;
     size_t step_scratch_bytes;
+    /* Decode attention's count of finished splits per (sequence, kv head,
+     * slice), zero between calls (attention_decode.cu). */
+    int *split_counts;
+    size_t split_counts_len;
     cuda_gemm_plan plans[NL_GEMM_PLAN_CACHE];
     int next_plan;             /* round-robin replacement when full        */
     struct cuda_op_timer *timer; /* NANOLLM_PROFILE=ops; op_timer.cu       */
@@ -119,6 +165,26 @@ static inline cuda_backend *cuda_be(nl_backend *be)
     return (cuda_backend *)be;
 }
 
+/* Launches kernel<<<grid, block, smem>>>(args...) on the backend's stream,
+ * allowed to overlap the kernel before it where the device supports it
+ * (see pdl_wait): every kernel launched here keeps that rule. */
+template <typename... Params, typename... Args>
+static inline cudaError_t cuda_launch(const cuda_backend *be, void (*kernel)(Params...), dim3 grid,
+                                      dim3 block, size_t smem, Args &&...args)
+{
+    cudaLaunchAttribute attr;
+    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = be->stream;
+    cfg.attrs = &attr;
+    cfg.numAttrs = be->pdl ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, kernel, static_cast<Args &&>(args)...);
+}
+
 /* The op entry points, one group per kernel file.  Each has exactly the
  * signature of its slot in nl_backend_ops, so backend.cu's op table points
  * at them directly. */
@@ -126,18 +192,20 @@ nl_status cuda_linear(nl_backend *b, void *out, const void *x, const nl_weight *
                       const nl_weight *bias, int32_t n);
 nl_status cuda_linear_f32(nl_backend *b, float *out, const void *x, const nl_weight *w,
                           int32_t n);
+nl_status cuda_linear_silu_mul(nl_backend *b, void *out, void *work, const void *x,
+                               const nl_weight *w, const nl_weight *bias, int32_t n);
 nl_status cuda_embedding(nl_backend *b, void *out, const nl_weight *table, const int32_t *ids,
                          int32_t n, int32_t vocab_start);
 nl_status cuda_rmsnorm(nl_backend *b, void *out, const void *x, void *residual,
                        const nl_weight *w, int32_t n, int32_t dim, float eps);
-nl_status cuda_qk_norm_rope(nl_backend *b, void *qkv, const int32_t *positions,
-                            const nl_weight *q_norm, const nl_weight *k_norm,
-                            const float *inv_freq, int32_t n, int32_t hq, int32_t hk,
-                            int32_t hd, float eps);
 /* Slots are absolute, so block_size is not needed here. */
-nl_status cuda_store_kv(nl_backend *b, void *k_cache, void *v_cache, const void *qkv,
-                        const int32_t *slots, int32_t n, int32_t hq, int32_t hk, int32_t hd,
-                        int32_t block_size, nl_dtype kv_dtype);
+nl_status cuda_qk_norm_rope_store(nl_backend *b, void *qkv, const int32_t *positions,
+                                  const nl_weight *q_norm, const nl_weight *k_norm,
+                                  const float *inv_freq, void *k_cache, void *v_cache,
+                                  const int32_t *slots, int32_t n, int32_t hq, int32_t hk,
+                                  int32_t hd, float eps, int32_t block_size, nl_dtype kv_dtype);
+/* out[n, inter] = silu(gate_up[:, :inter]) * gate_up[:, inter:]; the second
+ * step of linear_silu_mul where the GEMV does not fuse it. */
 nl_status cuda_silu_mul(nl_backend *b, void *out, const void *gate_up, int32_t n,
                         int32_t inter);
 nl_status cuda_gather_rows(nl_backend *b, void *out, const void *x, const int32_t *rows,

@@ -1,6 +1,6 @@
 /* elementwise.cu — the row-wise kernels around the GEMMs: embedding lookup,
- * fused residual-add + RMSNorm, Qwen3 QK-norm + NeoX RoPE, KV-cache stores,
- * SiLU-and-multiply and row gathers.
+ * fused residual-add + RMSNorm, Qwen3 QK-norm + NeoX RoPE with the KV-cache
+ * store, SiLU-and-multiply and row gathers.
  *
  * All are memory bound, so rows move in 16-byte vectors (8 bf16) wherever the
  * width allows, and every intermediate is fp32.  Rounding follows the
@@ -33,11 +33,6 @@ static __device__ __forceinline__ bf16x8 pack8(const float *f)
     return v;
 }
 
-static __device__ __forceinline__ float round_bf16(float x)
-{
-    return __bfloat162float(__float2bfloat16(x));
-}
-
 static inline bool aligned16(const void *p)
 {
     return ((uintptr_t)p & 15) == 0;
@@ -62,6 +57,8 @@ __global__ void kernel_embedding(bf16 *out /* [n, cols] */, const bf16 *table /*
                                  const int32_t *ids, int64_t rows, int64_t cols,
                                  int32_t vocab_start, bool vec)
 {
+    pdl_wait();
+    pdl_release();
     int t = blockIdx.x;
     int64_t r = (int64_t)ids[t] - vocab_start;
     bool inside = r >= 0 && r < rows;
@@ -83,8 +80,8 @@ nl_status cuda_embedding(nl_backend *b, void *out, const nl_weight *table, const
     cuda_backend *be = cuda_be(b);
     if (n <= 0) return NL_OK;
     bool vec = table->cols % VEC == 0 && aligned16(out);
-    kernel_embedding<<<n, 256, 0, be->stream>>>((bf16 *)out, table->data, ids, table->rows,
-                                                table->cols, vocab_start, vec);
+    NL_CUDA_CHECK(cuda_launch(be, kernel_embedding, n, 256, 0, (bf16 *)out, table->data, ids, table->rows,
+                                                table->cols, vocab_start, vec));
     NL_CUDA_CHECK_LAUNCH();
     return NL_OK;
 }
@@ -96,6 +93,8 @@ nl_status cuda_embedding(nl_backend *b, void *out, const nl_weight *table, const
 __global__ void kernel_rmsnorm_vec(bf16 *out, const bf16 *x, bf16 *residual, const bf16 *w,
                                    int dim, float eps)
 {
+    pdl_wait();
+    pdl_release();
     __shared__ float red[32];
     size_t base = (size_t)blockIdx.x * dim;
     const bf16x8 *xv = (const bf16x8 *)(x + base);
@@ -132,6 +131,8 @@ __global__ void kernel_rmsnorm_vec(bf16 *out, const bf16 *x, bf16 *residual, con
 __global__ void kernel_rmsnorm(bf16 *out, const bf16 *x, bf16 *residual, const bf16 *w, int dim,
                                float eps)
 {
+    pdl_wait();
+    pdl_release();
     __shared__ float red[32];
     size_t base = (size_t)blockIdx.x * dim;
     float ss = 0.0f;
@@ -164,31 +165,54 @@ nl_status cuda_rmsnorm(nl_backend *b, void *out, const void *x, void *residual,
     int threads = dim / (vec ? VEC : 1);
     threads = threads >= 1024 ? 1024 : ((threads + 31) / 32) * 32;
     if (vec)
-        kernel_rmsnorm_vec<<<n, threads, 0, be->stream>>>((bf16 *)out, (const bf16 *)x,
-                                                          (bf16 *)residual, w->data, dim, eps);
+        NL_CUDA_CHECK(cuda_launch(be, kernel_rmsnorm_vec, n, threads, 0, (bf16 *)out, (const bf16 *)x,
+                                                          (bf16 *)residual, w->data, dim, eps));
     else
-        kernel_rmsnorm<<<n, threads, 0, be->stream>>>((bf16 *)out, (const bf16 *)x,
-                                                      (bf16 *)residual, w->data, dim, eps);
+        NL_CUDA_CHECK(cuda_launch(be, kernel_rmsnorm, n, threads, 0, (bf16 *)out, (const bf16 *)x,
+                                                      (bf16 *)residual, w->data, dim, eps));
     NL_CUDA_CHECK_LAUNCH();
     return NL_OK;
 }
 
-/* ---- QK-norm + RoPE: one warp per (token, head) of q and k ---------------------- */
+/* ---- QK-norm + RoPE + KV-cache store: one warp per (token, head) ----------------- */
 
-/* Lane l owns the rotary pairs (i, i + hd/2) for i = l, l + 32, ...; the
- * frequencies come from the host's fp32 table (common/model_rope.h), the
- * angle is their fp32 product with the position as in the reference, and
- * sincosf (not the fast intrinsic) keeps large positions accurate. */
-__global__ void kernel_qk_norm_rope(bf16 *qkv, const int32_t *positions, const bf16 *q_norm,
-                                    const bf16 *k_norm, const float *inv_freq, int n, int hq,
-                                    int hk, int hd, float eps)
+static __device__ __forceinline__ void kv_put(bf16 *p, float v) { *p = __float2bfloat16(v); }
+static __device__ __forceinline__ void kv_put(fp8 *p, float v)
 {
+    /* the rounding of float_to_fp8x8, one value at a time */
+    *(__nv_fp8_storage_t *)p = __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
+}
+
+/* Warps of heads [0, hq + hk) normalise and rotate a q or k head in place;
+ * k heads, and the warps of the v heads after them, also write their row
+ * into the cache at the token's slot (none for a negative slot), as the
+ * bf16 value qkv now holds, converted to KV.  Lane l owns the rotary pairs
+ * (i, i + hd/2) for i = l, l + 32, ...; the frequencies come from the
+ * host's fp32 table (common/model_rope.h), the angle is their fp32 product
+ * with the position as in the reference, and sincosf (not the fast
+ * intrinsic) keeps large positions accurate. */
+template <typename KV>
+__global__ void kernel_qk_norm_rope_store(bf16 *qkv, const int32_t *positions, const bf16 *q_norm,
+                                          const bf16 *k_norm, const float *inv_freq,
+                                          KV *k_cache, KV *v_cache, const int32_t *slots, int hq,
+                                          int hk, int hd, float eps)
+{
+    pdl_wait();
+    pdl_release();
     int warps = blockDim.x >> 5;
     int head = blockIdx.y * warps + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
     int t = blockIdx.x;
-    if (head >= hq + hk) return;
+    if (head >= hq + 2 * hk) return;
     bf16 *x = qkv + (size_t)t * (hq + 2 * hk) * hd + (size_t)head * hd;
+    int32_t slot = slots[t];
+    if (head >= hq + hk) { /* a v head: the store alone */
+        if (slot < 0) return;
+        KV *dst = v_cache + ((size_t)slot * hk + (head - hq - hk)) * hd;
+        for (int i = lane; i < hd; i += 32) kv_put(dst + i, __bfloat162float(x[i]));
+        return;
+    }
+    KV *dst = head >= hq && slot >= 0 ? k_cache + ((size_t)slot * hk + (head - hq)) * hd : NULL;
     const bf16 *w = head < hq ? q_norm : k_norm;
     int half = hd / 2;
     float inv = 1.0f;
@@ -210,17 +234,26 @@ __global__ void kernel_qk_norm_rope(bf16 *qkv, const int32_t *positions, const b
         }
         float s, c;
         sincosf(pos * inv_freq[i], &s, &c);
-        x[i] = __float2bfloat16(a * c - b * s);
-        x[i + half] = __float2bfloat16(b * c + a * s);
+        const bf16 lo = __float2bfloat16(a * c - b * s), hi = __float2bfloat16(b * c + a * s);
+        x[i] = lo;
+        x[i + half] = hi;
+        if (dst) {
+            kv_put(dst + i, __bfloat162float(lo));
+            kv_put(dst + i + half, __bfloat162float(hi));
+        }
     }
 }
 
-nl_status cuda_qk_norm_rope(nl_backend *b, void *qkv, const int32_t *positions,
-                            const nl_weight *q_norm, const nl_weight *k_norm,
-                            const float *inv_freq, int32_t n, int32_t hq, int32_t hk,
-                            int32_t hd, float eps)
+nl_status cuda_qk_norm_rope_store(nl_backend *b, void *qkv, const int32_t *positions,
+                                  const nl_weight *q_norm, const nl_weight *k_norm,
+                                  const float *inv_freq, void *k_cache, void *v_cache,
+                                  const int32_t *slots, int32_t n, int32_t hq, int32_t hk,
+                                  int32_t hd, float eps, int32_t block_size, nl_dtype kv_dtype)
 {
     cuda_backend *be = cuda_be(b);
+    if (kv_dtype != NL_DTYPE_BF16 && kv_dtype != NL_DTYPE_F8_E4M3)
+        return nl_error(NL_ERR_UNSUPPORTED, "cuda: a %s KV cache (BF16 or F8_E4M3)",
+                        nl_dtype_name(kv_dtype));
     if (n <= 0) return NL_OK;
     if (hd % 2 != 0)
         return nl_error(NL_ERR_INVALID_ARG, "cuda: rope head_dim %d is odd", hd);
@@ -230,76 +263,25 @@ nl_status cuda_qk_norm_rope(nl_backend *b, void *qkv, const int32_t *positions,
                         hd);
     if (!inv_freq) return nl_error(NL_ERR_INVALID_ARG, "cuda: rope has no inv_freq table");
     const int warps = 8;
-    dim3 grid(n, (hq + hk + warps - 1) / warps);
-    kernel_qk_norm_rope<<<grid, warps * 32, 0, be->stream>>>(
-        (bf16 *)qkv, positions, q_norm ? q_norm->data : NULL, k_norm ? k_norm->data : NULL,
-        inv_freq, n, hq, hk, hd, eps);
-    NL_CUDA_CHECK_LAUNCH();
-    return NL_OK;
-}
-
-/* ---- KV-cache store: one thread per 16-byte piece of the k (and v) row ---------- */
-
-/* KV is bf16 (a copy) or fp8 (8 converted bytes per piece). */
-template <typename KV>
-__global__ void kernel_store_kv(KV *k_cache, KV *v_cache, const bf16 *qkv,
-                                const int32_t *slots, int n, int hq, int hk, int hd)
-{
-    int per_token = hk * hd / VEC; /* vectors of k (and of v) per token */
-    int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (int64_t)n * per_token) return;
-    int t = (int)(idx / per_token), j = (int)(idx % per_token);
-    int32_t slot = slots[t];
-    if (slot < 0) return;
-    const bf16 *row = qkv + (size_t)t * (hq + 2 * hk) * hd;
-    const bf16x8 *k = (const bf16x8 *)(row + (size_t)hq * hd);
-    const bf16x8 *v = (const bf16x8 *)(row + (size_t)(hq + hk) * hd);
-    if constexpr (sizeof(KV) == 2) {
-        ((bf16x8 *)(k_cache + (size_t)slot * hk * hd))[j] = k[j];
-        ((bf16x8 *)(v_cache + (size_t)slot * hk * hd))[j] = v[j];
-    } else {
-        float f[VEC];
-        unpack8(k[j], f);
-        ((uint2 *)(k_cache + (size_t)slot * hk * hd))[j] = float_to_fp8x8(f);
-        unpack8(v[j], f);
-        ((uint2 *)(v_cache + (size_t)slot * hk * hd))[j] = float_to_fp8x8(f);
-    }
-}
-
-nl_status cuda_store_kv(nl_backend *b, void *k_cache, void *v_cache, const void *qkv,
-                        const int32_t *slots, int32_t n, int32_t hq, int32_t hk, int32_t hd,
-                        int32_t block_size, nl_dtype kv_dtype)
-{
-    cuda_backend *be = cuda_be(b);
-    if (kv_dtype != NL_DTYPE_BF16 && kv_dtype != NL_DTYPE_F8_E4M3)
-        return nl_error(NL_ERR_UNSUPPORTED, "cuda: store_kv to a %s KV cache (BF16 or F8_E4M3)",
-                        nl_dtype_name(kv_dtype));
-    if (n <= 0) return NL_OK;
-    if (hd % VEC != 0 || !aligned16(qkv) || !aligned16(k_cache) || !aligned16(v_cache))
-        return nl_error(NL_ERR_UNSUPPORTED,
-                        "cuda: store_kv needs head_dim %% 8 == 0 (got %d) and aligned buffers", hd);
-    int64_t total = (int64_t)n * hk * hd / VEC;
-    int threads = 256;
-    unsigned blocks = (unsigned)((total + threads - 1) / threads);
+    dim3 grid(n, (hq + 2 * hk + warps - 1) / warps);
+    const bf16 *qn = q_norm ? q_norm->data : NULL, *kn = k_norm ? k_norm->data : NULL;
     if (kv_dtype == NL_DTYPE_BF16)
-        kernel_store_kv<bf16><<<blocks, threads, 0, be->stream>>>(
-            (bf16 *)k_cache, (bf16 *)v_cache, (const bf16 *)qkv, slots, n, hq, hk, hd);
+        NL_CUDA_CHECK(cuda_launch(be, kernel_qk_norm_rope_store<bf16>, grid, warps * 32, 0,
+                                  (bf16 *)qkv, positions, qn, kn, inv_freq, (bf16 *)k_cache,
+                                  (bf16 *)v_cache, slots, hq, hk, hd, eps));
     else
-        kernel_store_kv<fp8><<<blocks, threads, 0, be->stream>>>(
-            (fp8 *)k_cache, (fp8 *)v_cache, (const bf16 *)qkv, slots, n, hq, hk, hd);
-    NL_CUDA_CHECK_LAUNCH();
+        NL_CUDA_CHECK(cuda_launch(be, kernel_qk_norm_rope_store<fp8>, grid, warps * 32, 0,
+                                  (bf16 *)qkv, positions, qn, kn, inv_freq, (fp8 *)k_cache,
+                                  (fp8 *)v_cache, slots, hq, hk, hd, eps));
     return NL_OK;
 }
 
 /* ---- SiLU * up --------------------------------------------------------------------- */
 
-static __device__ __forceinline__ float silu_mul1(float g, float u)
-{
-    return round_bf16(g / (1.0f + __expf(-g))) * u;
-}
-
 __global__ void kernel_silu_mul_vec(bf16 *out, const bf16 *gate_up, int n, int inter)
 {
+    pdl_wait();
+    pdl_release();
     int per_row = inter / VEC;
     int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (int64_t)n * per_row) return;
@@ -316,6 +298,8 @@ __global__ void kernel_silu_mul_vec(bf16 *out, const bf16 *gate_up, int n, int i
 
 __global__ void kernel_silu_mul(bf16 *out, const bf16 *gate_up, int n, int inter)
 {
+    pdl_wait();
+    pdl_release();
     int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (int64_t)n * inter) return;
     int t = (int)(idx / inter), j = (int)(idx % inter);
@@ -332,12 +316,10 @@ nl_status cuda_silu_mul(nl_backend *b, void *out, const void *gate_up, int32_t n
     int threads = 256;
     if (inter % VEC == 0 && aligned16(out) && aligned16(gate_up)) {
         int64_t total = (int64_t)n * inter / VEC;
-        kernel_silu_mul_vec<<<(unsigned)((total + threads - 1) / threads), threads, 0,
-                              be->stream>>>((bf16 *)out, (const bf16 *)gate_up, n, inter);
+        NL_CUDA_CHECK(cuda_launch(be, kernel_silu_mul_vec, (unsigned)((total + threads - 1) / threads), threads, 0, (bf16 *)out, (const bf16 *)gate_up, n, inter));
     } else {
         int64_t total = (int64_t)n * inter;
-        kernel_silu_mul<<<(unsigned)((total + threads - 1) / threads), threads, 0, be->stream>>>(
-            (bf16 *)out, (const bf16 *)gate_up, n, inter);
+        NL_CUDA_CHECK(cuda_launch(be, kernel_silu_mul, (unsigned)((total + threads - 1) / threads), threads, 0, (bf16 *)out, (const bf16 *)gate_up, n, inter));
     }
     NL_CUDA_CHECK_LAUNCH();
     return NL_OK;
@@ -348,6 +330,8 @@ nl_status cuda_silu_mul(nl_backend *b, void *out, const void *gate_up, int32_t n
 __global__ void kernel_gather_rows(bf16 *out, const bf16 *x, const int32_t *rows, int dim,
                                    bool vec)
 {
+    pdl_wait();
+    pdl_release();
     const bf16 *src = x + (size_t)rows[blockIdx.x] * dim;
     bf16 *dst = out + (size_t)blockIdx.x * dim;
     if (vec) {
@@ -364,7 +348,7 @@ nl_status cuda_gather_rows(nl_backend *b, void *out, const void *x, const int32_
     cuda_backend *be = cuda_be(b);
     if (m <= 0) return NL_OK;
     bool vec = dim % VEC == 0 && aligned16(out) && aligned16(x);
-    kernel_gather_rows<<<m, 256, 0, be->stream>>>((bf16 *)out, (const bf16 *)x, rows, dim, vec);
+    NL_CUDA_CHECK(cuda_launch(be, kernel_gather_rows, m, 256, 0, (bf16 *)out, (const bf16 *)x, rows, dim, vec));
     NL_CUDA_CHECK_LAUNCH();
     return NL_OK;
 }

@@ -370,6 +370,8 @@ __global__ void __launch_bounds__(SCAN_THREADS)
     kernel_sample_scan(const float *logits, int vocab, const nl_sample_row *rows, int chunk,
                        bool vec4, scan_part *parts)
 {
+    pdl_wait();
+    pdl_release();
     __shared__ scan_part warp_parts[SCAN_THREADS / 32];
     const int r = blockIdx.y;
     const nl_sample_row sp = rows[r];
@@ -441,6 +443,8 @@ __global__ void __launch_bounds__(SAMPLE_THREADS)
                          const scan_part *parts, int splits, int32_t *ids, float *logprobs,
                          int32_t *top_ids, float *top_logprobs)
 {
+    pdl_wait();
+    pdl_release();
     __shared__ sample_shared sh;
     __shared__ scan_part whole;
     const int r = blockIdx.x;
@@ -559,12 +563,12 @@ nl_status cuda_sample(nl_backend *b, const float *logits, int32_t m, int32_t voc
     splits = (vocab + chunk - 1) / chunk;
     bool vec4 = vocab % 4 == 0 && ((uintptr_t)logits & 15) == 0;
     scan_part *parts = reinterpret_cast<scan_part *>(be->step_scratch);
-    kernel_sample_scan<<<dim3(splits, m), SCAN_THREADS, 0, be->stream>>>(logits, vocab, rows, chunk,
-                                                                        vec4, parts);
+    NL_CUDA_CHECK(cuda_launch(be, kernel_sample_scan, dim3(splits, m), SCAN_THREADS, 0, logits, vocab, rows, chunk,
+                                                                        vec4, parts));
     NL_CUDA_CHECK_LAUNCH();
-    kernel_sample_finish<<<m, SAMPLE_THREADS, 0, be->stream>>>(logits, vocab, rows, parts, splits,
+    NL_CUDA_CHECK(cuda_launch(be, kernel_sample_finish, m, SAMPLE_THREADS, 0, logits, vocab, rows, parts, splits,
                                                                ids, logprobs, top_ids,
-                                                               top_logprobs);
+                                                               top_logprobs));
     NL_CUDA_CHECK_LAUNCH();
     return NL_OK;
 }
