@@ -21,9 +21,8 @@
  * context_lens (dec_chunk, at least DEC_MIN_CHUNK keys) and exits at once
  * when its split starts past the end; so padding rows (context 1, block 0)
  * cost one early exit per split.  With more than one split, blocks write
- * unnormalised partials (o, m, l), and the last split of each sequence and
- * head to finish combines the splits that exist (no second kernel: at the
- * small batches that split, a kernel boundary costs as much as the merge).
+ * unnormalised partials (o, m, l) and kernel_decode_merge combines the
+ * splits that exist for each sequence.
  */
 #include <math.h>
 
@@ -40,7 +39,6 @@ struct dec_params : attn_args {
     int n_slices;             /* blocks per kv head's group                  */
     int block_shift;          /* log2 block_size, < 0: not a power of two    */
     int n_splits;             /* blocks per (sequence, kv head, slice)      */
-    int *split_counts;        /* [n_seqs, hk, n_slices] finished splits, 0 between calls */
     const int32_t *order;     /* [n_seqs] seqs in launch order, or NULL     */
 };
 
@@ -297,39 +295,35 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) kernel_decode(dec_params p)
             }
         }
     }
-    if (p.n_splits == 1) return;
+}
 
-    /* The last split of this (sequence, kv head, slice) to finish merges
-     * them all: each block publishes its partials (fence, then a count),
-     * and the one that brings the count to the number of splits that hold
-     * keys reads them back and resets the count for the next call. */
-    __shared__ bool last;
+/* One block per (sequence, query head): rescales the partials of the splits
+ * that this sequence's true context produced to their common maximum.  (A
+ * merge by the last split to finish, inside the decode kernel, was slower:
+ * each block then pays a fence and an atomic on its critical path.) */
+__global__ void kernel_decode_merge(dec_params p, int hd)
+{
+    pdl_wait();
+    pdl_release();
+    const int seq = blockIdx.x / p.hq, h = blockIdx.x % p.hq;
+    const int ctx = p.context_lens[seq];
+    const int chunk = dec_chunk(ctx, p.n_splits);
     const int n_act = min(p.n_splits, (ctx + chunk - 1) / chunk);
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        int *count = p.split_counts + ((size_t)seq * p.hk + kvh) * p.n_slices + slice;
-        last = atomicAdd(count, 1) == n_act - 1;
-        if (last) *count = 0;
-    }
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    for (int idx = threadIdx.x; idx < nh * HD; idx += blockDim.x) {
-        const int h = h0 + idx / HD, d = idx % HD;
-        const size_t row0 = ((size_t)seq * p.hq + h) * p.n_splits;
-        const float *ml = p.part_ml + row0 * 2;
-        float mx = -INFINITY;
-        for (int s = 0; s < n_act; s++) mx = fmaxf(mx, __ldcg(ml + 2 * s));
-        float sum_l = 0.0f, acc = 0.0f;
+    const size_t row0 = ((size_t)seq * p.hq + h) * p.n_splits;
+    const float *ml = p.part_ml + row0 * 2;
+    float mx = -INFINITY;
+    for (int s = 0; s < n_act; s++) mx = fmaxf(mx, ml[2 * s]);
+    float sum_l = 0.0f;
+    if (mx != -INFINITY)
+        for (int s = 0; s < n_act; s++) sum_l += exp2f(ml[2 * s] - mx) * ml[2 * s + 1];
+    const float inv = sum_l > 0.0f ? 1.0f / sum_l : 0.0f;
+    bf16 *dst = p.out + ((size_t)p.cu_seqlens_q[seq] * p.hq + h) * hd;
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float acc = 0.0f;
         if (mx != -INFINITY)
-            for (int s = 0; s < n_act; s++) {
-                const float w = exp2f(__ldcg(ml + 2 * s) - mx);
-                sum_l = fmaf(w, __ldcg(ml + 2 * s + 1), sum_l);
-                acc = fmaf(w, __ldcg(p.part_o + (row0 + s) * HD + d), acc);
-            }
-        const float inv = sum_l > 0.0f ? 1.0f / sum_l : 0.0f;
-        p.out[((size_t)tok * p.hq + h) * HD + d] = __float2bfloat16(acc * inv);
+            for (int s = 0; s < n_act; s++)
+                acc += exp2f(ml[2 * s] - mx) * p.part_o[(row0 + s) * hd + d];
+        dst[d] = __float2bfloat16(acc * inv);
     }
 }
 
@@ -378,22 +372,18 @@ static int dec_splits(const cuda_backend *be, const nl_attn_batch *b, const dec_
     return n < 1 ? 1 : n;
 }
 
-/* Plans the splits for kernel k and launches it. */
+/* Plans the splits for kernel k, launches it and, with splits, the merge. */
 static nl_status dec_launch(cuda_backend *be, dec_params *p, const nl_attn_batch *b, dec_kernel k)
 {
     p->n_splits = dec_splits(be, b, p, k);
-    p->split_counts = be->split_counts;
-    /* splits happen below one wave of resident blocks, so there are fewer
-     * (sequence, kv head, slice) counts than resident blocks */
-    if (p->n_splits > 1 && (size_t)b->n_seqs * p->hk * p->n_slices > be->split_counts_len)
-        return nl_error(NL_ERR_RUNTIME, "cuda: decode split counts for %d seqs exceed %zu",
-                        b->n_seqs, be->split_counts_len);
     p->part_o = attn_scratch(be);
     p->part_ml = attn_scratch(be) + (size_t)b->n_seqs * p->hq * p->n_splits * p->hd;
     /* Blocks start in index order, x fastest: a sequence's blocks are
      * adjacent and, with an order, the longest contexts start first. */
     dim3 grid(p->n_splits, p->hk * p->n_slices, b->n_seqs);
     NL_CUDA_CHECK(cuda_launch(be, k, grid, DEC_WARPS * 32, 0, *p));
+    if (p->n_splits > 1)
+        NL_CUDA_CHECK(cuda_launch(be, kernel_decode_merge, b->n_seqs * p->hq, p->hd, 0, *p, p->hd));
     return NL_OK;
 }
 

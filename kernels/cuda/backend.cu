@@ -253,7 +253,6 @@ static void cuda_destroy(nl_backend *b)
     if (be->lt) cublasLtDestroy(be->lt);
     cudaFree(be->workspace);
     cudaFree(be->step_scratch);
-    cudaFree(be->split_counts);
     if (be->staging) cudaFreeHost(be->staging);
     if (be->stream) cudaStreamDestroy(be->stream);
     free(be);
@@ -306,11 +305,6 @@ static nl_status backend_init(cuda_backend *be)
     NL_CUDA_CHECK(cudaMalloc(&be->workspace, be->workspace_bytes));
     be->step_scratch_bytes = STEP_SCRATCH_BYTES;
     NL_CUDA_CHECK(cudaMalloc(&be->step_scratch, be->step_scratch_bytes));
-    /* splits happen only below one wave of resident blocks: at most 2048
-     * threads / 128 a block, per SM */
-    be->split_counts_len = (size_t)16 * be->num_sms;
-    NL_CUDA_CHECK(cudaMalloc(&be->split_counts, be->split_counts_len * sizeof(int)));
-    NL_CUDA_CHECK(cudaMemset(be->split_counts, 0, be->split_counts_len * sizeof(int)));
     be->staging_bytes = STAGING_BYTES;
     NL_CUDA_CHECK(cudaMallocHost(&be->staging, be->staging_bytes));
     return NL_OK;

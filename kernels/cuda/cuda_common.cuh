@@ -146,10 +146,6 @@ typedef struct cuda_backend {
      * return, so they share it in turn; sized once at creation. */
     void *step_scratch;
     size_t step_scratch_bytes;
-    /* Decode attention's count of finished splits per (sequence, kv head,
-     * slice), zero between calls (attention_decode.cu). */
-    int *split_counts;
-    size_t split_counts_len;
     cuda_gemm_plan plans[NL_GEMM_PLAN_CACHE];
     int next_plan;             /* round-robin replacement when full        */
     struct cuda_op_timer *timer; /* NANOLLM_PROFILE=ops; op_timer.cu       */

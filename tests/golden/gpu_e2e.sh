@@ -8,7 +8,8 @@
 # (reference.jsonl), checks nanollm against them with CUDA graphs on and off
 # and prefix caching off (MODES="graphs eager noprefix" picks a subset;
 # "mixed" runs steps of 64 tokens, where prompt chunks join running
-# decodes), then runs the throughput benchmark.
+# decodes; "fp8" runs with the e4m3 KV cache), then runs the throughput
+# benchmark.
 # TPS="1 2 4 8" runs every mode at each tensor-parallel size with all ranks
 # on GPU 0 (--devices 0,0,...; the CUDA-IPC all-reduce) and also checks each
 # tp > 1 against tp 1 of the same mode.  N_PROMPTS, MAX_TOKENS and MAX_SEQS
@@ -60,6 +61,8 @@ for tp in ${TPS:-1}; do
         # steps of 64 tokens at most: prompts arrive in chunks beside
         # running decodes (mixed steps)
         [ "$mode" = mixed ] && flags=(--max-num-batched-tokens 64) seqs=16
+        # the e4m3 KV cache, against the same bf16 reference
+        [ "$mode" = fp8 ] && flags=(--kv-cache-dtype fp8)
         /usr/bin/time -f "batch $name %e s" timeout "${RUN_TIMEOUT:-900}" "$launch" --model "$model" --device "${DEVICE:-cuda}" "${tpflags[@]}" \
             --max-num-seqs "$seqs" "${flags[@]}" \
             batch --input "$prompts" --output "$out/out_$name.jsonl" 2>"$out/err_$name.txt"
