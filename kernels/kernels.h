@@ -137,12 +137,22 @@ typedef struct nl_backend_ops {
                            const void *k_cache, const void *v_cache,
                            const nl_attn_batch *batch, int32_t hq, int32_t hk,
                            int32_t hd, float scale, nl_dtype kv_dtype);
-    /* The MLP's first half: out[n, inter] = silu(g) * u, where [g | u] =
-     * x[n, w.cols] @ w^T (+ bias) and w holds the gate rows, then the up
-     * rows [2 inter, cols].  work [n, 2 inter] is the caller's scratch for
-     * [g | u]; a backend that fuses the two steps may leave it unused. */
-    nl_status (*linear_silu_mul)(nl_backend *be, void *out, void *work, const void *x,
-                                 const nl_weight *w, const nl_weight *bias, int32_t n);
+    /* A projection of the normalised residual stream: with x, residual += x
+     * first (x == NULL: residual is complete and stays as it is); then
+     * y = rmsnorm(residual) * norm_w @ w^T (+ bias), and out = y, or with
+     * silu_mul (w holds the gate rows, then the up rows [2 inter, cols])
+     * out[n, inter] = silu(g) * u for y = [g | u].  xn [n, w.cols] and work
+     * [n, w.rows] are the caller's scratch for the steps between; a backend
+     * that fuses them may leave them unused. */
+    nl_status (*norm_linear)(nl_backend *be, void *out, void *xn, void *work, const void *x,
+                             void *residual, const nl_weight *norm_w, float eps,
+                             const nl_weight *w, const nl_weight *bias, int32_t n,
+                             bool silu_mul);
+    /* residual[n, w.rows] += x[n, w.cols] @ w^T (+ bias), the product rounded
+     * to the act dtype first, as a linear op and the add would; work
+     * [n, w.rows] is scratch. */
+    nl_status (*linear_add)(nl_backend *be, void *residual, void *work, const void *x,
+                            const nl_weight *w, const nl_weight *bias, int32_t n);
     /* out[m, dim] = x[rows[i], :], to take each sequence's last token. */
     nl_status (*gather_rows)(nl_backend *be, void *out, const void *x, const int32_t *rows,
                              int32_t m, int32_t dim);

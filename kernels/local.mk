@@ -15,7 +15,8 @@ if HAVE_CUDA
 noinst_LIBRARIES += libnlcuda.a
 libnlcuda_a_SOURCES = \
 	kernels/cuda/cuda_common.cuh kernels/cuda/cuda_backend.h kernels/cuda/comm_nccl.h \
-	kernels/cuda/backend.cu kernels/cuda/gemm.cu kernels/cuda/elementwise.cu kernels/cuda/attention.cuh \
+	kernels/cuda/backend.cu kernels/cuda/gemm.cu kernels/cuda/gemv.cu kernels/cuda/elementwise.cu \
+	kernels/cuda/attention.cuh \
 	kernels/cuda/attention.cu kernels/cuda/attention_decode.cu kernels/cuda/attention_prefill.cu \
 	kernels/cuda/sample.cu kernels/cuda/comm_nccl.cu \
 	kernels/cuda/comm_ipc.h kernels/cuda/comm_ipc.cu kernels/cuda/op_timer.cu

@@ -422,30 +422,64 @@ START_TEST(test_attention_rejects_bad_lengths)
 }
 END_TEST
 
-START_TEST(test_silu_mul_gather)
+/* norm_linear with and without the pending add, with SiLU-and-multiply and
+ * without; linear_add */
+START_TEST(test_norm_linear_add)
 {
-    /* linear_silu_mul: [g | u] = x w^T + bias, out = silu(g) * u */
-    enum { N = 9, I = 13, K = 6, D = 5 };
-    float *xs = rand_array(N * K), *wv = rand_array(2 * I * K), *bv = rand_array(2 * I);
-    float out[N * I], work[N * 2 * I];
-    nl_weight *w = weight_from(wv, 2 * I, K), *bias = weight_from(bv, 1, 2 * I);
-    ck_assert_int_eq(be->ops->linear_silu_mul(be, out, work, xs, w, bias, N), NL_OK);
-    for (int i = 0; i < N; i++)
-        for (int j = 0; j < I; j++) {
-            double g = bv[j], u = bv[I + j];
+    enum { N = 9, I = 13, K = 6 };
+    float *xs = rand_array(N * K), *res = rand_array(N * K), *nwv = rand_array(K);
+    float *wv = rand_array(2 * I * K), *bv = rand_array(2 * I);
+    float out[N * 2 * I], xn[N * K], work[N * 2 * I], res2[N * K];
+    nl_weight *nw = weight_from(nwv, 1, K), *w = weight_from(wv, 2 * I, K);
+    nl_weight *bias = weight_from(bv, 1, 2 * I);
+    for (int pass = 0; pass < 4; pass++) {
+        bool with_x = pass & 1, silu = pass & 2;
+        memcpy(res2, res, sizeof res2);
+        ck_assert_int_eq(be->ops->norm_linear(be, out, xn, work, with_x ? xs : NULL, res2, nw, 1e-6f, w,
+                                              bias, N, silu), NL_OK);
+        for (int i = 0; i < N; i++) {
+            double v[K], nv[K];
             for (int k = 0; k < K; k++) {
-                g += (double)xs[i * K + k] * wv[j * K + k];
-                u += (double)xs[i * K + k] * wv[(I + j) * K + k];
+                v[k] = (double)res[i * K + k] + (with_x ? xs[i * K + k] : 0.0);
+                ASSERT_CLOSE(res2[i * K + k], v[k], 1e-6); /* updated only with x */
             }
-            ASSERT_CLOSE(out[i * I + j], g / (1 + exp(-g)) * u, 1e-5);
+            ref_rmsnorm(nv, v, nwv, K, 1e-6);
+            for (int j = 0; j < (silu ? I : 2 * I); j++) {
+                double g = bv[j], u = bv[I + j % I];
+                for (int k = 0; k < K; k++) {
+                    g += nv[k] * wv[j * K + k];
+                    u += nv[k] * wv[(I + j % I) * K + k];
+                }
+                ASSERT_CLOSE(out[i * (silu ? I : 2 * I) + j], silu ? g / (1 + exp(-g)) * u : g, 1e-5);
+            }
         }
+    }
     nl_weight *odd = weight_from(wv, 2 * I - 1, K);
-    ck_assert_int_eq(be->ops->linear_silu_mul(be, out, work, xs, odd, NULL, N), NL_ERR_INVALID_ARG);
+    ck_assert_int_eq(be->ops->norm_linear(be, out, xn, work, NULL, res2, nw, 1e-6f, odd, NULL, N, true),
+                     NL_ERR_INVALID_ARG);
     ck_assert_ptr_nonnull(strstr(nl_last_error(), "gate and up"));
+    /* linear_add: res2 += xs @ w[:K]^T, here a [K, K] slice of the gate rows */
+    nl_weight *sq = weight_from(wv, K, K);
+    memcpy(res2, res, sizeof res2);
+    ck_assert_int_eq(be->ops->linear_add(be, res2, work, xs, sq, NULL, N), NL_OK);
+    for (int i = 0; i < N; i++)
+        for (int j = 0; j < K; j++) {
+            double want = res[i * K + j];
+            for (int k = 0; k < K; k++) want += (double)xs[i * K + k] * wv[j * K + k];
+            ASSERT_CLOSE(res2[i * K + j], want, 1e-5);
+        }
+    be->ops->weight_destroy(be, nw);
     be->ops->weight_destroy(be, w);
     be->ops->weight_destroy(be, bias);
     be->ops->weight_destroy(be, odd);
-    free(xs), free(wv), free(bv);
+    be->ops->weight_destroy(be, sq);
+    free(xs), free(res), free(nwv), free(wv), free(bv);
+}
+END_TEST
+
+START_TEST(test_gather_rows)
+{
+    enum { N = 9, D = 5 };
     float *x = rand_array(N * D), g[3 * D];
     int32_t rows[3] = {8, 0, 4};
     ck_assert_int_eq(be->ops->gather_rows(be, g, x, rows, 3, D), NL_OK);
@@ -659,6 +693,7 @@ static Suite *cpu_ops_suite(void)
     tcase_add_test(tc, test_embedding_shard);
     tcase_add_test(tc, test_weight_fill_dtypes_and_slices);
     tcase_add_test(tc, test_upload_rows);
+    tcase_add_test(tc, test_norm_linear_add);
     tcase_add_test(tc, test_rmsnorm);
     tcase_add_test(tc, test_linear);
     tcase_add_test(tc, test_qk_norm_rope);
@@ -667,7 +702,7 @@ static Suite *cpu_ops_suite(void)
     tcase_add_test(tc, test_attention_fp8_cache);
     tcase_add_test(tc, test_store_kv_rejects_other_dtypes);
     tcase_add_test(tc, test_attention_rejects_bad_lengths);
-    tcase_add_test(tc, test_silu_mul_gather);
+    tcase_add_test(tc, test_gather_rows);
     suite_add_tcase(s, tc);
     TCase *ts = tcase_create("sampler");
     tcase_add_checked_fixture(ts, setup, teardown);

@@ -321,37 +321,87 @@ START_TEST(test_rmsnorm)
 }
 END_TEST
 
-/* linear_silu_mul: one token takes the fused GEMV, more the GEMM and then
- * silu_mul (gemm.cu); gate values of a few units reach SiLU's bend. */
-static void check_linear_silu(int n, int inter, int cols, bool bias)
+/* norm_linear: one token with a complete residual takes the GEMV that
+ * normalises it itself (gemv.cu), with a pending add or more tokens the
+ * RMSNorm kernel and then the GEMV or cuBLASLt (and silu_mul); the residual
+ * it leaves must match too.  Gate values of a few units reach SiLU's bend. */
+static void check_norm_linear(int n, int rows, int cols, bool with_x, bool silu, bool bias)
 {
-    float *x = rand_bf16((size_t)n * cols, 1.0f), *w = rand_bf16((size_t)2 * inter * cols, 0.2f);
-    float *b = rand_bf16((size_t)2 * inter, 1.0f);
-    pair px = pair_from(x, (size_t)n * cols), out = pair_new((size_t)n * inter);
-    pair work = pair_new((size_t)n * 2 * inter);
-    wpair pw = weight_from(w, 2 * inter, cols), pb = weight_from(b, 1, 2 * inter);
-    OK_BOTH(cpu->ops->linear_silu_mul(cpu, out.c, work.c, px.c, pw.c, bias ? pb.c : NULL, n),
-            gpu->ops->linear_silu_mul(gpu, out.g, work.g, px.g, pw.g, bias ? pb.g : NULL, n));
-    char what[96];
-    snprintf(what, sizeof what, "linear_silu_mul n=%d inter=%d cols=%d%s", n, inter, cols,
-             bias ? " +bias" : "");
+    float *x = rand_bf16((size_t)n * cols, 1.0f), *res = rand_bf16((size_t)n * cols, 1.0f);
+    float *nw = rand_bf16(cols, 1.0f), *w = rand_bf16((size_t)rows * cols, 0.2f);
+    float *b = rand_bf16(rows, 1.0f);
+    int out_cols = silu ? rows / 2 : rows;
+    pair px = pair_from(x, (size_t)n * cols), pr = pair_from(res, (size_t)n * cols);
+    pair out = pair_new((size_t)n * out_cols), xn = pair_new((size_t)n * cols);
+    pair work = pair_new((size_t)n * rows);
+    wpair pn = weight_from(nw, 1, cols), pw = weight_from(w, rows, cols), pb = weight_from(b, 1, rows);
+    OK_BOTH(cpu->ops->norm_linear(cpu, out.c, xn.c, work.c, with_x ? px.c : NULL, pr.c, pn.c, 1e-6f,
+                                  pw.c, bias ? pb.c : NULL, n, silu),
+            gpu->ops->norm_linear(gpu, out.g, xn.g, work.g, with_x ? px.g : NULL, pr.g, pn.g, 1e-6f,
+                                  pw.g, bias ? pb.g : NULL, n, silu));
+    char what[112];
+    snprintf(what, sizeof what, "norm_linear n=%d [%d x %d]%s%s%s", n, rows, cols,
+             with_x ? " +x" : "", silu ? " silu" : "", bias ? " +bias" : "");
     expect_close(out, what);
+    expect_close(pr, "  its residual");
     pair_free(px);
+    pair_free(pr);
     pair_free(out);
+    pair_free(xn);
     pair_free(work);
+    weight_free(pn);
     weight_free(pw);
     weight_free(pb);
     free(x);
+    free(res);
+    free(nw);
     free(w);
     free(b);
 }
 
-START_TEST(test_silu_gather)
+/* linear_add: one token adds in the GEMV's epilogue, more through cuBLASLt
+ * and the add kernel. */
+static void check_linear_add(int n, int rows, int cols, bool bias)
 {
-    check_linear_silu(1, 3072, 1024, false);
-    check_linear_silu(1, 1000, 8 * 37, true);
-    check_linear_silu(9, 3072, 1024, false);
-    check_linear_silu(3, 101, 64, true);
+    float *x = rand_bf16((size_t)n * cols, 1.0f), *res = rand_bf16((size_t)n * rows, 1.0f);
+    float *w = rand_bf16((size_t)rows * cols, 0.05f), *b = rand_bf16(rows, 0.5f);
+    pair px = pair_from(x, (size_t)n * cols), pr = pair_from(res, (size_t)n * rows);
+    pair work = pair_new((size_t)n * rows);
+    wpair pw = weight_from(w, rows, cols), pb = weight_from(b, 1, rows);
+    OK_BOTH(cpu->ops->linear_add(cpu, pr.c, work.c, px.c, pw.c, bias ? pb.c : NULL, n),
+            gpu->ops->linear_add(gpu, pr.g, work.g, px.g, pw.g, bias ? pb.g : NULL, n));
+    char what[96];
+    snprintf(what, sizeof what, "linear_add n=%d [%d x %d]%s", n, rows, cols, bias ? " +bias" : "");
+    expect_close(pr, what);
+    pair_free(px);
+    pair_free(pr);
+    pair_free(work);
+    weight_free(pw);
+    weight_free(pb);
+    free(x);
+    free(res);
+    free(w);
+    free(b);
+}
+
+START_TEST(test_norm_linear_add)
+{
+    for (int pass = 0; pass < 4; pass++) {
+        bool with_x = pass & 1, silu = pass & 2;
+        check_norm_linear(1, 6144, 1024, with_x, silu, false);  /* 0.6B gate_up / qkv-like */
+        check_norm_linear(1, 2 * 1000, 8 * 37, with_x, silu, true); /* ragged rows */
+        check_norm_linear(1, 2 * 512, 4096, with_x, silu, false); /* long rows: 8 in flight */
+        check_norm_linear(7, 2 * 300, 896, with_x, silu, true);
+    }
+    check_linear_add(1, 1024, 2048, false);
+    check_linear_add(1, 1000, 8 * 300 + 8, true);
+    check_linear_add(1, 4096, 12288, false);
+    check_linear_add(5, 1024, 3072, true);
+}
+END_TEST
+
+START_TEST(test_gather_rows)
+{
     int n = 30, dim = 512, m = 6;
     float *x = rand_bf16((size_t)n * dim, 1.0f);
     int32_t rows[6] = {29, 0, 7, 7, 15, 3};
@@ -1093,9 +1143,10 @@ int main(void)
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, test_upload_rows);
     tcase_add_test(tc, test_linear);
+    tcase_add_test(tc, test_norm_linear_add);
     tcase_add_test(tc, test_embedding);
     tcase_add_test(tc, test_rmsnorm);
-    tcase_add_test(tc, test_silu_gather);
+    tcase_add_test(tc, test_gather_rows);
     tcase_add_test(tc, test_qk_norm_rope);
     tcase_add_test(tc, test_store_kv_fp8);
     tcase_add_test(tc, test_attention_fp8_kv);

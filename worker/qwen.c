@@ -136,11 +136,11 @@ void qwen_state_destroy(nl_backend *be, const qwen_weights *w, qwen_state *s)
 }
 
 const char *const qwen_op_names[QWEN_OP_COUNT] = {
-    [QWEN_OP_EMBEDDING] = "embedding",       [QWEN_OP_RMSNORM] = "add + rmsnorm",
-    [QWEN_OP_QKV] = "qkv linear",            [QWEN_OP_ROPE_STORE] = "qk norm + rope + store",
+    [QWEN_OP_EMBEDDING] = "embedding",       [QWEN_OP_RMSNORM] = "final rmsnorm",
+    [QWEN_OP_QKV] = "rmsnorm + qkv linear",  [QWEN_OP_ROPE_STORE] = "qk norm + rope + store",
     [QWEN_OP_ATTENTION] = "attention",
     [QWEN_OP_O_PROJ] = "o_proj linear",      [QWEN_OP_ALL_REDUCE] = "all-reduce",
-    [QWEN_OP_GATE_UP] = "gate_up + silu * mul", [QWEN_OP_DOWN] = "down linear",
+    [QWEN_OP_GATE_UP] = "rmsnorm + gate_up + silu", [QWEN_OP_DOWN] = "down linear",
     [QWEN_OP_LM_HEAD] = "lm head",
     [QWEN_OP_LOGITS_GATHER] = "logits gather",
 };
@@ -159,6 +159,29 @@ static nl_status all_reduce(nl_comm *comm, nl_backend *be, const qwen_state *s, 
     return comm->ops->all_reduce_sum(comm, buf, count, be->ops->act_dtype);
 }
 
+/* A row-parallel projection (o_proj, down) of in into the residual stream;
+ * rank 0 alone adds the bias, so the all-reduce adds it once (vLLM's
+ * RowParallelLinear).  One token on one rank: the product goes straight
+ * into the residual (linear_add), so the next norm_linear finds the
+ * residual complete and a backend can normalise it inside that projection
+ * (the GEMV of a single token).  Otherwise the partial sums land in x, are
+ * all-reduced, and *pending names them for the next norm_linear to add: in
+ * a batch that add rides in the RMSNorm kernel for free, where a separate
+ * add would cost a kernel. */
+static nl_status project_into_residual(nl_backend *be, nl_comm *comm, const qwen_weights *w,
+                                       qwen_state *s, const void *in, const nl_weight *weight,
+                                       const nl_weight *bias, int32_t n, const void **pending)
+{
+    const nl_weight *b = w->shard.rank == 0 ? bias : NULL;
+    if (n == 1 && comm->size == 1) {
+        *pending = NULL;
+        return be->ops->linear_add(be, s->residual, s->x, in, weight, b, n);
+    }
+    NL_TRY(be->ops->linear(be, s->x, in, weight, b, n));
+    *pending = s->x;
+    return all_reduce(comm, be, s, s->x, (size_t)n * w->cfg.hidden_size);
+}
+
 nl_status qwen_forward(nl_backend *be, nl_comm *comm, const qwen_weights *w, qwen_state *s,
                        const qwen_inputs *in)
 {
@@ -173,22 +196,22 @@ nl_status qwen_forward(nl_backend *be, nl_comm *comm, const qwen_weights *w, qwe
                         s->max_tokens, in->n_logits, s->max_logits);
 
     /* token embeddings: each rank looks up its vocab rows, the sum is the
-     * full lookup.  The residual stream starts at zero so that every layer
-     * can use the fused residual-add + RMSNorm. */
+     * full lookup.  The residual stream starts at zero and the embedding is
+     * the first sublayer output still to be added (pending). */
     NL_TRY(mark(be, s, QWEN_OP_EMBEDDING));
     NL_TRY(op->embedding(be, s->x, w->embed, in->ids, n, sh->vocab_start));
     NL_TRY(op->memset_zero(be, s->residual, (size_t)n * hidden * s->act_size));
     NL_TRY(all_reduce(comm, be, s, s->x, (size_t)n * hidden));
+    const void *pending = s->x;
 
     for (int32_t l = 0; l < cfg->num_hidden_layers; l++) {
         const qwen_layer *L = &w->layers[l];
         void *qkv = s->work, *attn = s->work2, *gate_up = s->work, *mlp = s->work2;
 
-        /* attention block: residual += x; xn = norm(residual) */
-        NL_TRY(mark(be, s, QWEN_OP_RMSNORM));
-        NL_TRY(op->rmsnorm(be, s->xn, s->x, s->residual, L->input_norm, n, hidden, eps));
+        /* attention block: qkv = norm(residual + pending) @ W_qkv */
         NL_TRY(mark(be, s, QWEN_OP_QKV));
-        NL_TRY(op->linear(be, qkv, s->xn, L->qkv, L->qkv_bias, n)); /* [n, (hq + 2 hk) hd] */
+        NL_TRY(op->norm_linear(be, qkv, s->xn, attn, pending, s->residual, L->input_norm, eps,
+                               L->qkv, L->qkv_bias, n, false)); /* [n, (hq + 2 hk) hd] */
         NL_TRY(mark(be, s, QWEN_OP_ROPE_STORE));
         NL_TRY(op->qk_norm_rope_store(be, qkv, in->positions, L->q_norm, L->k_norm,
                                       w->rope_inv_freq, s->k_cache[l], s->v_cache[l], in->slots,
@@ -196,26 +219,23 @@ nl_status qwen_forward(nl_backend *be, nl_comm *comm, const qwen_weights *w, qwe
         NL_TRY(mark(be, s, QWEN_OP_ATTENTION));
         NL_TRY(op->attention(be, attn, qkv, s->k_cache[l], s->v_cache[l], &in->attn, hq, hk, hd,
                              scale, s->kv_dtype)); /* [n, hq hd] */
-        /* row-parallel partial sums; rank 0 alone adds the bias, so the
-         * all-reduce adds it once (vLLM's RowParallelLinear) */
         NL_TRY(mark(be, s, QWEN_OP_O_PROJ));
-        NL_TRY(op->linear(be, s->x, attn, L->o_proj, sh->rank == 0 ? L->o_bias : NULL, n));
-        NL_TRY(all_reduce(comm, be, s, s->x, (size_t)n * hidden));
+        NL_TRY(project_into_residual(be, comm, w, s, attn, L->o_proj, L->o_bias, n, &pending));
 
-        /* MLP block */
-        NL_TRY(mark(be, s, QWEN_OP_RMSNORM));
-        NL_TRY(op->rmsnorm(be, s->xn, s->x, s->residual, L->post_norm, n, hidden, eps));
+        /* MLP block: mlp = silu * mul of norm(residual + pending) @ W_gate_up */
         NL_TRY(mark(be, s, QWEN_OP_GATE_UP));
-        NL_TRY(op->linear_silu_mul(be, mlp, gate_up, s->xn, L->gate_up, L->gate_up_bias,
-                                   n)); /* [n, inter] */
+        NL_TRY(op->norm_linear(be, mlp, s->xn, gate_up, pending, s->residual, L->post_norm, eps,
+                               L->gate_up, L->gate_up_bias, n, true)); /* [n, inter] */
         NL_TRY(mark(be, s, QWEN_OP_DOWN));
-        NL_TRY(op->linear(be, s->x, mlp, L->down, sh->rank == 0 ? L->down_bias : NULL, n));
-        NL_TRY(all_reduce(comm, be, s, s->x, (size_t)n * hidden));
+        NL_TRY(project_into_residual(be, comm, w, s, mlp, L->down, L->down_bias, n, &pending));
     }
 
     /* final norm, then the LM head on the rows that sample only */
     NL_TRY(mark(be, s, QWEN_OP_RMSNORM));
-    NL_TRY(op->rmsnorm(be, s->xn, s->x, s->residual, w->final_norm, n, hidden, eps));
+    if (pending)
+        NL_TRY(op->rmsnorm(be, s->xn, pending, s->residual, w->final_norm, n, hidden, eps));
+    else
+        NL_TRY(op->rmsnorm(be, s->xn, s->residual, NULL, w->final_norm, n, hidden, eps));
     int32_t m = in->n_logits;
     if (m == 0) return NL_OK;
     NL_TRY(mark(be, s, QWEN_OP_LM_HEAD));

@@ -51,13 +51,13 @@ typedef struct qwen_state {
  * runs from its launch to the next op's). */
 typedef enum qwen_op {
     QWEN_OP_EMBEDDING,
-    QWEN_OP_RMSNORM,     /* residual add + RMSNorm */
-    QWEN_OP_QKV,
+    QWEN_OP_RMSNORM,     /* the final residual add + RMSNorm */
+    QWEN_OP_QKV,         /* RMSNorm (with the pending residual add) + qkv linear */
     QWEN_OP_ROPE_STORE,  /* QK-norm + RoPE + the K/V store */
     QWEN_OP_ATTENTION,
     QWEN_OP_O_PROJ,
     QWEN_OP_ALL_REDUCE,
-    QWEN_OP_GATE_UP,     /* gate_up linear + SiLU-and-multiply */
+    QWEN_OP_GATE_UP,     /* RMSNorm + gate_up linear + SiLU-and-multiply */
     QWEN_OP_DOWN,
     QWEN_OP_LM_HEAD,     /* gather of the sampled rows + the vocab GEMM */
     QWEN_OP_LOGITS_GATHER,

@@ -74,8 +74,11 @@ nl_status cpu_attention(nl_backend *be, void *out, const void *qkv, const void *
                         int32_t hk, int32_t hd, float scale, nl_dtype kv_dtype);
 nl_status cpu_silu_mul(nl_backend *be, void *out, const void *gate_up, int32_t n,
                        int32_t inter);
-nl_status cpu_linear_silu_mul(nl_backend *be, void *out, void *work, const void *x,
-                              const nl_weight *w, const nl_weight *bias, int32_t n);
+nl_status cpu_norm_linear(nl_backend *be, void *out, void *xn, void *work, const void *x,
+                          void *residual, const nl_weight *norm_w, float eps, const nl_weight *w,
+                          const nl_weight *bias, int32_t n, bool silu_mul);
+nl_status cpu_linear_add(nl_backend *be, void *residual, void *work, const void *x,
+                         const nl_weight *w, const nl_weight *bias, int32_t n);
 nl_status cpu_gather_rows(nl_backend *be, void *out, const void *x, const int32_t *rows,
                           int32_t m, int32_t dim);
 nl_status cpu_sample(nl_backend *be, const float *logits, int32_t m, int32_t vocab,

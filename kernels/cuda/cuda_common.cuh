@@ -188,8 +188,11 @@ nl_status cuda_linear(nl_backend *b, void *out, const void *x, const nl_weight *
                       const nl_weight *bias, int32_t n);
 nl_status cuda_linear_f32(nl_backend *b, float *out, const void *x, const nl_weight *w,
                           int32_t n);
-nl_status cuda_linear_silu_mul(nl_backend *b, void *out, void *work, const void *x,
-                               const nl_weight *w, const nl_weight *bias, int32_t n);
+nl_status cuda_norm_linear(nl_backend *b, void *out, void *xn, void *work, const void *x,
+                           void *residual, const nl_weight *norm_w, float eps, const nl_weight *w,
+                           const nl_weight *bias, int32_t n, bool silu_mul);
+nl_status cuda_linear_add(nl_backend *b, void *residual, void *work, const void *x,
+                          const nl_weight *w, const nl_weight *bias, int32_t n);
 nl_status cuda_embedding(nl_backend *b, void *out, const nl_weight *table, const int32_t *ids,
                          int32_t n, int32_t vocab_start);
 nl_status cuda_rmsnorm(nl_backend *b, void *out, const void *x, void *residual,
@@ -200,10 +203,24 @@ nl_status cuda_qk_norm_rope_store(nl_backend *b, void *qkv, const int32_t *posit
                                   const float *inv_freq, void *k_cache, void *v_cache,
                                   const int32_t *slots, int32_t n, int32_t hq, int32_t hk,
                                   int32_t hd, float eps, int32_t block_size, nl_dtype kv_dtype);
-/* out[n, inter] = silu(gate_up[:, :inter]) * gate_up[:, inter:]; the second
- * step of linear_silu_mul where the GEMV does not fuse it. */
+/* Steps of norm_linear and linear_add where the GEMV does not fuse them:
+ * out[n, inter] = silu(gate_up[:, :inter]) * gate_up[:, inter:], and
+ * residual[i] += x[i] for count elements (bf16, rounded once). */
 nl_status cuda_silu_mul(nl_backend *b, void *out, const void *gate_up, int32_t n,
                         int32_t inter);
+nl_status cuda_add(nl_backend *b, void *residual, const void *x, size_t count);
+
+/* The one-token GEMV (gemv.cu).  cuda_gemv_fits: whether it takes x @ w^T
+ * for n tokens.  cuda_gemv: out[w.rows] (fp32 or bf16) = x @ w^T + bias,
+ * with the steps it can fuse: norm_w given, x is a residual stream that it
+ * normalises first (w.cols <= CUDA_GEMV_NORM_MAX_COLS); the epilogue
+ * GEMV_SILU_MUL (w holds gate then up rows; out[w.rows / 2]) or GEMV_ADD
+ * (out is a residual stream the product is added into). */
+enum { GEMV_STORE, GEMV_SILU_MUL, GEMV_ADD };
+#define CUDA_GEMV_NORM_MAX_COLS 24576 /* its normalised copy: 48 KiB of shared memory */
+bool cuda_gemv_fits(const void *x, const nl_weight *w, int32_t n);
+nl_status cuda_gemv(cuda_backend *be, void *out, bool out_f32, int epilogue, const void *x,
+                    const nl_weight *w, const nl_weight *bias, const nl_weight *norm_w, float eps);
 nl_status cuda_gather_rows(nl_backend *b, void *out, const void *x, const int32_t *rows,
                            int32_t m, int32_t dim);
 nl_status cuda_attention(nl_backend *b, void *out, const void *qkv, const void *k_cache,

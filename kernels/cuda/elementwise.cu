@@ -325,6 +325,39 @@ nl_status cuda_silu_mul(nl_backend *b, void *out, const void *gate_up, int32_t n
     return NL_OK;
 }
 
+/* ---- residual add: residual += x, one 16-byte vector a thread ---------------------- */
+
+__global__ void kernel_add(bf16 *residual, const bf16 *x, size_t count)
+{
+    pdl_wait();
+    pdl_release();
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i * VEC + VEC <= count) {
+        float r[VEC], f[VEC];
+        unpack8(((const bf16x8 *)residual)[i], r);
+        unpack8(((const bf16x8 *)x)[i], f);
+#pragma unroll
+        for (int j = 0; j < VEC; j++) r[j] += f[j];
+        ((bf16x8 *)residual)[i] = pack8(r);
+    } else {
+        for (size_t j = i * VEC; j < count; j++)
+            residual[j] = __float2bfloat16(__bfloat162float(residual[j]) + __bfloat162float(x[j]));
+    }
+}
+
+nl_status cuda_add(nl_backend *b, void *residual, const void *x, size_t count)
+{
+    cuda_backend *be = cuda_be(b);
+    if (count == 0) return NL_OK;
+    if (!aligned16(residual) || !aligned16(x))
+        return nl_error(NL_ERR_UNSUPPORTED, "cuda: residual add needs 16-byte aligned buffers");
+    const int threads = 256;
+    const size_t vectors = (count + VEC - 1) / VEC;
+    NL_CUDA_CHECK(cuda_launch(be, kernel_add, (unsigned)((vectors + threads - 1) / threads), threads,
+                              0, (bf16 *)residual, (const bf16 *)x, count));
+    return NL_OK;
+}
+
 /* ---- gather rows: one block per output row -------------------------------------- */
 
 __global__ void kernel_gather_rows(bf16 *out, const bf16 *x, const int32_t *rows, int dim,

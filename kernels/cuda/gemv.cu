@@ -1,0 +1,263 @@
+/* gemv.cu — the linear ops of a single token: a GEMV kernel and the steps it
+ * absorbs around it.
+ *
+ * With one token a linear op is a pass over the weight, and its time is the
+ * weight's bytes over the HBM rate plus the launch.  Each warp owns one
+ * output row: its lanes stream the row in 16-byte pieces (U in flight per
+ * lane, bypassing L1, since no other warp reads them), multiply them with x
+ * (small and shared by all warps, so cached), and reduce across the warp in
+ * fp32; the bias is added in fp32 and the sum rounded once, as cuBLASLt's
+ * epilogue does.  The weight is constant, so each lane's first pieces are
+ * loaded before the wait for x (pdl_wait): under a dependent launch the
+ * weight stream starts while the kernel that writes x is still finishing,
+ * and the loop keeps the next pieces in flight while it multiplies the
+ * current ones.
+ *
+ * On an H200 one token took 5.2-5.8 us on 0.6B shapes against cuBLASLt's
+ * 8.3-13.7 us, and equalled it on 8B shapes; with 4 tokens the kernel
+ * equalled cuBLASLt on 0.6B's gate_up and lost on 8B's (65 us against
+ * 51 us), so it takes one token only.
+ *
+ * At one token every kernel boundary costs about as much as a small
+ * kernel's work, so the GEMV also takes over the steps around it:
+ *   - NORM: x is the residual stream and each block first computes
+ *     rmsnorm(x) * norm_w into shared memory, rounded as the RMSNorm kernel
+ *     rounds it, instead of reading a normalised copy;
+ *   - GEMV_SILU_MUL: a warp owns a gate row and its up row and writes
+ *     silu(g) * u, with g and u rounded to bf16 first, as the linear op and
+ *     then silu_mul would;
+ *   - GEMV_ADD: out is the residual stream and each row is added into it,
+ *     the product rounded to bf16 first, as the residual add of the RMSNorm
+ *     kernel would.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cuda/cuda_common.cuh"
+
+#define GEMV_WARPS 4
+
+static __device__ __forceinline__ uint4 gemv_load_stream(const uint4 *p)
+{
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
+static __device__ __forceinline__ void gemv_unpack(uint4 v, float f[8])
+{
+    const __nv_bfloat162 *h = (const __nv_bfloat162 *)&v;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        float2 t = __bfloat1622float2(h[i]);
+        f[2 * i] = t.x;
+        f[2 * i + 1] = t.y;
+    }
+}
+
+static __device__ __forceinline__ float gemv_dot8(uint4 a, uint4 b)
+{
+    const __nv_bfloat162 *ha = (const __nv_bfloat162 *)&a, *hb = (const __nv_bfloat162 *)&b;
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        float2 fa = __bfloat1622float2(ha[i]), fb = __bfloat1622float2(hb[i]);
+        s = fmaf(fa.x, fb.x, fmaf(fa.y, fb.y, s));
+    }
+    return s;
+}
+
+static __device__ __forceinline__ void gemv_store(bf16 *p, float v) { *p = __float2bfloat16(v); }
+static __device__ __forceinline__ void gemv_store(float *p, float v) { *p = v; }
+
+/* Loads a lane's U pieces of a row from piece `base` on (zeros past the
+ * row's end). */
+template <int U>
+static __device__ __forceinline__ void gemv_load_pieces(uint4 *wv, const uint4 *wr, int base,
+                                                        int kv)
+{
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const int i = base + u * 32;
+        wv[u] = i < kv ? gemv_load_stream(wr + i) : make_uint4(0, 0, 0, 0);
+    }
+}
+
+/* Writes rmsnorm(x) * norm_w, as bf16, into xs: the block's copy of the
+ * normalised input. */
+static __device__ void gemv_norm_prologue(uint4 *xs, const uint4 *x, const uint4 *norm_w, int k,
+                                          float eps)
+{
+    __shared__ float red[GEMV_WARPS];
+    const int kv = k / 8;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < kv; i += blockDim.x) {
+        float f[8];
+        gemv_unpack(x[i], f);
+#pragma unroll
+        for (int j = 0; j < 8; j++) ss += f[j] * f[j];
+    }
+    for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
+    __syncthreads();
+    ss = 0.0f;
+#pragma unroll
+    for (int w = 0; w < GEMV_WARPS; w++) ss += red[w];
+    const float inv = rsqrtf(ss / k + eps);
+    for (int i = threadIdx.x; i < kv; i += blockDim.x) {
+        float f[8], g[8];
+        gemv_unpack(x[i], f);
+        gemv_unpack(norm_w[i], g);
+        uint4 o;
+        __nv_bfloat162 *h = (__nv_bfloat162 *)&o;
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            h[j] = __floats2bfloat162_rn(g[2 * j] * round_bf16(f[2 * j] * inv),
+                                         g[2 * j + 1] * round_bf16(f[2 * j + 1] * inv));
+        xs[i] = o;
+    }
+    __syncthreads();
+}
+
+/* out[m] = w[m, k] @ x[k] (+ bias[m]), or its fused forms (the file's
+ * comment); k % 8 == 0, rows 16-byte aligned.  With NORM the block holds
+ * the normalised x in k * 2 bytes of dynamic shared memory. */
+template <typename OUT, int EPI, bool NORM, int U>
+__global__ void __launch_bounds__(GEMV_WARPS * 32)
+    kernel_gemv(OUT *out, const bf16 *x, const bf16 *w, const bf16 *bias, int m, int k,
+                const bf16 *norm_w, float eps)
+{
+    constexpr int R = EPI == GEMV_SILU_MUL ? 2 : 1; /* weight rows per output */
+    extern __shared__ uint4 xs[];
+    const int row = blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    const int kv = k / 8; /* 16-byte pieces per row */
+    const uint4 *wr[R];
+    uint4 wv[R][U];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        wr[r] = (const uint4 *)(w + ((size_t)r * m + (row < m ? row : 0)) * k);
+        gemv_load_pieces<U>(wv[r], wr[r], lane, kv);
+    }
+    pdl_wait();
+    pdl_release();
+    const uint4 *xr = (const uint4 *)x;
+    if constexpr (NORM) {
+        gemv_norm_prologue(xs, xr, (const uint4 *)norm_w, k, eps);
+        xr = xs;
+    }
+    if (row >= m) return;
+    float acc[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) acc[r] = 0.0f;
+    for (int base = lane; base < kv; base += 32 * U) {
+        uint4 cur[R][U];
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+#pragma unroll
+            for (int u = 0; u < U; u++) cur[r][u] = wv[r][u];
+            if (base + 32 * U < kv) gemv_load_pieces<U>(wv[r], wr[r], base + 32 * U, kv);
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int i = base + u * 32;
+            if (i < kv) {
+                const uint4 xv = xr[i];
+#pragma unroll
+                for (int r = 0; r < R; r++) acc[r] += gemv_dot8(cur[r][u], xv);
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], off);
+    if (lane != 0) return;
+    const float y = acc[0] + (bias ? __bfloat162float(bias[row]) : 0.0f);
+    if constexpr (EPI == GEMV_SILU_MUL) {
+        const float u = round_bf16(acc[1] + (bias ? __bfloat162float(bias[m + row]) : 0.0f));
+        gemv_store(out + row, silu_mul1(round_bf16(y), u));
+    } else if constexpr (EPI == GEMV_ADD) {
+        gemv_store(out + row, round_bf16(y) + (float)out[row]);
+    } else {
+        gemv_store(out + row, y);
+    }
+}
+
+/* NANOLLM_GEMV=0 turns the GEMV path off (read once). */
+static bool gemv_enabled(void)
+{
+    static int cached = -1;
+    if (cached < 0) {
+        const char *v = getenv("NANOLLM_GEMV");
+        cached = !(v && strcmp(v, "0") == 0);
+    }
+    return cached != 0;
+}
+
+/* NANOLLM_GEMV_DEEP=1: 8 pieces in flight per lane on rows of 2,048
+ * columns or more, instead of 4 (read once; an experiment). */
+static bool gemv_deep(void)
+{
+    static int cached = -1;
+    if (cached < 0) {
+        const char *v = getenv("NANOLLM_GEMV_DEEP");
+        cached = v && strcmp(v, "1") == 0;
+    }
+    return cached != 0;
+}
+
+bool cuda_gemv_fits(const void *x, const nl_weight *w, int32_t n)
+{
+    return n == 1 && gemv_enabled() && w->cols % 8 == 0 && w->rows <= INT32_MAX &&
+           ((uintptr_t)x & 15) == 0 && ((uintptr_t)w->data & 15) == 0;
+}
+
+template <typename OUT, int EPI, bool NORM>
+static nl_status gemv_launch(cuda_backend *be, OUT *out, const bf16 *x, const nl_weight *w,
+                             const nl_weight *bias, const nl_weight *norm_w, float eps)
+{
+    const int m = (int)(EPI == GEMV_SILU_MUL ? w->rows / 2 : w->rows), k = (int)w->cols;
+    const unsigned blocks = (unsigned)((m + GEMV_WARPS - 1) / GEMV_WARPS);
+    const size_t smem = NORM ? (size_t)k * sizeof(bf16) : 0;
+    const bf16 *b = bias ? bias->data : NULL, *nw = norm_w ? norm_w->data : NULL;
+    /* Long rows may keep more pieces in flight; the gate/up pair keeps 4 of
+     * each so that both rows' pieces stay in registers. */
+    if constexpr (EPI != GEMV_SILU_MUL) {
+        if (k >= 2048 && gemv_deep()) {
+            NL_CUDA_CHECK(cuda_launch(be, kernel_gemv<OUT, EPI, NORM, 8>, blocks, GEMV_WARPS * 32,
+                                      smem, out, x, w->data, b, m, k, nw, eps));
+            return NL_OK;
+        }
+    }
+    NL_CUDA_CHECK(cuda_launch(be, kernel_gemv<OUT, EPI, NORM, 4>, blocks, GEMV_WARPS * 32, smem, out,
+                              x, w->data, b, m, k, nw, eps));
+    return NL_OK;
+}
+
+nl_status cuda_gemv(cuda_backend *be, void *out, bool out_f32, int epilogue, const void *x,
+                    const nl_weight *w, const nl_weight *bias, const nl_weight *norm_w, float eps)
+{
+    const bf16 *xb = (const bf16 *)x;
+    if (norm_w && w->cols > CUDA_GEMV_NORM_MAX_COLS)
+        return nl_error(NL_ERR_UNSUPPORTED, "cuda: GEMV norm prologue over %lld columns",
+                        (long long)w->cols);
+    if (out_f32) {
+        if (epilogue != GEMV_STORE || norm_w)
+            return nl_error(NL_ERR_INVALID_ARG, "cuda: fp32 GEMV output takes no fused steps");
+        return gemv_launch<float, GEMV_STORE, false>(be, (float *)out, xb, w, bias, NULL, 0.0f);
+    }
+    bf16 *o = (bf16 *)out;
+    switch (epilogue) {
+    case GEMV_SILU_MUL:
+        return norm_w ? gemv_launch<bf16, GEMV_SILU_MUL, true>(be, o, xb, w, bias, norm_w, eps)
+                      : gemv_launch<bf16, GEMV_SILU_MUL, false>(be, o, xb, w, bias, NULL, 0.0f);
+    case GEMV_ADD:
+        return norm_w ? gemv_launch<bf16, GEMV_ADD, true>(be, o, xb, w, bias, norm_w, eps)
+                      : gemv_launch<bf16, GEMV_ADD, false>(be, o, xb, w, bias, NULL, 0.0f);
+    default:
+        return norm_w ? gemv_launch<bf16, GEMV_STORE, true>(be, o, xb, w, bias, norm_w, eps)
+                      : gemv_launch<bf16, GEMV_STORE, false>(be, o, xb, w, bias, NULL, 0.0f);
+    }
+}
