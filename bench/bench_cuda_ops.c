@@ -4,8 +4,9 @@
  * a warm-up, timed around a stream synchronisation, with the bytes or flops
  * it moved, so it can be set against the GPU's ceilings.
  *
- * Usage: bench_cuda_ops [iterations] [attention|decode|graph|gemv|sample]
+ * Usage: bench_cuda_ops [iterations] [attention|decode|graph|gemv|plans|sample]
  * (prints a Markdown table; "attention" or "sample" times only those shapes,
+ * "plans" a GEMM shape's first call (its cuBLASLt plan) against a repeat,
  * "decode" the decode attention of the throughput benchmark's batch sizes,
  * "graph" only decode attention at small batches under a CUDA graph's host
  * maximum, "gemv" the batch-1 linear shapes).
@@ -196,6 +197,30 @@ static void bench_gemm(const char *name, int n, int rows, int cols, bool f32)
     be->ops->free(be, out);
 }
 
+/* The first call of a GEMM shape against a repeated one: the first builds
+ * the shape's cuBLASLt plan (the algorithm heuristic), which graph capture
+ * pays once for every shape of every captured batch size. */
+static void bench_first_call(const char *name, int n, int rows, int cols)
+{
+    nl_weight *w;
+    if (be->ops->weight_create(be, rows, cols, &w) != NL_OK) die("weight");
+    void *x = dev_alloc((size_t)n * cols * 2), *out = dev_alloc((size_t)n * rows * 2);
+    if (be->ops->synchronize(be) != NL_OK) die("sync");
+    double t0 = now();
+    if (be->ops->linear(be, out, x, w, NULL, n) != NL_OK || be->ops->synchronize(be) != NL_OK)
+        die("linear");
+    double first = now() - t0;
+    t0 = now();
+    if (be->ops->linear(be, out, x, w, NULL, n) != NL_OK || be->ops->synchronize(be) != NL_OK)
+        die("linear");
+    double again = now() - t0;
+    printf("| %s first call | n %d, [%d x %d] | %.1f us | again %.1f us |\n", name, n, rows, cols,
+           first * 1e6, again * 1e6);
+    be->ops->weight_destroy(be, w);
+    be->ops->free(be, x);
+    be->ops->free(be, out);
+}
+
 static void bench_sample(int m, int vocab, float temperature, int top_k, float top_p, int n_logprobs)
 {
     float *h = malloc((size_t)m * vocab * 4);
@@ -260,6 +285,18 @@ int main(int argc, char **argv)
         return 0;
     }
     if (only_sample) goto sample;
+    if (argc > 2 && strcmp(argv[2], "plans") == 0) {
+        /* the GEMM shapes of Qwen3-0.6B's decode graphs at a few batch sizes */
+        int sizes[] = {16, 64, 128, 256, 512};
+        for (int i = 0; i < 5; i++) {
+            bench_first_call("0.6B qkv", sizes[i], 4096, 1024);
+            bench_first_call("0.6B o_proj", sizes[i], 1024, 2048);
+            bench_first_call("0.6B gate_up", sizes[i], 6144, 1024);
+            bench_first_call("0.6B down", sizes[i], 1024, 3072);
+        }
+        nl_backend_destroy(be);
+        return 0;
+    }
     if (argc > 2 && strcmp(argv[2], "decode") == 0) {
         /* the throughput benchmark's decode batches, Qwen3-0.6B heads, from
          * its start (256 seqs) to its tail, eager and under a graph's host

@@ -78,6 +78,8 @@ typedef struct step_shape {
     int32_t n_logits; /* logits rows computed (and sampled on rank 0)      */
     int32_t n_perm;   /* gather permutation entries: tp n_logits on rank 0
                          with tp > 1, else 0                               */
+    int32_t n_top;    /* logits rows whose top logprobs come back: n_logits
+                         when any seq asks for them, else 0                */
 } step_shape;
 
 typedef enum step_count {
@@ -133,7 +135,7 @@ static size_t step_count_of(step_count c, const step_shape *s)
     case COUNT_TABLE: return (size_t)s->n_seqs * (size_t)s->stride;
     case COUNT_LOGITS: return (size_t)s->n_logits;
     case COUNT_PERM: return (size_t)s->n_perm;
-    case COUNT_TOP: return (size_t)s->n_logits * NL_MAX_LOGPROBS;
+    case COUNT_TOP: return (size_t)s->n_top * NL_MAX_LOGPROBS;
     }
     return 0;
 }
@@ -247,7 +249,7 @@ static step_shape max_shape(const model_runner *r)
 {
     return (step_shape){.n_tokens = r->p.max_num_batched_tokens, .n_seqs = r->p.max_num_seqs,
                         .stride = r->max_blocks_per_seq, .n_logits = r->p.max_num_seqs,
-                        .n_perm = r->p.max_num_seqs * r->p.tp};
+                        .n_perm = r->p.max_num_seqs * r->p.tp, .n_top = r->p.max_num_seqs};
 }
 
 /* Bytes the step buffers take on the backend and on the host. */
@@ -441,7 +443,8 @@ static step_shape shape_of(const model_runner *r, int32_t n_tokens, int32_t n_se
 {
     bool perm = r->p.tp > 1 && r->rank == 0;
     return (step_shape){.n_tokens = n_tokens, .n_seqs = n_seqs, .stride = stride,
-                        .table_width = stride, .n_logits = n_logits, .n_perm = perm ? n_logits * r->p.tp : 0};
+                        .table_width = stride, .n_logits = n_logits,
+                        .n_perm = perm ? n_logits * r->p.tp : 0, .n_top = n_logits};
 }
 
 /* Pads a decode batch with rows from..size-1 to the graph size `size`:
@@ -753,6 +756,11 @@ static nl_status prepare_inputs(model_runner *r, const wire_run *cmd, step_plan 
     else
         plan->shape = shape_of(r, n_tokens, n_seqs, stride, n_logits);
     plan->shape.table_width = width;
+    /* the top logprobs come back only when some seq asked for them */
+    bool top = false;
+    for (int32_t s = 0; s < n_seqs && !top; s++)
+        top = cmd->seqs[s].sample && cmd->seqs[s].sampling.n_logprobs > 0;
+    if (!top) plan->shape.n_top = 0;
     return NL_OK;
 }
 

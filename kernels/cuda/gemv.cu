@@ -3,10 +3,10 @@
  *
  * With one token a linear op is a pass over the weight, and its time is the
  * weight's bytes over the HBM rate plus the launch.  Each warp owns one
- * output row: its lanes stream the row in 16-byte pieces (U in flight per
- * lane, bypassing L1, since no other warp reads them), multiply them with x
- * (small and shared by all warps, so cached), and reduce across the warp in
- * fp32; the bias is added in fp32 and the sum rounded once, as cuBLASLt's
+ * output row: its lanes stream the row in 16-byte pieces (GEMV_UNROLL in
+ * flight per lane, bypassing L1, since no other warp reads them), multiply
+ * them with x (small and shared by all warps, so cached), and reduce across
+ * the warp in fp32; the bias is added in fp32 and the sum rounded once, as cuBLASLt's
  * epilogue does.  The weight is constant, so each lane's first pieces are
  * loaded before the wait for x (pdl_wait): under a dependent launch the
  * weight stream starts while the kernel that writes x is still finishing,
@@ -36,6 +36,7 @@
 #include "kernels/cuda/cuda_common.cuh"
 
 #define GEMV_WARPS 4
+#define GEMV_UNROLL 4 /* pieces in flight per lane (8 was slower: fewer warps fit) */
 
 static __device__ __forceinline__ uint4 gemv_load_stream(const uint4 *p)
 {
@@ -72,14 +73,13 @@ static __device__ __forceinline__ float gemv_dot8(uint4 a, uint4 b)
 static __device__ __forceinline__ void gemv_store(bf16 *p, float v) { *p = __float2bfloat16(v); }
 static __device__ __forceinline__ void gemv_store(float *p, float v) { *p = v; }
 
-/* Loads a lane's U pieces of a row from piece `base` on (zeros past the
+/* Loads a lane's GEMV_UNROLL pieces of a row from piece `base` on (zeros past the
  * row's end). */
-template <int U>
 static __device__ __forceinline__ void gemv_load_pieces(uint4 *wv, const uint4 *wr, int base,
                                                         int kv)
 {
 #pragma unroll
-    for (int u = 0; u < U; u++) {
+    for (int u = 0; u < GEMV_UNROLL; u++) {
         const int i = base + u * 32;
         wv[u] = i < kv ? gemv_load_stream(wr + i) : make_uint4(0, 0, 0, 0);
     }
@@ -124,7 +124,7 @@ static __device__ void gemv_norm_prologue(uint4 *xs, const uint4 *x, const uint4
 /* out[m] = w[m, k] @ x[k] (+ bias[m]), or its fused forms (the file's
  * comment); k % 8 == 0, rows 16-byte aligned.  With NORM the block holds
  * the normalised x in k * 2 bytes of dynamic shared memory. */
-template <typename OUT, int EPI, bool NORM, int U>
+template <typename OUT, int EPI, bool NORM>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
     kernel_gemv(OUT *out, const bf16 *x, const bf16 *w, const bf16 *bias, int m, int k,
                 const bf16 *norm_w, float eps)
@@ -134,11 +134,11 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
     const int row = blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     const int kv = k / 8; /* 16-byte pieces per row */
     const uint4 *wr[R];
-    uint4 wv[R][U];
+    uint4 wv[R][GEMV_UNROLL];
 #pragma unroll
     for (int r = 0; r < R; r++) {
         wr[r] = (const uint4 *)(w + ((size_t)r * m + (row < m ? row : 0)) * k);
-        gemv_load_pieces<U>(wv[r], wr[r], lane, kv);
+        gemv_load_pieces(wv[r], wr[r], lane, kv);
     }
     pdl_wait();
     pdl_release();
@@ -151,16 +151,17 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
     float acc[R];
 #pragma unroll
     for (int r = 0; r < R; r++) acc[r] = 0.0f;
-    for (int base = lane; base < kv; base += 32 * U) {
-        uint4 cur[R][U];
+    for (int base = lane; base < kv; base += 32 * GEMV_UNROLL) {
+        uint4 cur[R][GEMV_UNROLL];
 #pragma unroll
         for (int r = 0; r < R; r++) {
 #pragma unroll
-            for (int u = 0; u < U; u++) cur[r][u] = wv[r][u];
-            if (base + 32 * U < kv) gemv_load_pieces<U>(wv[r], wr[r], base + 32 * U, kv);
+            for (int u = 0; u < GEMV_UNROLL; u++) cur[r][u] = wv[r][u];
+            if (base + 32 * GEMV_UNROLL < kv)
+                gemv_load_pieces(wv[r], wr[r], base + 32 * GEMV_UNROLL, kv);
         }
 #pragma unroll
-        for (int u = 0; u < U; u++) {
+        for (int u = 0; u < GEMV_UNROLL; u++) {
             const int i = base + u * 32;
             if (i < kv) {
                 const uint4 xv = xr[i];
@@ -196,18 +197,6 @@ static bool gemv_enabled(void)
     return cached != 0;
 }
 
-/* NANOLLM_GEMV_DEEP=1: 8 pieces in flight per lane on rows of 2,048
- * columns or more, instead of 4 (read once; an experiment). */
-static bool gemv_deep(void)
-{
-    static int cached = -1;
-    if (cached < 0) {
-        const char *v = getenv("NANOLLM_GEMV_DEEP");
-        cached = v && strcmp(v, "1") == 0;
-    }
-    return cached != 0;
-}
-
 bool cuda_gemv_fits(const void *x, const nl_weight *w, int32_t n)
 {
     return n == 1 && gemv_enabled() && w->cols % 8 == 0 && w->rows <= INT32_MAX &&
@@ -222,17 +211,8 @@ static nl_status gemv_launch(cuda_backend *be, OUT *out, const bf16 *x, const nl
     const unsigned blocks = (unsigned)((m + GEMV_WARPS - 1) / GEMV_WARPS);
     const size_t smem = NORM ? (size_t)k * sizeof(bf16) : 0;
     const bf16 *b = bias ? bias->data : NULL, *nw = norm_w ? norm_w->data : NULL;
-    /* Long rows may keep more pieces in flight; the gate/up pair keeps 4 of
-     * each so that both rows' pieces stay in registers. */
-    if constexpr (EPI != GEMV_SILU_MUL) {
-        if (k >= 2048 && gemv_deep()) {
-            NL_CUDA_CHECK(cuda_launch(be, kernel_gemv<OUT, EPI, NORM, 8>, blocks, GEMV_WARPS * 32,
-                                      smem, out, x, w->data, b, m, k, nw, eps));
-            return NL_OK;
-        }
-    }
-    NL_CUDA_CHECK(cuda_launch(be, kernel_gemv<OUT, EPI, NORM, 4>, blocks, GEMV_WARPS * 32, smem, out,
-                              x, w->data, b, m, k, nw, eps));
+    NL_CUDA_CHECK(cuda_launch(be, kernel_gemv<OUT, EPI, NORM>, blocks, GEMV_WARPS * 32, smem, out, x,
+                              w->data, b, m, k, nw, eps));
     return NL_OK;
 }
 
