@@ -57,26 +57,6 @@ static __host__ __device__ constexpr int dec_pow2_ceil(int x)
     return x <= 1 ? 1 : 2 * dec_pow2_ceil((x + 1) / 2);
 }
 
-static __device__ __forceinline__ void dec_unpack(uint4 v, float f[8])
-{
-    const __nv_bfloat162 *h = (const __nv_bfloat162 *)&v;
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        float2 t = __bfloat1622float2(h[i]);
-        f[2 * i] = t.x;
-        f[2 * i + 1] = t.y;
-    }
-}
-
-static __device__ __forceinline__ uint4 dec_load(const bf16 *p)
-{
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
-
 static __device__ __forceinline__ uint2 dec_load(const fp8 *p, uint2)
 {
     uint2 v;
@@ -88,12 +68,12 @@ static __device__ __forceinline__ uint2 dec_load(const fp8 *p, uint2)
 
 static __device__ __forceinline__ uint4 dec_load(const fp8 *p, uint4)
 {
-    return dec_load((const bf16 *)p);
+    return load_stream16(p);
 }
 
 static __device__ __forceinline__ uint4 dec_load(const bf16 *p, uint4)
 {
-    return dec_load(p);
+    return load_stream16(p);
 }
 
 /* A lane's EPL elements of a K or V row as loaded: 16 or 8 bytes. */
@@ -105,7 +85,7 @@ template <typename KV, typename RAW>
 static __device__ __forceinline__ void dec_unpack_kv(const RAW &v, float *f)
 {
     if constexpr (sizeof(KV) == 2) {
-        dec_unpack(v, f);
+        bf16x8_to_float(v, f);
     } else {
         const uint2 *h = (const uint2 *)&v;
 #pragma unroll
@@ -154,7 +134,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) kernel_decode(dec_params p)
         if (gi < nh && live) {
 #pragma unroll
             for (int c = 0; c < EPL / 8; c++)
-                dec_unpack(*(const uint4 *)(qrow + (size_t)(h0 + gi) * HD + li * EPL + c * 8),
+                bf16x8_to_float(*(const uint4 *)(qrow + (size_t)(h0 + gi) * HD + li * EPL + c * 8),
                            q[gi] + 8 * c);
 #pragma unroll
             for (int i = 0; i < EPL; i++) q[gi][i] *= p.scale_log2;

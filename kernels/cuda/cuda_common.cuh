@@ -47,6 +47,29 @@ extern "C" {
 typedef __nv_bfloat16 bf16;
 typedef __nv_fp8_e4m3 fp8; /* a KV-cache element of an NL_DTYPE_F8_E4M3 cache */
 
+/* Eight bf16 (a 16-byte piece, element 0 first) to floats. */
+static __device__ __forceinline__ void bf16x8_to_float(uint4 v, float f[8])
+{
+    const __nv_bfloat162 *h = (const __nv_bfloat162 *)&v;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        float2 t = __bfloat1622float2(h[i]);
+        f[2 * i] = t.x;
+        f[2 * i + 1] = t.y;
+    }
+}
+
+/* A 16-byte load of data this thread alone reads once (a weight row, a K/V
+ * row): read-only path, not kept in L1. */
+static __device__ __forceinline__ uint4 load_stream16(const void *p)
+{
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
 /* Eight e4m3 bytes (element 0 in the lowest byte) to floats, exactly: every
  * e4m3 value is an fp16 value, which the hardware converts pairwise. */
 static __device__ __forceinline__ void fp8x8_to_float(uint2 v, float f[8])

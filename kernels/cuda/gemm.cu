@@ -97,14 +97,20 @@ static nl_status plan_get(cuda_backend *be, int64_t m, int64_t n, int64_t k,
     return NL_OK;
 }
 
+static nl_status check_bias(const nl_weight *w, const nl_weight *bias)
+{
+    if (bias && bias->rows * bias->cols != w->rows)
+        return nl_error(NL_ERR_INVALID_ARG, "cuda: linear bias has %lld values for %lld rows",
+                        (long long)(bias->rows * bias->cols), (long long)w->rows);
+    return NL_OK;
+}
+
 /* Row-major out[n, w.rows] = x[n, w.cols] @ w^T (+ bias), out of out_type. */
 static nl_status cuda_gemm(cuda_backend *be, void *out, cudaDataType_t out_type, const void *x,
                     const nl_weight *w, const nl_weight *bias, int32_t n)
 {
     if (n <= 0) return NL_OK;
-    if (bias && bias->rows * bias->cols != w->rows)
-        return nl_error(NL_ERR_INVALID_ARG, "cuda: linear bias has %lld values for %lld rows",
-                        (long long)(bias->rows * bias->cols), (long long)w->rows);
+    NL_TRY(check_bias(w, bias));
     if (cuda_gemv_fits(x, w, n))
         return cuda_gemv(be, out, out_type == CUDA_R_32F, GEMV_STORE, x, w, bias, NULL, 0.0f);
     cuda_gemm_plan *p;
@@ -131,14 +137,6 @@ nl_status cuda_linear_f32(nl_backend *b, float *out, const void *x, const nl_wei
                           int32_t n)
 {
     return cuda_gemm(cuda_be(b), out, CUDA_R_32F, x, w, NULL, n);
-}
-
-static nl_status check_bias(const nl_weight *w, const nl_weight *bias)
-{
-    if (bias && bias->rows * bias->cols != w->rows)
-        return nl_error(NL_ERR_INVALID_ARG, "cuda: linear bias has %lld values for %lld rows",
-                        (long long)(bias->rows * bias->cols), (long long)w->rows);
-    return NL_OK;
 }
 
 nl_status cuda_norm_linear(nl_backend *b, void *out, void *xn, void *work, const void *x,

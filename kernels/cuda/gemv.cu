@@ -38,26 +38,6 @@
 #define GEMV_WARPS 4
 #define GEMV_UNROLL 4 /* pieces in flight per lane (8 was slower: fewer warps fit) */
 
-static __device__ __forceinline__ uint4 gemv_load_stream(const uint4 *p)
-{
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
-
-static __device__ __forceinline__ void gemv_unpack(uint4 v, float f[8])
-{
-    const __nv_bfloat162 *h = (const __nv_bfloat162 *)&v;
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        float2 t = __bfloat1622float2(h[i]);
-        f[2 * i] = t.x;
-        f[2 * i + 1] = t.y;
-    }
-}
-
 static __device__ __forceinline__ float gemv_dot8(uint4 a, uint4 b)
 {
     const __nv_bfloat162 *ha = (const __nv_bfloat162 *)&a, *hb = (const __nv_bfloat162 *)&b;
@@ -81,7 +61,7 @@ static __device__ __forceinline__ void gemv_load_pieces(uint4 *wv, const uint4 *
 #pragma unroll
     for (int u = 0; u < GEMV_UNROLL; u++) {
         const int i = base + u * 32;
-        wv[u] = i < kv ? gemv_load_stream(wr + i) : make_uint4(0, 0, 0, 0);
+        wv[u] = i < kv ? load_stream16(wr + i) : make_uint4(0, 0, 0, 0);
     }
 }
 
@@ -95,7 +75,7 @@ static __device__ void gemv_norm_prologue(uint4 *xs, const uint4 *x, const uint4
     float ss = 0.0f;
     for (int i = threadIdx.x; i < kv; i += blockDim.x) {
         float f[8];
-        gemv_unpack(x[i], f);
+        bf16x8_to_float(x[i], f);
 #pragma unroll
         for (int j = 0; j < 8; j++) ss += f[j] * f[j];
     }
@@ -108,8 +88,8 @@ static __device__ void gemv_norm_prologue(uint4 *xs, const uint4 *x, const uint4
     const float inv = rsqrtf(ss / k + eps);
     for (int i = threadIdx.x; i < kv; i += blockDim.x) {
         float f[8], g[8];
-        gemv_unpack(x[i], f);
-        gemv_unpack(norm_w[i], g);
+        bf16x8_to_float(x[i], f);
+        bf16x8_to_float(norm_w[i], g);
         uint4 o;
         __nv_bfloat162 *h = (__nv_bfloat162 *)&o;
 #pragma unroll
