@@ -713,10 +713,10 @@ static nl_status prepare_inputs(model_runner *r, const wire_run *cmd, step_plan 
     int32_t n_tokens = 0;
     NL_TRY(validate(r, cmd, &n_tokens));
     int32_t n_seqs = cmd->n_seqs, bs = r->p.block_size;
-    *plan = (step_plan){.graph = -1, .n_tokens = n_tokens, .all_decode = true};
-    for (int32_t s = 0; s < n_seqs; s++) plan->all_decode &= cmd->seqs[s].num_new == 1;
+    *plan = (step_plan){.graph = -1, .n_tokens = n_tokens};
     while (plan->n_leading_decodes < n_seqs && cmd->seqs[plan->n_leading_decodes].num_new == 1)
         plan->n_leading_decodes++;
+    plan->all_decode = plan->n_leading_decodes == n_seqs;
     if (plan->all_decode)
         for (int32_t i = 0; i < r->n_graphs && plan->graph < 0; i++)
             if (r->graph_size[i] >= n_seqs) plan->graph = i;
