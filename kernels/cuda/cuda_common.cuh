@@ -240,7 +240,10 @@ nl_status cuda_add(nl_backend *b, void *residual, const void *x, size_t count);
  * GEMV_SILU_MUL (w holds gate then up rows; out[w.rows / 2]) or GEMV_ADD
  * (out is a residual stream the product is added into). */
 enum { GEMV_STORE, GEMV_SILU_MUL, GEMV_ADD };
-#define CUDA_GEMV_NORM_MAX_COLS 24576 /* its normalised copy: 48 KiB of shared memory */
+/* The normalised copy lives in dynamic shared memory, which (with the
+ * kernel's own few bytes) must stay within the 48 KiB a launch gets without
+ * opting in: 16,384 columns take 32 KiB. */
+#define CUDA_GEMV_NORM_MAX_COLS 16384
 bool cuda_gemv_fits(const void *x, const nl_weight *w, int32_t n);
 nl_status cuda_gemv(cuda_backend *be, void *out, bool out_f32, int epilogue, const void *x,
                     const nl_weight *w, const nl_weight *bias, const nl_weight *norm_w, float eps);
