@@ -393,6 +393,10 @@ START_TEST(test_norm_linear_add)
         check_norm_linear(1, 2 * 512, 4096, with_x, silu, false); /* long rows: 8 in flight */
         check_norm_linear(7, 2 * 300, 896, with_x, silu, true);
     }
+    /* the widest row the GEMV normalises itself, and one past it (the
+     * RMSNorm kernel, then the GEMV) */
+    check_norm_linear(1, 2 * 64, 16384, false, true, false);
+    check_norm_linear(1, 2 * 64, 16384 + 8, false, true, false);
     check_linear_add(1, 1024, 2048, false);
     check_linear_add(1, 1000, 8 * 300 + 8, true);
     check_linear_add(1, 4096, 12288, false);
