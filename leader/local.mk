@@ -30,7 +30,14 @@ libnlcli_la_SOURCES = leader/cli/cli.h \
 	leader/cli/cli_batch.c leader/cli/cli_batch.h leader/cli/cli_batch_line.c leader/cli/cli_batch_output.c \
 	leader/cli/cli_bench.c leader/cli/cli_tokenize.c leader/cli/cli_mkmodel.c \
 	leader/cli/cli_serve.c leader/cli/cli_chat_template.c
-libnlcli_la_LIBADD = libnlleader.la
+libnlcli_la_LIBADD = libnlleader.la libnlopenai.la
+
+# What the OpenAI-speaking front-ends (the CLI's batch lines, the server)
+# share about the API's request bodies: front-end code on jansson alone,
+# no engine internal, so both may use it (tests/check_public_api.sh).
+noinst_LTLIBRARIES += libnlopenai.la
+libnlopenai_la_SOURCES = leader/openai/neutral_fields.c leader/openai/neutral_fields.h
+libnlopenai_la_LIBADD = $(JANSSON_LIBS)
 
 bin_PROGRAMS += nanollm-launch
 nanollm_launch_SOURCES = leader/cli/launch_main.c

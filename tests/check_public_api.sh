@@ -10,7 +10,10 @@
 #    it takes from the internal libraries is a nanollm.h function (or
 #    mkmodel_* in cli_mkmodel.o); the serve command includes the HTTP
 #    server's server.h, and the server (leader/server/) includes only
-#    nanollm.h and its own headers.
+#    nanollm.h and its own headers.  Both may include leader/openai/, what
+#    the two front-ends share about OpenAI's request bodies (front-end code
+#    on jansson alone, built as its own library, libnlopenai, outside the
+#    internal ones).
 #
 # The declarations are read with the C preprocessor and a parse of its
 # output (brace bodies dropped, declarations split at ';'), independently of
@@ -75,7 +78,7 @@ for f in "$srcdir"/leader/cli/*.[ch]; do
     name=${f##*/}
     sed -n 's/^[ \t]*#[ \t]*include[ \t]*"\([^"]*\)".*/\1/p' "$f" | while read -r inc; do
         case "$inc" in
-        nanollm.h | leader/cli/*) ;;
+        nanollm.h | leader/cli/* | leader/openai/*) ;;
         leader/modelgen/mkmodel.h) [ "$name" = cli_mkmodel.c ] || echo "$name: $inc" ;;
         leader/server/server.h) [ "$name" = cli_serve.c ] || echo "$name: $inc" ;;
         *) echo "$name: $inc" ;;
@@ -88,7 +91,7 @@ for f in "$srcdir"/leader/server/*.[ch]; do
     name=${f##*/}
     sed -n 's/^[ \t]*#[ \t]*include[ \t]*"\([^"]*\)".*/\1/p' "$f" | while read -r inc; do
         case "$inc" in
-        nanollm.h | leader/server/*) ;;
+        nanollm.h | leader/server/* | leader/openai/*) ;;
         *) echo "server/$name: $inc" ;;
         esac
     done

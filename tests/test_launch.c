@@ -401,14 +401,22 @@ START_TEST(test_batch_openai_format)
                "\"temperature\": 0, \"logprobs\": true, \"top_logprobs\": 1}}\n"
                "{\"custom_id\": \"req-4\", \"method\": \"POST\", \"url\": \"/v1/embeddings\", \"body\": {}}\n"
                "{\"custom_id\": \"req-5\", \"method\": \"POST\", \"url\": \"/v1/completions\", \"body\": "
-               "{\"prompt\": \"x\", \"n\": 2}}\n");
+               "{\"prompt\": \"x\", \"n\": 2}}\n"
+               /* fields clients send at a neutral value: accepted there, as the server does */
+               "{\"custom_id\": \"req-6\", \"method\": \"POST\", \"url\": \"/v1/completions\", \"body\": "
+               "{\"prompt\": \"x\", \"max_tokens\": 2, \"presence_penalty\": 0, \"frequency_penalty\": 0.0, "
+               "\"logit_bias\": {}, \"best_of\": 1, \"echo\": false, \"user\": \"u-1\"}}\n"
+               "{\"custom_id\": \"req-7\", \"method\": \"POST\", \"url\": \"/v1/completions\", \"body\": "
+               "{\"prompt\": \"x\", \"presence_penalty\": 0.5}}\n"
+               "{\"custom_id\": \"req-8\", \"method\": \"POST\", \"url\": \"/v1/chat/completions\", \"body\": "
+               "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"tool_choice\": \"auto\"}}\n");
     int rc = launch((const char *[]){"--device", "cpu", "batch", "--input", in, "--output", outp, NULL});
     ck_assert_msg(rc == 0, "exit %d: %s", rc, err_text);
-    json_t *o[8];
-    int n = read_jsonl(outp, o, 8);
+    json_t *o[10];
+    int n = read_jsonl(outp, o, 10);
     unlink(in);
     unlink(outp);
-    ck_assert_int_eq(n, 6);
+    ck_assert_int_eq(n, 9);
     /* completions */
     ck_assert_str_eq(json_string_value(json_object_get(o[1], "custom_id")), "req-1");
     ck_assert(json_is_null(json_object_get(o[1], "error")));
@@ -451,6 +459,15 @@ START_TEST(test_batch_openai_format)
     }
     ck_assert_ptr_nonnull(strstr(json_string_value(json_object_get(json_object_get(o[4], "error"), "message")), "url"));
     ck_assert_ptr_nonnull(strstr(json_string_value(json_object_get(json_object_get(o[5], "error"), "message")), "body.n"));
+    /* neutral values pass; any other is refused by name */
+    ck_assert(json_is_null(json_object_get(o[6], "error")));
+    ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(o[6], "response"), "status_code")), 200);
+    for (int k = 7; k < 9; k++) {
+        ck_assert(json_is_null(json_object_get(o[k], "response")));
+        const char *m = json_string_value(json_object_get(json_object_get(o[k], "error"), "message"));
+        ck_assert_ptr_nonnull(strstr(m, k == 7 ? "body.presence_penalty" : "body.tool_choice"));
+        ck_assert_ptr_nonnull(strstr(m, k == 7 ? "must be 0" : "must be \"none\""));
+    }
     for (int k = 0; k < n; k++) json_decref(o[k]);
 }
 END_TEST

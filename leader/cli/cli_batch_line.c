@@ -14,9 +14,12 @@
  * `add_generation_prompt`, `chat_template_kwargs`); both take `model`, `max_tokens`
  * (chat also `max_completion_tokens`), `temperature`, `top_p`, `top_k`,
  * `min_p`, `seed`, `stop`, `stop_token_ids`, `ignore_eos`, `n` (1 only), `stream` (false
- * only), `user`, and logprobs as the API has them (completions: `logprobs`
- * N; chat: `logprobs` true with `top_logprobs` N).  Other body fields are
- * refused by name rather than silently ignored.
+ * only), and logprobs as the API has them (completions: `logprobs` N; chat:
+ * `logprobs` true with `top_logprobs` N); fields clients often send at a
+ * neutral value (`presence_penalty` 0, `user` and the others of
+ * leader/openai/neutral_fields.c) are accepted at that value, as the server
+ * accepts them.  Other body fields, and other values of those, are refused
+ * by name rather than silently ignored.
  *
  * Sampling options on the command line are the defaults for fields a line
  * leaves out.  Messages quote at most a bounded part of the input and are
@@ -28,6 +31,7 @@
 #include <string.h>
 
 #include "leader/cli/cli_batch.h"
+#include "leader/openai/neutral_fields.h"
 
 #define LINE_ERROR_MAX 1024
 
@@ -262,8 +266,15 @@ static void parse_openai_body(batch_request *rq, json_t *body, bool chat)
     json_object_foreach(body, key, v) {
         bool known;
         int64_t iv;
-        if (strcmp(key, "model") == 0 || strcmp(key, "user") == 0) {
-            if (strcmp(key, "model") == 0) rq->meta.model = json_incref(v);
+        bool neutral;
+        const char *why;
+        if (strcmp(key, "model") == 0) {
+            rq->meta.model = json_incref(v);
+        } else if (openai_neutral_field(key, v, chat, &neutral, &why)) {
+            if (!neutral) {
+                err = line_error("field \"body.%s\": %s", key, why);
+                break;
+            }
         } else if (!chat && strcmp(key, "prompt") == 0) {
             if (json_is_string(v)) {
                 rq->prompt.kind = NL_PROMPT_TEXT;

@@ -16,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "leader/openai/neutral_fields.h"
+
 #define DESCRIBE_MAX 48
 
 static const char *type_name(const json_t *v)
@@ -373,53 +375,16 @@ static bool parse_chat_template_kwargs(json_t *v, api_request *req, api_error *e
     return json_object_set(req->chat, "chat_template_kwargs", v) == 0;
 }
 
-/* Fields of OpenAI's API (and vLLM's) that clients often send at their
- * neutral value, accepted there and refused by name at any other: the
- * server does not do what they would ask.  *known: key is one of them. */
+/* Fields clients often send at a neutral value (leader/openai): accepted
+ * there, refused by name at any other.  *known: key is one of them. */
 static bool parse_neutral(const char *key, json_t *v, bool chat, bool *known, api_error *err)
 {
-    static const struct neutral {
-        const char *name;
-        int where;          /* 0 both routes, 1 completions, 2 chat */
-        json_type type;
-        double number;      /* the neutral number                    */
-        const char *string; /* the neutral string                    */
-        const char *why;    /* said of any other value               */
-    } fields[] = {
-        {"presence_penalty", 0, JSON_REAL, 0.0, NULL, "must be 0: penalties are not supported"},
-        {"frequency_penalty", 0, JSON_REAL, 0.0, NULL, "must be 0: penalties are not supported"},
-        {"repetition_penalty", 0, JSON_REAL, 1.0, NULL, "must be 1: penalties are not supported"},
-        {"logit_bias", 0, JSON_OBJECT, 0.0, NULL, "must be empty: logit biases are not supported"},
-        {"user", 0, JSON_STRING, 0.0, NULL, "must be a string (an end user's id, not used)"},
-        {"best_of", 1, JSON_INTEGER, 1.0, NULL, "must be 1: one completion per request is supported"},
-        {"echo", 1, JSON_FALSE, 0.0, NULL, "must be false: the prompt is not echoed"},
-        {"tool_choice", 2, JSON_STRING, 0.0, "none",
-         "must be \"none\": tool calls are not parsed out of the output (they come back as text)"},
-        {"parallel_tool_calls", 2, JSON_TRUE, 0.0, NULL, "must be true or false"},
-        {"response_format", 0, JSON_OBJECT, 0.0, "text", "must be {\"type\": \"text\"}: structured output "
-                                                          "is not supported"},
-    };
-    *known = false;
-    for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
-        const struct neutral *f = &fields[i];
-        if (strcmp(key, f->name) != 0 || (f->where == 1 && chat) || (f->where == 2 && !chat)) continue;
-        *known = true;
-        bool ok;
-        switch (f->type) {
-        case JSON_REAL: ok = json_is_number(v) && json_number_value(v) == f->number; break;
-        case JSON_INTEGER: ok = json_is_integer(v) && json_integer_value(v) == (json_int_t)f->number; break;
-        case JSON_FALSE: ok = json_is_false(v); break;
-        case JSON_TRUE: ok = json_is_boolean(v); break; /* either: nothing to do in parallel */
-        case JSON_STRING: ok = json_is_string(v) && (!f->string || strcmp(json_string_value(v), f->string) == 0); break;
-        default: { /* an object: empty, or {"type": string} */
-            json_t *type = json_object_get(v, "type");
-            ok = json_is_object(v) && (f->string ? json_object_size(v) == 1 && json_is_string(type) &&
-                                                       strcmp(json_string_value(type), f->string) == 0
-                                                 : json_object_size(v) == 0);
-        }
-        }
-        if (!ok) api_error_invalid(err, key, "'%s' %s", key, f->why);
-        return ok;
+    bool neutral = false;
+    const char *why = NULL;
+    *known = openai_neutral_field(key, v, chat, &neutral, &why);
+    if (*known && !neutral) {
+        api_error_invalid(err, key, "'%s' %s", key, why);
+        return false;
     }
     return true;
 }
