@@ -15,6 +15,9 @@ libs="$(pkg-config --libs $pkgs) -lm -lpthread"
 common=$(cd "$top" && ls common/*.c)
 ipc="ipc/ring.c ipc/shm.c ipc/wire.c"
 tok=$(cd "$top" && ls leader/tokenizer/*.c)
+# What the front-ends share about OpenAI's request bodies (the server's
+# parser and the batch line reader both use it).
+openai=$(cd "$top" && ls leader/openai/*.c)
 # The server's request parser goes only into the fuzz_server_* harnesses
 # (it calls the engine's API, which the others do not link).
 server="leader/server/request.c leader/server/api_error.c"
@@ -31,7 +34,7 @@ compile() { # sources -> object paths
         echo "$obj"
     done
 }
-objs=$(compile $common $ipc $tok)
+objs=$(compile $common $ipc $tok $openai)
 server_objs=$(compile $server)
 batch_objs=$(compile $batch)
 for h in "$top"/tests/fuzz/fuzz_*.c; do
