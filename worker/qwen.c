@@ -232,10 +232,8 @@ nl_status qwen_forward(nl_backend *be, nl_comm *comm, const qwen_weights *w, qwe
 
     /* final norm, then the LM head on the rows that sample only */
     NL_TRY(mark(be, s, QWEN_OP_RMSNORM));
-    if (pending)
-        NL_TRY(op->rmsnorm(be, s->xn, pending, s->residual, w->final_norm, n, hidden, eps));
-    else
-        NL_TRY(op->rmsnorm(be, s->xn, s->residual, NULL, w->final_norm, n, hidden, eps));
+    NL_TRY(op->rmsnorm(be, s->xn, pending ? pending : s->residual, pending ? s->residual : NULL,
+                       w->final_norm, n, hidden, eps));
     int32_t m = in->n_logits;
     if (m == 0) return NL_OK;
     NL_TRY(mark(be, s, QWEN_OP_LM_HEAD));

@@ -267,7 +267,6 @@ static nl_status launch_kv(cuda_backend *be, attn_params *p, int n_seqs, int q_t
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     dim3 grid(q_tiles * p->n_splits, n_seqs, p->hk);
     NL_CUDA_CHECK(cuda_launch(be, kernel_attention<HDC, RPW, KV>, grid, ATTN_WARPS * 32, smem, *p));
-    NL_CUDA_CHECK_LAUNCH();
     return NL_OK;
 }
 
@@ -327,11 +326,9 @@ nl_status cuda_attention_generic(cuda_backend *be, const attn_args *a, const nl_
         NL_TRY(launch_rpw<128>(be, &p, rpw, b->n_seqs, q_tiles));
     else
         NL_TRY(launch_rpw<256>(be, &p, rpw, b->n_seqs, q_tiles));
-    if (p.n_splits > 1) {
-        NL_CUDA_CHECK(cuda_launch(be, kernel_attn_merge, b->n_tokens * hq, hd, 0, p.out, p.part_o, p.part_ml, hd,
-                                                                   p.n_splits));
-        NL_CUDA_CHECK_LAUNCH();
-    }
+    if (p.n_splits > 1)
+        NL_CUDA_CHECK(cuda_launch(be, kernel_attn_merge, b->n_tokens * hq, hd, 0, p.out, p.part_o,
+                                  p.part_ml, hd, p.n_splits));
     return NL_OK;
 }
 

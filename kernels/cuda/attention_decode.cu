@@ -17,8 +17,8 @@
  * Splits: the host picks their number from the batch's block count alone
  * (dec_splits: a few waves of blocks when the sequences alone do not fill
  * one, none otherwise), never from its maximum context, which under CUDA
- * graphs is max_model_len.  Each block then sizes its split from its own sequence's
- * context_lens (dec_chunk, at least DEC_MIN_CHUNK keys) and exits at once
+ * graphs is max_model_len.  Each block then sizes its split from its own
+ * sequence's context_lens (dec_chunk, at least DEC_MIN_CHUNK keys) and exits at once
  * when its split starts past the end; so padding rows (context 1, block 0)
  * cost one early exit per split.  With more than one split, blocks write
  * unnormalised partials (o, m, l) and kernel_decode_merge combines the
@@ -135,7 +135,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) kernel_decode(dec_params p)
 #pragma unroll
             for (int c = 0; c < EPL / 8; c++)
                 bf16x8_to_float(*(const uint4 *)(qrow + (size_t)(h0 + gi) * HD + li * EPL + c * 8),
-                           q[gi] + 8 * c);
+                                q[gi] + 8 * c);
 #pragma unroll
             for (int i = 0; i < EPL; i++) q[gi][i] *= p.scale_log2;
         } else {

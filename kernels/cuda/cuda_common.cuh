@@ -83,19 +83,6 @@ static __device__ __forceinline__ void fp8x8_to_float(uint2 v, float f[8])
     }
 }
 
-/* Eight floats to e4m3: round to nearest even, saturating at +-448 (the
- * host's nl_f32_to_f8e4m3 gives the same bytes). */
-static __device__ __forceinline__ uint2 float_to_fp8x8(const float f[8])
-{
-    uint2 r;
-    __nv_fp8x2_storage_t *o = (__nv_fp8x2_storage_t *)&r;
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-        o[i] = __nv_cvt_float2_to_fp8x2(make_float2(f[2 * i], f[2 * i + 1]), __NV_SATFINITE,
-                                        __NV_E4M3);
-    return r;
-}
-
 /* ---- programmatic dependent launch ------------------------------------------
  *
  * A kernel the backend launches with cuda_launch may start while the kernel

@@ -17,12 +17,7 @@ struct alignas(16) bf16x8 {
 
 static __device__ __forceinline__ void unpack8(const bf16x8 &v, float *f)
 {
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        float2 t = __bfloat1622float2(v.h[i]);
-        f[2 * i] = t.x;
-        f[2 * i + 1] = t.y;
-    }
+    bf16x8_to_float(*(const uint4 *)&v, f);
 }
 
 static __device__ __forceinline__ bf16x8 pack8(const float *f)
@@ -80,9 +75,8 @@ nl_status cuda_embedding(nl_backend *b, void *out, const nl_weight *table, const
     cuda_backend *be = cuda_be(b);
     if (n <= 0) return NL_OK;
     bool vec = table->cols % VEC == 0 && aligned16(out);
-    NL_CUDA_CHECK(cuda_launch(be, kernel_embedding, n, 256, 0, (bf16 *)out, table->data, ids, table->rows,
-                                                table->cols, vocab_start, vec));
-    NL_CUDA_CHECK_LAUNCH();
+    NL_CUDA_CHECK(cuda_launch(be, kernel_embedding, n, 256, 0, (bf16 *)out, table->data, ids,
+                              table->rows, table->cols, vocab_start, vec));
     return NL_OK;
 }
 
@@ -165,12 +159,11 @@ nl_status cuda_rmsnorm(nl_backend *b, void *out, const void *x, void *residual,
     int threads = dim / (vec ? VEC : 1);
     threads = threads >= 1024 ? 1024 : ((threads + 31) / 32) * 32;
     if (vec)
-        NL_CUDA_CHECK(cuda_launch(be, kernel_rmsnorm_vec, n, threads, 0, (bf16 *)out, (const bf16 *)x,
-                                                          (bf16 *)residual, w->data, dim, eps));
+        NL_CUDA_CHECK(cuda_launch(be, kernel_rmsnorm_vec, n, threads, 0, (bf16 *)out,
+                                  (const bf16 *)x, (bf16 *)residual, w->data, dim, eps));
     else
         NL_CUDA_CHECK(cuda_launch(be, kernel_rmsnorm, n, threads, 0, (bf16 *)out, (const bf16 *)x,
-                                                      (bf16 *)residual, w->data, dim, eps));
-    NL_CUDA_CHECK_LAUNCH();
+                                  (bf16 *)residual, w->data, dim, eps));
     return NL_OK;
 }
 
@@ -179,7 +172,8 @@ nl_status cuda_rmsnorm(nl_backend *b, void *out, const void *x, void *residual,
 static __device__ __forceinline__ void kv_put(bf16 *p, float v) { *p = __float2bfloat16(v); }
 static __device__ __forceinline__ void kv_put(fp8 *p, float v)
 {
-    /* the rounding of float_to_fp8x8, one value at a time */
+    /* round to nearest even, saturating at +-448: the bytes of the host's
+     * nl_f32_to_f8e4m3 */
     *(__nv_fp8_storage_t *)p = __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
 }
 
@@ -314,14 +308,15 @@ nl_status cuda_silu_mul(nl_backend *b, void *out, const void *gate_up, int32_t n
     cuda_backend *be = cuda_be(b);
     if (n <= 0) return NL_OK;
     int threads = 256;
-    if (inter % VEC == 0 && aligned16(out) && aligned16(gate_up)) {
-        int64_t total = (int64_t)n * inter / VEC;
-        NL_CUDA_CHECK(cuda_launch(be, kernel_silu_mul_vec, (unsigned)((total + threads - 1) / threads), threads, 0, (bf16 *)out, (const bf16 *)gate_up, n, inter));
-    } else {
-        int64_t total = (int64_t)n * inter;
-        NL_CUDA_CHECK(cuda_launch(be, kernel_silu_mul, (unsigned)((total + threads - 1) / threads), threads, 0, (bf16 *)out, (const bf16 *)gate_up, n, inter));
-    }
-    NL_CUDA_CHECK_LAUNCH();
+    bool vec = inter % VEC == 0 && aligned16(out) && aligned16(gate_up);
+    int64_t total = (int64_t)n * inter / (vec ? VEC : 1);
+    unsigned blocks = (unsigned)((total + threads - 1) / threads);
+    if (vec)
+        NL_CUDA_CHECK(cuda_launch(be, kernel_silu_mul_vec, blocks, threads, 0, (bf16 *)out,
+                                  (const bf16 *)gate_up, n, inter));
+    else
+        NL_CUDA_CHECK(cuda_launch(be, kernel_silu_mul, blocks, threads, 0, (bf16 *)out,
+                                  (const bf16 *)gate_up, n, inter));
     return NL_OK;
 }
 
@@ -381,7 +376,7 @@ nl_status cuda_gather_rows(nl_backend *b, void *out, const void *x, const int32_
     cuda_backend *be = cuda_be(b);
     if (m <= 0) return NL_OK;
     bool vec = dim % VEC == 0 && aligned16(out) && aligned16(x);
-    NL_CUDA_CHECK(cuda_launch(be, kernel_gather_rows, m, 256, 0, (bf16 *)out, (const bf16 *)x, rows, dim, vec));
-    NL_CUDA_CHECK_LAUNCH();
+    NL_CUDA_CHECK(cuda_launch(be, kernel_gather_rows, m, 256, 0, (bf16 *)out, (const bf16 *)x, rows,
+                              dim, vec));
     return NL_OK;
 }

@@ -53,8 +53,8 @@ static __device__ __forceinline__ float gemv_dot8(uint4 a, uint4 b)
 static __device__ __forceinline__ void gemv_store(bf16 *p, float v) { *p = __float2bfloat16(v); }
 static __device__ __forceinline__ void gemv_store(float *p, float v) { *p = v; }
 
-/* Loads a lane's GEMV_UNROLL pieces of a row from piece `base` on (zeros past the
- * row's end). */
+/* Loads a lane's GEMV_UNROLL pieces of a row from piece `base` on (zeros
+ * past the row's end). */
 static __device__ __forceinline__ void gemv_load_pieces(uint4 *wv, const uint4 *wr, int base,
                                                         int kv)
 {
@@ -213,9 +213,9 @@ nl_status cuda_gemv(cuda_backend *be, void *out, bool out_f32, int epilogue, con
     case GEMV_SILU_MUL:
         return norm_w ? gemv_launch<bf16, GEMV_SILU_MUL, true>(be, o, xb, w, bias, norm_w, eps)
                       : gemv_launch<bf16, GEMV_SILU_MUL, false>(be, o, xb, w, bias, NULL, 0.0f);
-    case GEMV_ADD:
-        return norm_w ? gemv_launch<bf16, GEMV_ADD, true>(be, o, xb, w, bias, norm_w, eps)
-                      : gemv_launch<bf16, GEMV_ADD, false>(be, o, xb, w, bias, NULL, 0.0f);
+    case GEMV_ADD: /* out is a residual stream: normalising one in the same pass would race */
+        if (norm_w) return nl_error(NL_ERR_INVALID_ARG, "cuda: GEMV residual add takes no norm");
+        return gemv_launch<bf16, GEMV_ADD, false>(be, o, xb, w, bias, NULL, 0.0f);
     default:
         return norm_w ? gemv_launch<bf16, GEMV_STORE, true>(be, o, xb, w, bias, norm_w, eps)
                       : gemv_launch<bf16, GEMV_STORE, false>(be, o, xb, w, bias, NULL, 0.0f);

@@ -563,12 +563,9 @@ nl_status cuda_sample(nl_backend *b, const float *logits, int32_t m, int32_t voc
     splits = (vocab + chunk - 1) / chunk;
     bool vec4 = vocab % 4 == 0 && ((uintptr_t)logits & 15) == 0;
     scan_part *parts = reinterpret_cast<scan_part *>(be->step_scratch);
-    NL_CUDA_CHECK(cuda_launch(be, kernel_sample_scan, dim3(splits, m), SCAN_THREADS, 0, logits, vocab, rows, chunk,
-                                                                        vec4, parts));
-    NL_CUDA_CHECK_LAUNCH();
-    NL_CUDA_CHECK(cuda_launch(be, kernel_sample_finish, m, SAMPLE_THREADS, 0, logits, vocab, rows, parts, splits,
-                                                               ids, logprobs, top_ids,
-                                                               top_logprobs));
-    NL_CUDA_CHECK_LAUNCH();
+    NL_CUDA_CHECK(cuda_launch(be, kernel_sample_scan, dim3(splits, m), SCAN_THREADS, 0, logits, vocab,
+                              rows, chunk, vec4, parts));
+    NL_CUDA_CHECK(cuda_launch(be, kernel_sample_finish, m, SAMPLE_THREADS, 0, logits, vocab, rows,
+                              parts, splits, ids, logprobs, top_ids, top_logprobs));
     return NL_OK;
 }
