@@ -309,23 +309,6 @@ __global__ void kernel_decode_merge(dec_params p, int hd)
 
 typedef void (*dec_kernel)(dec_params);
 
-/* Blocks of kernel k resident on one SM, asked once per kernel. */
-static int dec_blocks_per_sm(dec_kernel k)
-{
-    static struct { dec_kernel k; int blocks; } seen[64];
-    static int n_seen;
-    for (int i = 0; i < n_seen; i++)
-        if (seen[i].k == k) return seen[i].blocks;
-    int blocks = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, k, DEC_WARPS * 32, 0) != cudaSuccess ||
-        blocks < 1) {
-        cudaGetLastError();
-        blocks = 1;
-    }
-    if (n_seen < 64) seen[n_seen++] = {k, blocks};
-    return blocks;
-}
-
 /* Splits the contexts only when the batch's blocks do not fill one wave of
  * resident blocks: then every block runs at once and the step lasts as long
  * as its longest context, so splitting them into DEC_TARGET_WAVES waves of
@@ -340,7 +323,7 @@ static int dec_splits(const cuda_backend *be, const nl_attn_batch *b, const dec_
                       dec_kernel k)
 {
     const int blocks = b->n_seqs * p->hk * p->n_slices;
-    const int resident = dec_blocks_per_sm(k) * be->num_sms;
+    const int resident = cuda_blocks_per_sm(k, DEC_WARPS * 32, 0) * be->num_sms;
     if (blocks >= resident) return 1;
     int n = (DEC_TARGET_WAVES * resident + blocks - 1) / blocks;
     const int most = (b->max_context_len + DEC_MIN_CHUNK - 1) / DEC_MIN_CHUNK;

@@ -3,18 +3,21 @@
  *
  * Everything runs on one stream the backend owns.  Ops only enqueue work: the
  * cuBLASLt workspace, the step scratch (attention's split partials, the
- * sampler's scan partials) and the pinned staging buffer are allocated once
+ * sampler's scan partials) and the pinned staging buffers are allocated once
  * at creation, so a forward pass can be captured into a CUDA graph.  Kernels
  * live in the other files of this folder; their entry points fill the op
  * table as they are, with no forwarding layer between.
  */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cuda/cuda_common.cuh"
 
 #define WORKSPACE_BYTES (32u << 20)   /* what cuBLASLt asks for on Hopper    */
-#define STAGING_BYTES (16u << 20)
+#define STAGING_BYTES (16u << 20)  /* each of the two staging buffers     */
+#define CONVERT_THREADS 4          /* host threads converting one chunk    */
+#define CONVERT_MIN_BYTES (2u << 20) /* smaller chunks convert on one thread */
 #define STEP_SCRATCH_BYTES (64u << 20) /* bounds decode splits and sampler scans */
 
 extern "C" int nl_cuda_device_count(void)
@@ -133,9 +136,70 @@ static void convert_row_to_bf16(uint16_t *dst, const void *src, nl_dtype t, int6
     }
 }
 
+/* rows x cols source elements (rows src_pitch bytes apart) to packed bf16. */
+typedef struct convert_job {
+    uint16_t *dst;
+    const char *src;
+    size_t src_pitch;
+    nl_dtype type;
+    int64_t rows, cols;
+} convert_job;
+
+static void *convert_rows(void *arg)
+{
+    const convert_job *j = (const convert_job *)arg;
+    for (int64_t r = 0; r < j->rows; r++)
+        convert_row_to_bf16(j->dst + (size_t)r * j->cols, j->src + (size_t)r * j->src_pitch,
+                            j->type, j->cols);
+    return NULL;
+}
+
+/* Converts a chunk on CONVERT_THREADS threads: reading a checkpoint out of
+ * the page cache is a memory copy that one core does at a few GB/s, slower
+ * than the copy to the device it feeds. */
+static void convert_rows_parallel(const convert_job *all)
+{
+    const int64_t bytes = all->rows * all->cols * 2;
+    int n = bytes < (int64_t)CONVERT_MIN_BYTES || all->rows < CONVERT_THREADS ? 1 : CONVERT_THREADS;
+    convert_job part[CONVERT_THREADS];
+    pthread_t tid[CONVERT_THREADS];
+    bool started[CONVERT_THREADS] = {false};
+    for (int i = 0; i < n; i++) {
+        const int64_t r0 = all->rows * i / n, r1 = all->rows * (i + 1) / n;
+        part[i] = *all;
+        part[i].dst += (size_t)r0 * all->cols;
+        part[i].src += (size_t)r0 * all->src_pitch;
+        part[i].rows = r1 - r0;
+        if (i > 0) started[i] = pthread_create(&tid[i], NULL, convert_rows, &part[i]) == 0;
+    }
+    convert_rows(&part[0]);
+    for (int i = 1; i < n; i++) {
+        if (started[i]) pthread_join(tid[i], NULL);
+        else convert_rows(&part[i]); /* no thread to be had: do it here */
+    }
+}
+
+/* Converts a chunk into the next staging buffer (once the copy that last
+ * read it has finished) and copies it to dst behind the stream's earlier
+ * work, without waiting: the host converts the next chunk meanwhile. */
+static nl_status stage_and_send(cuda_backend *be, void *dst, const convert_job *job)
+{
+    const int i = be->staging_next;
+    NL_CUDA_CHECK(cudaEventSynchronize(be->staged[i]));
+    convert_job j = *job;
+    j.dst = (uint16_t *)be->staging[i];
+    convert_rows_parallel(&j);
+    NL_CUDA_CHECK(cudaMemcpyAsync(dst, be->staging[i], (size_t)(j.rows * j.cols) * 2,
+                                  cudaMemcpyHostToDevice, be->stream));
+    NL_CUDA_CHECK(cudaEventRecord(be->staged[i], be->stream));
+    be->staging_next = i ^ 1;
+    return NL_OK;
+}
+
 /* Converts on the host, a chunk of whole rows at a time, into the pinned
- * staging buffer and copies each chunk up; loading is not on the hot path,
- * so one buffer and a synchronisation per chunk keep it simple. */
+ * staging buffers and copies each chunk up.  The copies are ordered on the
+ * stream before every later op, so nothing waits for them here; the source
+ * may go once this returns (it has been converted). */
 static nl_status cuda_weight_fill_rows(nl_backend *b, nl_weight *w, int64_t row0, int64_t n_rows,
                                        const void *src, nl_dtype src_dtype, int64_t src_stride,
                                        int64_t src_col0)
@@ -152,37 +216,27 @@ static nl_status cuda_weight_fill_rows(nl_backend *b, nl_weight *w, int64_t row0
                         "cuda: weight columns [%lld, %lld) outside source stride %lld",
                         (long long)src_col0, (long long)(src_col0 + w->cols),
                         (long long)src_stride);
-    size_t row_bytes = (size_t)w->cols * 2;
-    size_t elem = nl_dtype_size(src_dtype);
-    int64_t rows_per_chunk = (int64_t)(be->staging_bytes / row_bytes);
+    const size_t elem = nl_dtype_size(src_dtype), pitch = (size_t)src_stride * elem;
+    const char *first = (const char *)src + (size_t)src_col0 * elem;
+    const int64_t rows_per_chunk = (int64_t)(be->staging_bytes / ((size_t)w->cols * 2));
     if (rows_per_chunk < 1) {
-        /* A row longer than the staging buffer: convert it in pieces. */
+        /* A row longer than a staging buffer: send it in pieces. */
+        const int64_t per = (int64_t)(be->staging_bytes / 2);
         for (int64_t r = 0; r < n_rows; r++) {
-            const char *srow = (const char *)src + ((size_t)r * src_stride + src_col0) * elem;
             bf16 *drow = w->data + (size_t)(row0 + r) * w->cols;
-            int64_t per = (int64_t)(be->staging_bytes / 2);
             for (int64_t c = 0; c < w->cols; c += per) {
-                int64_t len = w->cols - c < per ? w->cols - c : per;
-                convert_row_to_bf16((uint16_t *)be->staging, srow + c * elem, src_dtype, len);
-                NL_CUDA_CHECK(cudaMemcpyAsync(drow + c, be->staging, (size_t)len * 2,
-                                              cudaMemcpyHostToDevice, be->stream));
-                NL_CUDA_CHECK(cudaStreamSynchronize(be->stream));
+                const convert_job piece = {NULL, first + r * pitch + (size_t)c * elem, pitch,
+                                           src_dtype, 1, w->cols - c < per ? w->cols - c : per};
+                NL_TRY(stage_and_send(be, drow + c, &piece));
             }
         }
         return NL_OK;
     }
     for (int64_t r = 0; r < n_rows; r += rows_per_chunk) {
-        int64_t cnt = n_rows - r < rows_per_chunk ? n_rows - r : rows_per_chunk;
-        for (int64_t i = 0; i < cnt; i++) {
-            const char *srow =
-                (const char *)src + ((size_t)(r + i) * src_stride + src_col0) * elem;
-            convert_row_to_bf16((uint16_t *)be->staging + (size_t)i * w->cols, srow, src_dtype,
-                                w->cols);
-        }
-        NL_CUDA_CHECK(cudaMemcpyAsync(w->data + (size_t)(row0 + r) * w->cols, be->staging,
-                                      (size_t)cnt * row_bytes, cudaMemcpyHostToDevice,
-                                      be->stream));
-        NL_CUDA_CHECK(cudaStreamSynchronize(be->stream));
+        const convert_job chunk = {NULL, first + (size_t)r * pitch, pitch, src_dtype,
+                                   n_rows - r < rows_per_chunk ? n_rows - r : rows_per_chunk,
+                                   w->cols};
+        NL_TRY(stage_and_send(be, w->data + (size_t)(row0 + r) * w->cols, &chunk));
     }
     return NL_OK;
 }
@@ -253,7 +307,10 @@ static void cuda_destroy(nl_backend *b)
     if (be->lt) cublasLtDestroy(be->lt);
     cudaFree(be->workspace);
     cudaFree(be->step_scratch);
-    if (be->staging) cudaFreeHost(be->staging);
+    for (int i = 0; i < 2; i++) {
+        if (be->staging[i]) cudaFreeHost(be->staging[i]);
+        if (be->staged[i]) cudaEventDestroy(be->staged[i]);
+    }
     if (be->stream) cudaStreamDestroy(be->stream);
     free(be);
 }
@@ -291,6 +348,25 @@ static const nl_backend_ops cuda_ops = {
     .graph_destroy = cuda_graph_destroy,
 };
 
+int cuda_blocks_per_sm_of(const void *kernel, int threads, size_t smem)
+{
+    /* The worker drives its backend from one thread; the answers are the
+     * device's, the same for every backend object of the process. */
+    static struct { const void *kernel; int threads; size_t smem; int blocks; } seen[128];
+    static int n_seen;
+    for (int i = 0; i < n_seen; i++)
+        if (seen[i].kernel == kernel && seen[i].threads == threads && seen[i].smem == smem)
+            return seen[i].blocks;
+    int blocks = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, smem) !=
+            cudaSuccess || blocks < 1) {
+        cudaGetLastError(); /* a launch of it would fail and say why */
+        blocks = 1;
+    }
+    if (n_seen < 128) seen[n_seen++] = {kernel, threads, smem, blocks};
+    return blocks;
+}
+
 static nl_status backend_init(cuda_backend *be)
 {
     NL_CUDA_CHECK(cudaSetDevice(be->device));
@@ -307,7 +383,10 @@ static nl_status backend_init(cuda_backend *be)
     be->step_scratch_bytes = STEP_SCRATCH_BYTES;
     NL_CUDA_CHECK(cudaMalloc(&be->step_scratch, be->step_scratch_bytes));
     be->staging_bytes = STAGING_BYTES;
-    NL_CUDA_CHECK(cudaMallocHost(&be->staging, be->staging_bytes));
+    for (int i = 0; i < 2; i++) {
+        NL_CUDA_CHECK(cudaMallocHost(&be->staging[i], be->staging_bytes));
+        NL_CUDA_CHECK(cudaEventCreateWithFlags(&be->staged[i], cudaEventDisableTiming));
+    }
     return NL_OK;
 }
 

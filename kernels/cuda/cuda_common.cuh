@@ -148,8 +148,12 @@ typedef struct cuda_backend {
     cublasLtHandle_t lt;
     void *workspace;           /* cuBLASLt workspace, fixed at creation    */
     size_t workspace_bytes;
-    void *staging;             /* pinned host buffer for weight uploads    */
-    size_t staging_bytes;
+    /* Two pinned host buffers for weight uploads, used in turn: the host
+     * converts into one while the other's copy runs (backend.cu). */
+    void *staging[2];
+    cudaEvent_t staged[2];     /* the last copy out of each has finished   */
+    int staging_next;
+    size_t staging_bytes;      /* each                                     */
     /* Device scratch for the partial results one op leaves for its own
      * next kernel (attention's context splits, the sampler's scan).  Ops
      * run in order on the one stream and none keeps partials past its
@@ -189,6 +193,17 @@ static inline cudaError_t cuda_launch(const cuda_backend *be, void (*kernel)(Par
     cfg.attrs = &attr;
     cfg.numAttrs = be->pdl ? 1 : 0;
     return cudaLaunchKernelEx(&cfg, kernel, static_cast<Args &&>(args)...);
+}
+
+/* Blocks of a kernel resident on one SM at the given block size and dynamic
+ * shared memory (at least 1), asked of the runtime once per combination
+ * (backend.cu).  A kernel that sizes its grid to the blocks that fit at once
+ * launches at most this many per SM. */
+int cuda_blocks_per_sm_of(const void *kernel, int threads, size_t smem);
+template <typename... Params>
+static inline int cuda_blocks_per_sm(void (*kernel)(Params...), int threads, size_t smem)
+{
+    return cuda_blocks_per_sm_of((const void *)kernel, threads, smem);
 }
 
 /* The op entry points, one group per kernel file.  Each has exactly the
