@@ -71,6 +71,15 @@ typedef struct nl_attn_batch {
 /* nl_sample_row, the sampler's exact semantics and its random race are
  * defined in common/sampling.h. */
 
+/* One linear op a forward pass will run: out[n, w.rows] = x[n, w.cols] @
+ * w^T (+ bias), out fp32 (linear_f32) or the act dtype. */
+typedef struct nl_linear_shape {
+    const nl_weight *w;
+    const nl_weight *bias;
+    int32_t n;
+    bool out_f32;
+} nl_linear_shape;
+
 #define NL_TIMER_MAX_MARKS 4096 /* op timer marks per step: 128 layers make ~1,550 */
 
 typedef struct nl_backend_ops {
@@ -162,6 +171,18 @@ typedef struct nl_backend_ops {
     nl_status (*sample)(nl_backend *be, const float *logits, int32_t m, int32_t vocab,
                         const nl_sample_row *rows, int32_t *ids, float *logprobs,
                         int32_t *top_ids, float *top_logprobs);
+
+    /* Optional (NULL: nothing to prepare).  Starts preparing the linear ops
+     * of shapes (n of them, copied) on helper threads: a GPU library picks
+     * each shape's algorithm and loads its kernel on first use, which costs
+     * milliseconds a shape; prepared here, that overlaps the caller's work
+     * until linear_warm_join, and the forward passes after it find both
+     * ready.  The ops may read the weights before they hold their values.
+     * Between start and join the caller may only allocate memory and create,
+     * fill or upload weights.  Failing to prepare a shape is not an error
+     * (the op itself reports it when it runs). */
+    nl_status (*linear_warm_start)(nl_backend *be, const nl_linear_shape *shapes, int32_t n);
+    nl_status (*linear_warm_join)(nl_backend *be);
 
     /* Op timing for NANOLLM_PROFILE=ops; never called inside a capture.
      * A step may mark at most NL_TIMER_MAX_MARKS times.

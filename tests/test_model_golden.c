@@ -37,6 +37,8 @@
 #include "kernels/kernels.h"
 #include "leader/cli/cli.h"
 #include "worker/model_runner.h"
+#include "worker/qwen.h"
+#include "worker/weights.h"
 #include "tests/check_run.h"
 
 #define N_PROMPTS 3
@@ -396,6 +398,165 @@ START_TEST(test_golden_tp4)
 END_TEST
 
 /* Bad commands fail with a message and leave the runner usable. */
+/* ---- qwen_linear_shapes against the forward's own linear ops -------------
+ *
+ * A backend prepares the shapes qwen_linear_shapes lists ahead of the graph
+ * captures; the test records every linear op a forward really runs (through
+ * the four ops that project) and asks that the two lists be the same set. */
+
+#define MAX_RECORDED 64
+static nl_linear_shape recorded[MAX_RECORDED];
+static int n_recorded;
+static const nl_backend_ops *cpu_ops;
+
+static const qwen_weights *model; /* the weights being recorded */
+
+/* Layer l's weight as layer 0's: every layer's shapes are alike, and the
+ * list names layer 0's (weights are opaque, so shapes compare by field). */
+static const nl_weight *as_layer0(const nl_weight *w)
+{
+    for (int l = 0; w && l < model->cfg.num_hidden_layers; l++) {
+        const qwen_layer *L = &model->layers[l], *L0 = &model->layers[0];
+        const nl_weight *const mine[] = {L->qkv, L->qkv_bias, L->o_proj, L->o_bias,
+                                         L->gate_up, L->gate_up_bias, L->down, L->down_bias};
+        const nl_weight *const first[] = {L0->qkv, L0->qkv_bias, L0->o_proj, L0->o_bias,
+                                          L0->gate_up, L0->gate_up_bias, L0->down, L0->down_bias};
+        for (size_t i = 0; i < sizeof mine / sizeof mine[0]; i++)
+            if (w == mine[i]) return first[i];
+    }
+    return w;
+}
+
+static bool same_shape(const nl_linear_shape *a, const nl_linear_shape *b)
+{
+    return a->w == b->w && a->bias == b->bias && a->n == b->n && a->out_f32 == b->out_f32;
+}
+
+static void record(const nl_weight *w, const nl_weight *bias, int32_t n, bool out_f32)
+{
+    const nl_linear_shape sh = {as_layer0(w), as_layer0(bias), n, out_f32};
+    for (int i = 0; i < n_recorded; i++)
+        if (same_shape(&recorded[i], &sh)) return;
+    ck_assert_int_lt(n_recorded, MAX_RECORDED);
+    recorded[n_recorded++] = sh;
+}
+
+static nl_status rec_linear(nl_backend *be, void *out, const void *x, const nl_weight *w,
+                            const nl_weight *bias, int32_t n)
+{
+    record(w, bias, n, false);
+    return cpu_ops->linear(be, out, x, w, bias, n);
+}
+
+static nl_status rec_linear_f32(nl_backend *be, float *out, const void *x, const nl_weight *w,
+                                int32_t n)
+{
+    record(w, NULL, n, true);
+    return cpu_ops->linear_f32(be, out, x, w, n);
+}
+
+static nl_status rec_norm_linear(nl_backend *be, void *out, void *xn, void *work, const void *x,
+                                 void *residual, const nl_weight *norm_w, float eps,
+                                 const nl_weight *w, const nl_weight *bias, int32_t n,
+                                 bool silu_mul)
+{
+    record(w, bias, n, false);
+    return cpu_ops->norm_linear(be, out, xn, work, x, residual, norm_w, eps, w, bias, n, silu_mul);
+}
+
+static nl_status rec_linear_add(nl_backend *be, void *residual, void *work, const void *x,
+                                const nl_weight *w, const nl_weight *bias, int32_t n)
+{
+    record(w, bias, n, false);
+    return cpu_ops->linear_add(be, residual, work, x, w, bias, n);
+}
+
+static void *ints_on(nl_backend *be, const int32_t *v, size_t n)
+{
+    void *p;
+    ck_assert_int_eq(be->ops->alloc(be, n * sizeof *v, &p), NL_OK);
+    ck_assert_int_eq(be->ops->upload(be, p, v, n * sizeof *v), NL_OK);
+    return p;
+}
+
+/* One sequence's prompt of n tokens (ids < 512), its last row sampled. */
+static void forward_prompt(nl_backend *be, const qwen_weights *w, qwen_state *s, int32_t n)
+{
+    int32_t ids[BLOCK * 4], pos[BLOCK * 4], table[4] = {2, 0, 3, 1};
+    const int32_t cu[2] = {0, n}, ctx[1] = {n}, last[1] = {n - 1};
+    for (int32_t i = 0; i < n; i++) ids[i] = (i * 37) % 500 + 3, pos[i] = i;
+    int32_t slots[BLOCK * 4];
+    for (int32_t i = 0; i < n; i++) slots[i] = table[i / BLOCK] * BLOCK + i % BLOCK;
+    void *d_ids = ints_on(be, ids, n), *d_pos = ints_on(be, pos, n), *d_slots = ints_on(be, slots, n);
+    void *d_cu = ints_on(be, cu, 2), *d_ctx = ints_on(be, ctx, 1), *d_tab = ints_on(be, table, 4);
+    void *d_last = ints_on(be, last, 1);
+    qwen_inputs in = {.n_tokens = n, .ids = d_ids, .positions = d_pos, .slots = d_slots,
+                      .n_logits = 1, .logit_rows = d_last};
+    in.attn = (nl_attn_batch){.n_seqs = 1, .n_tokens = n, .max_q_len = n, .max_context_len = n,
+                              .max_blocks_per_seq = 4, .block_size = BLOCK,
+                              .all_decode = n == 1, .cu_seqlens_q = d_cu, .context_lens = d_ctx,
+                              .block_tables = d_tab};
+    nl_status st = qwen_forward(be, nl_comm_single(), w, s, &in);
+    ck_assert_msg(st == NL_OK, "forward of %d tokens: %s", n, nl_last_error());
+    void *bufs[] = {d_ids, d_pos, d_slots, d_cu, d_ctx, d_tab, d_last};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) be->ops->free(be, bufs[i]);
+}
+
+START_TEST(test_linear_shapes_match_forward)
+{
+    const golden_model *gm = &models[_i];
+    make_tmp();
+    ck_assert_int_eq(make_model(gm, tmp_root), 0);
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/%s", tmp_root, gm->name);
+    nl_model_config cfg;
+    ck_assert_int_eq(model_config_load(dir, &cfg), NL_OK);
+    st_model *m = NULL;
+    ck_assert_int_eq(st_open(dir, &m), NL_OK);
+    nl_backend *be;
+    ck_assert_int_eq(nl_backend_cpu_create(1, &be), NL_OK);
+    qwen_weights *w = NULL;
+    ck_assert_int_eq(weights_load(be, &cfg, m, 0, 1, &w), NL_OK);
+    st_close(m);
+    qwen_state *s = NULL;
+    ck_assert_int_eq(qwen_state_create(be, w, BLOCK * 4, 1, &s), NL_OK);
+    ck_assert_int_eq(qwen_state_alloc_kv(be, w, s, 4, BLOCK, be->ops->act_dtype), NL_OK);
+    static nl_backend_ops rec;
+    model = w;
+    cpu_ops = be->ops;
+    rec = *cpu_ops;
+    rec.linear = rec_linear;
+    rec.linear_f32 = rec_linear_f32;
+    rec.norm_linear = rec_norm_linear;
+    rec.linear_add = rec_linear_add;
+    be->ops = &rec;
+    const int32_t sizes[] = {1, 2, 23};
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        n_recorded = 0;
+        forward_prompt(be, w, s, sizes[k]);
+        nl_linear_shape listed[QWEN_LINEAR_SHAPES];
+        const int32_t n_listed = qwen_linear_shapes(w, sizes[k], 1, listed);
+        for (int32_t i = 0; i < n_listed; i++) {
+            bool found = false;
+            for (int j = 0; j < n_recorded; j++) found |= same_shape(&recorded[j], &listed[i]);
+            ck_assert_msg(found, "%s, %d tokens: listed shape %d is not a linear op the forward ran",
+                          gm->name, sizes[k], i);
+        }
+        for (int j = 0; j < n_recorded; j++) {
+            bool found = false;
+            for (int32_t i = 0; i < n_listed; i++) found |= same_shape(&recorded[j], &listed[i]);
+            ck_assert_msg(found, "%s, %d tokens: the forward ran linear op %d (%d rows), which "
+                          "is not listed", gm->name, sizes[k], j, recorded[j].n);
+        }
+    }
+    be->ops = cpu_ops;
+    qwen_state_destroy(be, w, s);
+    weights_destroy(be, w);
+    nl_backend_destroy(be);
+    remove_tree(tmp_root);
+}
+END_TEST
+
 START_TEST(test_rejects_bad_commands)
 {
     make_tmp();
@@ -509,6 +670,7 @@ int main(int argc, char **argv)
     tcase_add_loop_test(tc, test_golden, 0, N_MODELS);
     tcase_add_loop_test(tc, test_golden_tp2, 0, N_MODELS);
     tcase_add_loop_test(tc, test_golden_tp4, 0, N_TP4);
+    tcase_add_loop_test(tc, test_linear_shapes_match_forward, 0, N_MODELS);
     tcase_add_test(tc, test_rejects_bad_commands);
     tcase_add_test(tc, test_rejects_tp_not_dividing);
     tcase_add_test(tc, test_tiny_temperature_is_greedy);

@@ -534,13 +534,49 @@ static int32_t graph_size_next(int32_t n)
     return n < 8 ? 2 * n : n < 32 ? n + 8 : n < 128 ? n + 16 : n < 256 ? n + 32 : n + 64;
 }
 
+/* The decode batch sizes captured as graphs, ascending; returns how many. */
+static int32_t graph_sizes(const model_runner *r, int32_t sizes[GRAPH_MAX_SIZES])
+{
+    int32_t max = r->p.max_num_seqs < r->p.max_num_batched_tokens ? r->p.max_num_seqs
+                                                                   : r->p.max_num_batched_tokens;
+    int32_t count = 0;
+    for (int32_t n = 1; count < GRAPH_MAX_SIZES; n = graph_size_next(n)) {
+        sizes[count++] = n < max ? n : max;
+        if (n >= max) break;
+    }
+    return count;
+}
+
+static bool captures_graphs(const model_runner *r)
+{
+    return r->be->ops->capture_begin && !r->p.enforce_eager;
+}
+
+/* Starts preparing the linear ops of every graph's decode step on the
+ * backend's helper threads, to overlap the weights' upload (the backend
+ * joins them in linear_warm_join). */
+static nl_status warm_graph_linears(model_runner *r)
+{
+    if (!captures_graphs(r) || !r->be->ops->linear_warm_start) return NL_OK;
+    int32_t sizes[GRAPH_MAX_SIZES];
+    const int32_t n_sizes = graph_sizes(r, sizes);
+    nl_linear_shape *shapes = malloc((size_t)n_sizes * QWEN_LINEAR_SHAPES * sizeof *shapes);
+    if (!shapes) return NL_OK; /* an optimisation only */
+    int32_t n = 0;
+    for (int32_t i = 0; i < n_sizes; i++) /* a decode step: one logits row a seq */
+        n += qwen_linear_shapes(r->w, sizes[i], sizes[i], shapes + n);
+    nl_status st = r->be->ops->linear_warm_start(r->be, shapes, n);
+    free(shapes);
+    return st;
+}
+
 static nl_status capture_graphs(model_runner *r)
 {
     nl_backend *be = r->be;
-    int32_t max = r->p.max_num_seqs < r->p.max_num_batched_tokens ? r->p.max_num_seqs
-                                                                   : r->p.max_num_batched_tokens;
-    for (int32_t n = 1; r->n_graphs < GRAPH_MAX_SIZES; n = graph_size_next(n)) {
-        if (n > max) n = max;
+    int32_t sizes[GRAPH_MAX_SIZES];
+    const int32_t n_sizes = graph_sizes(r, sizes);
+    for (int32_t i = 0; i < n_sizes; i++) {
+        const int32_t n = sizes[i];
         step_plan plan = {.graph = -1};
         qwen_inputs in;
         ((int32_t *)r->host[BUF_CU])[0] = 0;
@@ -558,7 +594,6 @@ static nl_status capture_graphs(model_runner *r)
         if (end != NL_OK) return nl_error_prefix(end, "capturing decode graph of %d seqs: ", n);
         r->graph_size[r->n_graphs] = n;
         r->graph[r->n_graphs++] = g;
-        if (n == max) break;
     }
     if (r->rank == 0)
         nl_log(NL_LOG_INFO, "captured %d decode graphs (batch sizes up to %d)", r->n_graphs,
@@ -599,9 +634,14 @@ static nl_status runner_init(model_runner *r)
     st_model *m = NULL;
     NL_TRY(st_open(p->model_dir, &m));
     nl_status st = model_tensors_check(&r->cfg, m);
-    if (st == NL_OK) st = weights_load(r->be, &r->cfg, m, r->rank, p->tp, &r->w);
+    if (st == NL_OK) st = weights_create(r->be, &r->cfg, r->rank, p->tp, &r->w);
+    if (st == NL_OK) st = warm_graph_linears(r);
+    if (st == NL_OK) st = weights_fill(r->be, m, r->w);
+    /* before the memory plan counts free memory: the helpers' scratch goes */
+    nl_status joined = r->be->ops->linear_warm_join ? r->be->ops->linear_warm_join(r->be) : NL_OK;
     st_close(m); /* the weights are copies on the backend now */
     NL_TRY(st);
+    NL_TRY(joined);
     profile_startup(r, "weights read + upload", &mark);
     r->max_blocks_per_seq = (p->max_model_len + p->block_size - 1) / p->block_size;
     NL_TRY(check_memory_plan(r));
@@ -610,7 +650,7 @@ static nl_status runner_init(model_runner *r)
     profile_startup(r, "activations", &mark);
     NL_TRY(size_kv_cache(r));
     profile_startup(r, "KV cache", &mark);
-    if (r->be->ops->capture_begin && !p->enforce_eager) NL_TRY(capture_graphs(r));
+    if (captures_graphs(r)) NL_TRY(capture_graphs(r));
     profile_startup(r, "graph capture", &mark);
     return NL_OK;
 }

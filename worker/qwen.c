@@ -182,6 +182,22 @@ static nl_status project_into_residual(nl_backend *be, nl_comm *comm, const qwen
     return all_reduce(comm, be, s, s->x, (size_t)n * w->cfg.hidden_size);
 }
 
+int32_t qwen_linear_shapes(const qwen_weights *w, int32_t n, int32_t n_logits,
+                           nl_linear_shape out[QWEN_LINEAR_SHAPES])
+{
+    int32_t k = 0;
+    if (w->cfg.num_hidden_layers > 0 && n > 0) {
+        const qwen_layer *L = &w->layers[0];
+        const bool rank0 = w->shard.rank == 0; /* as project_into_residual adds biases */
+        out[k++] = (nl_linear_shape){L->qkv, L->qkv_bias, n, false};
+        out[k++] = (nl_linear_shape){L->o_proj, rank0 ? L->o_bias : NULL, n, false};
+        out[k++] = (nl_linear_shape){L->gate_up, L->gate_up_bias, n, false};
+        out[k++] = (nl_linear_shape){L->down, rank0 ? L->down_bias : NULL, n, false};
+    }
+    if (n_logits > 0) out[k++] = (nl_linear_shape){w->lm_head, NULL, n_logits, true};
+    return k;
+}
+
 nl_status qwen_forward(nl_backend *be, nl_comm *comm, const qwen_weights *w, qwen_state *s,
                        const qwen_inputs *in)
 {

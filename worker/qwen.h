@@ -81,6 +81,13 @@ nl_status qwen_state_alloc_kv(nl_backend *be, const qwen_weights *w, qwen_state 
                               int32_t num_blocks, int32_t block_size, nl_dtype kv_dtype);
 void qwen_state_destroy(nl_backend *be, const qwen_weights *w, qwen_state *s);
 
+/* The linear ops qwen_forward runs for n tokens and n_logits logits rows,
+ * one entry per distinct shape (every layer's are alike), so that a backend
+ * can prepare them ahead (linear_warm_start); returns how many it wrote. */
+#define QWEN_LINEAR_SHAPES 5
+int32_t qwen_linear_shapes(const qwen_weights *w, int32_t n, int32_t n_logits,
+                           nl_linear_shape out[QWEN_LINEAR_SHAPES]);
+
 /* Runs the model over in->n_tokens tokens, storing their K/V, and leaves
  * the logits of in->logit_rows in s->logits on rank 0 ([n_logits, vocab],
  * fp32).  Every rank must call it with the same inputs. */

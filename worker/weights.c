@@ -128,21 +128,35 @@ static nl_status upload_inv_freq(nl_backend *be, qwen_weights *w)
 
 /* Loads one tensor (spec) into its slot, creating the slot's weight, sized
  * for every part the table fuses into it, when the first part arrives. */
-static nl_status load_part(nl_backend *be, const model_family *f, const model_tensor_spec *spec,
-                           const st_model *m, qwen_weights *w)
+/* Where a checkpoint tensor goes: its field, the field's full shape (all
+ * parts of a fused matrix) and the rows this part fills from row0 on. */
+typedef struct part_target {
+    nl_weight **slot;
+    int64_t rows, row0;
+    part_plan plan;
+} part_target;
+
+static part_target target_of(const model_family *f, const model_tensor_spec *spec, qwen_weights *w)
 {
     const nl_model_config *cfg = &w->cfg;
     const model_tensor_def *d = spec->def;
-    const part_plan p = plan_part(d, cfg, &w->shard);
-    int64_t row0 = 0, rows = 0;
+    part_target t = {.slot = slot_field(w, spec->layer, d->slot),
+                     .plan = plan_part(d, cfg, &w->shard)};
     for (size_t i = 0; i < f->n_tensors; i++) {
         const model_tensor_def *o = &f->tensors[i];
         if (o->slot != d->slot || !model_tensor_present(f, o, cfg)) continue;
         int64_t n = plan_part(o, cfg, &w->shard).n_rows;
-        rows += n;
-        if (o->part < d->part) row0 += n;
+        t.rows += n;
+        if (o->part < d->part) t.row0 += n;
     }
+    return t;
+}
 
+static nl_status fill_part(nl_backend *be, const model_family *f, const model_tensor_spec *spec,
+                           const st_model *m, qwen_weights *w)
+{
+    const part_target tg = target_of(f, spec, w);
+    const part_plan p = tg.plan;
     /* The check ran before, but bytes are read from the shape: verify it. */
     const st_tensor *t = st_find(m, spec->name);
     if (!t) return nl_error(NL_ERR_FORMAT, "checkpoint: tensor %s is missing", spec->name);
@@ -150,21 +164,16 @@ static nl_status load_part(nl_backend *be, const model_family *f, const model_te
         (spec->n_dims == 2 && t->shape[1] != spec->shape[1]))
         return nl_error(NL_ERR_FORMAT, "checkpoint: tensor %s does not have the shape the "
                         "config gives it", spec->name);
-    nl_weight **slot = slot_field(w, spec->layer, d->slot);
-    nl_status st = NL_OK;
-    if (!*slot) st = be->ops->weight_create(be, rows, p.cols, slot);
-    if (st == NL_OK && p.n_rows > 0) {
-        const char *src = (const char *)t->data +
-                          (size_t)(p.src_row0 * p.src_stride) * nl_dtype_size(t->dtype);
-        st = be->ops->weight_fill_rows(be, *slot, row0, p.n_rows, src, t->dtype, p.src_stride,
-                                       p.col0);
-    }
-    if (st != NL_OK) return nl_error_prefix(st, "loading %s: ", spec->name);
-    return NL_OK;
+    if (p.n_rows == 0) return NL_OK;
+    const char *src = (const char *)t->data +
+                      (size_t)(p.src_row0 * p.src_stride) * nl_dtype_size(t->dtype);
+    nl_status st = be->ops->weight_fill_rows(be, *tg.slot, tg.row0, p.n_rows, src, t->dtype,
+                                             p.src_stride, p.col0);
+    return st == NL_OK ? NL_OK : nl_error_prefix(st, "loading %s: ", spec->name);
 }
 
-nl_status weights_load(nl_backend *be, const nl_model_config *cfg, const st_model *m, int32_t rank,
-                       int32_t tp, qwen_weights **out)
+nl_status weights_create(nl_backend *be, const nl_model_config *cfg, int32_t rank, int32_t tp,
+                         qwen_weights **out)
 {
     const model_family *f = model_family_of(cfg);
     if (!f) return nl_error(NL_ERR_INVALID_ARG, "weights: config has unknown arch %d", (int)cfg->arch);
@@ -180,7 +189,12 @@ nl_status weights_load(nl_backend *be, const nl_model_config *cfg, const st_mode
     }
     if (st == NL_OK) st = upload_inv_freq(be, w);
     if (st == NL_OK) st = model_tensors_list(cfg, &specs, &n_specs);
-    for (size_t i = 0; st == NL_OK && i < n_specs; i++) st = load_part(be, f, &specs[i], m, w);
+    for (size_t i = 0; st == NL_OK && i < n_specs; i++) {
+        const part_target t = target_of(f, &specs[i], w);
+        if (*t.slot) continue; /* an earlier part of the fused matrix made it */
+        st = be->ops->weight_create(be, t.rows, t.plan.cols, t.slot);
+        if (st != NL_OK) st = nl_error_prefix(st, "creating %s: ", specs[i].name);
+    }
     free(specs);
     /* A tied slot is the weight it is tied to, loaded once. */
     for (size_t i = 0; st == NL_OK && i < f->n_tensors; i++) {
@@ -188,6 +202,32 @@ nl_status weights_load(nl_backend *be, const nl_model_config *cfg, const st_mode
         if (d->presence == MODEL_PRESENT_IF_UNTIED && !model_tensor_present(f, d, cfg))
             *slot_field(w, 0, d->slot) = *slot_field(w, 0, d->tied_to);
     }
+    if (st != NL_OK) {
+        weights_destroy(be, w);
+        return st;
+    }
+    *out = w;
+    return NL_OK;
+}
+
+nl_status weights_fill(nl_backend *be, const st_model *m, qwen_weights *w)
+{
+    const model_family *f = model_family_of(&w->cfg);
+    if (!f) return nl_error(NL_ERR_INVALID_ARG, "weights: config has unknown arch %d", (int)w->cfg.arch);
+    model_tensor_spec *specs = NULL;
+    size_t n_specs = 0;
+    nl_status st = model_tensors_list(&w->cfg, &specs, &n_specs);
+    for (size_t i = 0; st == NL_OK && i < n_specs; i++) st = fill_part(be, f, &specs[i], m, w);
+    free(specs);
+    return st;
+}
+
+nl_status weights_load(nl_backend *be, const nl_model_config *cfg, const st_model *m, int32_t rank,
+                       int32_t tp, qwen_weights **out)
+{
+    qwen_weights *w = NULL;
+    NL_TRY(weights_create(be, cfg, rank, tp, &w));
+    nl_status st = weights_fill(be, m, w);
     if (st != NL_OK) {
         weights_destroy(be, w);
         return st;

@@ -29,7 +29,7 @@
 #include "kernels/cuda/attention.cuh"
 
 #define DEC_WARPS 4
-#define DEC_MIN_CHUNK 128    /* keys per split at least                      */
+#define DEC_MIN_CHUNK 64     /* keys per split at least (128: batch 1 ~3% slower) */
 #define DEC_TARGET_WAVES 4   /* waves of resident blocks a split batch aims at */
 #define DEC_MAX_SPLITS 64
 

@@ -139,6 +139,8 @@ typedef struct cuda_gemm_plan {
     cublasLtMatmulAlgo_t algo;
 } cuda_gemm_plan;
 
+typedef struct cuda_gemm_warm cuda_gemm_warm;
+
 typedef struct cuda_backend {
     nl_backend base;
     int device;
@@ -162,6 +164,7 @@ typedef struct cuda_backend {
     size_t step_scratch_bytes;
     cuda_gemm_plan plans[NL_GEMM_PLAN_CACHE];
     int next_plan;             /* round-robin replacement when full        */
+    struct cuda_gemm_warm *warm; /* plans being prepared ahead (gemm.cu)   */
     struct cuda_op_timer *timer; /* NANOLLM_PROFILE=ops; op_timer.cu       */
 } cuda_backend;
 
@@ -264,7 +267,13 @@ nl_status cuda_timer_mark(nl_backend *b, int32_t tag);
 nl_status cuda_timer_collect(nl_backend *b, double *secs, int32_t n_tags);
 void cuda_timer_release(cuda_backend *be);
 
-/* Frees the GEMM plan cache (gemm.cu), at the backend's destruction. */
+/* Plans prepared ahead on helper threads (gemm.cu): the linear_warm_start
+ * and linear_warm_join slots. */
+nl_status cuda_linear_warm_start(nl_backend *b, const nl_linear_shape *shapes, int32_t n);
+nl_status cuda_linear_warm_join(nl_backend *b);
+
+/* Frees the GEMM plan cache (gemm.cu), at the backend's destruction; waits
+ * for plans still being prepared first. */
 void cuda_gemm_release_plans(cuda_backend *be);
 
 #endif
