@@ -256,6 +256,75 @@ START_TEST(test_linear)
 }
 END_TEST
 
+/* Plans prepared ahead while the weights are filled (linear_warm_start reads
+ * them before they hold their values), then the ops on the filled weights:
+ * the prepared plans must compute what fresh ones would.  Shapes no other
+ * test uses, so none is cached before. */
+START_TEST(test_linear_warm)
+{
+    const int rows = 1536, cols = 768, vocab = 2050;
+    float *w = rand_bf16((size_t)rows * cols, 0.05f), *b = rand_bf16(rows, 0.5f);
+    float *h = rand_bf16((size_t)vocab * cols, 0.05f), *x = rand_bf16((size_t)9 * cols, 1.0f);
+    wpair pw, pb, ph;
+    ck_assert_int_eq(cpu->ops->weight_create(cpu, rows, cols, &pw.c), NL_OK);
+    ck_assert_int_eq(gpu->ops->weight_create(gpu, rows, cols, &pw.g), NL_OK);
+    ck_assert_int_eq(cpu->ops->weight_create(cpu, 1, rows, &pb.c), NL_OK);
+    ck_assert_int_eq(gpu->ops->weight_create(gpu, 1, rows, &pb.g), NL_OK);
+    ck_assert_int_eq(cpu->ops->weight_create(cpu, vocab, cols, &ph.c), NL_OK);
+    ck_assert_int_eq(gpu->ops->weight_create(gpu, vocab, cols, &ph.g), NL_OK);
+    const nl_linear_shape shapes[] = {
+        {pw.g, pb.g, 5, false}, {pw.g, NULL, 9, false}, {ph.g, NULL, 3, true},
+        {pw.g, NULL, 1, false}, /* the GEMV's: nothing to prepare */
+        {pw.g, pb.g, 5, false}, /* listed twice */
+    };
+    ck_assert_ptr_nonnull(gpu->ops->linear_warm_start);
+    ck_assert_int_eq(gpu->ops->linear_warm_start(gpu, shapes, 5), NL_OK);
+    ck_assert_int_ne(gpu->ops->linear_warm_start(gpu, shapes, 5), NL_OK); /* one at a time */
+    ck_assert_int_eq(cpu->ops->weight_fill_rows(cpu, pw.c, 0, rows, w, NL_DTYPE_F32, cols, 0), NL_OK);
+    ck_assert_int_eq(gpu->ops->weight_fill_rows(gpu, pw.g, 0, rows, w, NL_DTYPE_F32, cols, 0), NL_OK);
+    ck_assert_int_eq(cpu->ops->weight_fill_rows(cpu, pb.c, 0, 1, b, NL_DTYPE_F32, rows, 0), NL_OK);
+    ck_assert_int_eq(gpu->ops->weight_fill_rows(gpu, pb.g, 0, 1, b, NL_DTYPE_F32, rows, 0), NL_OK);
+    ck_assert_int_eq(cpu->ops->weight_fill_rows(cpu, ph.c, 0, vocab, h, NL_DTYPE_F32, cols, 0), NL_OK);
+    ck_assert_int_eq(gpu->ops->weight_fill_rows(gpu, ph.g, 0, vocab, h, NL_DTYPE_F32, cols, 0), NL_OK);
+    ck_assert_int_eq(gpu->ops->linear_warm_join(gpu), NL_OK);
+    ck_assert_int_eq(gpu->ops->linear_warm_join(gpu), NL_OK); /* nothing left to join */
+
+    pair px = pair_from(x, (size_t)9 * cols);
+    const int ns[] = {5, 9};
+    for (int i = 0; i < 2; i++) {
+        pair out = pair_new((size_t)ns[i] * rows);
+        const bool bias = ns[i] == 5;
+        OK_BOTH(cpu->ops->linear(cpu, out.c, px.c, pw.c, bias ? pb.c : NULL, ns[i]),
+                gpu->ops->linear(gpu, out.g, px.g, pw.g, bias ? pb.g : NULL, ns[i]));
+        char what[96];
+        snprintf(what, sizeof what, "prepared linear n=%d [%d x %d]%s", ns[i], rows, cols,
+                 bias ? " +bias" : "");
+        expect_close(out, what);
+        pair_free(out);
+    }
+    raw logits = raw_from(NULL, (size_t)3 * vocab * 4);
+    OK_BOTH(cpu->ops->linear_f32(cpu, logits.c, px.c, ph.c, 3),
+            gpu->ops->linear_f32(gpu, logits.g, px.g, ph.g, 3));
+    float *hc = malloc((size_t)3 * vocab * 4), *hg = malloc((size_t)3 * vocab * 4);
+    cpu->ops->download(cpu, hc, logits.c, (size_t)3 * vocab * 4);
+    gpu->ops->download(gpu, hg, logits.g, (size_t)3 * vocab * 4);
+    const double e = rel_err(hg, hc, (size_t)3 * vocab);
+    printf("  %-58s rel err %.2e\n", "prepared linear_f32 n=3", e);
+    ck_assert_msg(e < 1e-3, "prepared linear_f32: %g", e);
+    free(hc);
+    free(hg);
+    raw_free(logits);
+    pair_free(px);
+    weight_free(pw);
+    weight_free(pb);
+    weight_free(ph);
+    free(w);
+    free(b);
+    free(h);
+    free(x);
+}
+END_TEST
+
 /* ---- embedding, rmsnorm, silu, gather ------------------------------------------ */
 
 START_TEST(test_embedding)
@@ -1147,6 +1216,7 @@ int main(void)
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, test_upload_rows);
     tcase_add_test(tc, test_linear);
+    tcase_add_test(tc, test_linear_warm);
     tcase_add_test(tc, test_norm_linear_add);
     tcase_add_test(tc, test_embedding);
     tcase_add_test(tc, test_rmsnorm);
