@@ -148,12 +148,18 @@ static __device__ __forceinline__ void dec_norm_rope(float v[EPL], const bf16 *w
     }
 }
 
-/* A value as the cache holds it (what kv_put stores, read back). */
+/* A value as the cache holds it, and its store there. */
 static __device__ __forceinline__ float dec_cache_round(float v, bf16) { return round_bf16(v); }
 static __device__ __forceinline__ float dec_cache_round(float v, fp8)
 {
     const __nv_fp8_storage_t b = __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
     return __half2float(__half(__nv_cvt_fp8_to_halfraw(b, __NV_E4M3)));
+}
+static __device__ __forceinline__ void dec_cache_put(bf16 *p, float v) { *p = __float2bfloat16(v); }
+static __device__ __forceinline__ void dec_cache_put(fp8 *p, float v)
+{
+    /* round to nearest even, saturating: the bytes qk_norm_rope_store writes */
+    *(__nv_fp8_storage_t *)p = __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
 }
 
 /* EPL elements of a bf16 row from element li * EPL on. */
@@ -332,8 +338,8 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) kernel_decode(dec_params p)
                 const size_t off = (size_t)slot * row_stride + (size_t)kvh * HD + li * EPL;
 #pragma unroll
                 for (int i = 0; i < EPL; i++) {
-                    kv_put((KV *)p.rope.k_store + off + i, kf[i]);
-                    kv_put((KV *)p.rope.v_store + off + i, vf[i]);
+                    dec_cache_put((KV *)p.rope.k_store + off + i, kf[i]);
+                    dec_cache_put((KV *)p.rope.v_store + off + i, vf[i]);
                 }
             }
             float score[G];

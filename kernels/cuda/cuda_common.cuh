@@ -83,14 +83,6 @@ static __device__ __forceinline__ void fp8x8_to_float(uint2 v, float f[8])
     }
 }
 
-/* A KV-cache element from a float: bf16, or e4m3 rounded to nearest even
- * and saturating at +-448 (the bytes of the host's nl_f32_to_f8e4m3). */
-static __device__ __forceinline__ void kv_put(bf16 *p, float v) { *p = __float2bfloat16(v); }
-static __device__ __forceinline__ void kv_put(fp8 *p, float v)
-{
-    *(__nv_fp8_storage_t *)p = __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
-}
-
 /* ---- programmatic dependent launch ------------------------------------------
  *
  * A kernel the backend launches with cuda_launch may start while the kernel

@@ -169,6 +169,14 @@ nl_status cuda_rmsnorm(nl_backend *b, void *out, const void *x, void *residual,
 
 /* ---- QK-norm + RoPE + KV-cache store: one warp per (token, head) ----------------- */
 
+static __device__ __forceinline__ void kv_put(bf16 *p, float v) { *p = __float2bfloat16(v); }
+static __device__ __forceinline__ void kv_put(fp8 *p, float v)
+{
+    /* round to nearest even, saturating at +-448: the bytes of the host's
+     * nl_f32_to_f8e4m3 */
+    *(__nv_fp8_storage_t *)p = __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
+}
+
 /* Warps of heads [0, hq + hk) normalise and rotate a q or k head in place;
  * k heads, and the warps of the v heads after them, also write their row
  * into the cache at the token's slot (none for a negative slot), as the
