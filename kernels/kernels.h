@@ -68,18 +68,6 @@ typedef struct nl_attn_batch {
     const int32_t *decode_order;
 } nl_attn_batch;
 
-/* What qk_norm_rope_store takes besides qkv, the caches and the shapes:
- * the new tokens' positions and KV slots, the per-head norms (NULL: none)
- * and the rotary table, as that op describes them. */
-typedef struct nl_rope_store {
-    const int32_t *positions;
-    const nl_weight *q_norm, *k_norm;
-    const float *inv_freq;
-    const int32_t *slots;
-    float eps;
-    int32_t block_size;
-} nl_rope_store;
-
 /* nl_sample_row, the sampler's exact semantics and its random race are
  * defined in common/sampling.h. */
 
@@ -158,15 +146,6 @@ typedef struct nl_backend_ops {
                            const void *k_cache, const void *v_cache,
                            const nl_attn_batch *batch, int32_t hq, int32_t hk,
                            int32_t hd, float scale, nl_dtype kv_dtype);
-    /* Optional (NULL: the two ops in turn).  qk_norm_rope_store with rs,
-     * then attention, for a batch whose every seq decodes one token
-     * (batch->all_decode): out and the caches end as the two ops leave them,
-     * qkv is left undefined.  One op, so that a backend can normalise and
-     * rotate each new token's q and k where attention reads them. */
-    nl_status (*decode_rope_attention)(nl_backend *be, void *out, void *qkv, void *k_cache,
-                                       void *v_cache, const nl_attn_batch *batch,
-                                       const nl_rope_store *rs, int32_t hq, int32_t hk,
-                                       int32_t hd, float scale, nl_dtype kv_dtype);
     /* A projection of the normalised residual stream: with x, residual += x
      * first (x == NULL: residual is complete and stays as it is); then
      * y = rmsnorm(residual) * norm_w @ w^T (+ bias), and out = y, or with

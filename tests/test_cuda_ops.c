@@ -577,29 +577,6 @@ static int attn_pad_from = -1;
 /* true: the cache is e4m3 on both backends (the same bytes). */
 static bool attn_kv_fp8;
 
-/* A decode batch through decode_rope_attention instead of attention: each
- * new token's q and k are normalised (attn_rope_norms) and rotated, and its
- * K/V stored at position context - 1 (padding rows store nothing); the
- * caches are compared too. */
-static bool attn_fused_rope, attn_rope_norms = true;
-
-/* Downloads an e4m3 cache from both backends; the relative error of the
- * GPU's values against the CPU's. */
-static double fp8_cache_err(raw r, size_t n)
-{
-    uint8_t *bc = malloc(n), *bg = malloc(n);
-    float *fc = malloc(n * 4), *fg = malloc(n * 4);
-    ck_assert_int_eq(cpu->ops->download(cpu, bc, r.c, n), NL_OK);
-    ck_assert_int_eq(gpu->ops->download(gpu, bg, r.g, n), NL_OK);
-    for (size_t i = 0; i < n; i++) fc[i] = nl_f8e4m3_to_f32(bc[i]), fg[i] = nl_f8e4m3_to_f32(bg[i]);
-    double e = rel_err(fg, fc, n);
-    free(bc);
-    free(bg);
-    free(fc);
-    free(fg);
-    return e;
-}
-
 /* Sequences with q_len new tokens each on top of prefix cached tokens; the
  * cache holds random K/V in randomly placed blocks. */
 static void check_attention(int n_seqs, const int *q_lens, const int *prefix, int hq, int hk,
@@ -677,55 +654,12 @@ static void check_attention(int n_seqs, const int *q_lens, const int *prefix, in
     raw rorder = raw_from(order, n_seqs * 4);
     bg.decode_order = rorder.g;
     float scale = 1.0f / sqrtf((float)hd);
+    OK_BOTH(cpu->ops->attention(cpu, out.c, pq.c, kcc, vcc, &bc, hq, hk, hd, scale, kv_c),
+            gpu->ops->attention(gpu, out.g, pq.g, kcg, vcg, &bg, hq, hk, hd, scale, kv_g));
     char what[128];
-    if (attn_fused_rope) {
-        ck_assert(all_decode);
-        int32_t pos[64], slot[64];
-        for (int s = 0; s < n_seqs; s++) {
-            pos[s] = ctx[s] - 1;
-            slot[s] = attn_pad_from >= 0 && s >= attn_pad_from
-                          ? -1
-                          : table[s * max_blocks + pos[s] / bs] * bs + pos[s] % bs;
-        }
-        float *inv = malloc(sizeof(float) * (size_t)(hd / 2));
-        for (int i = 0; i < hd / 2; i++) inv[i] = 1.0f / powf(1e6f, (float)(2 * i) / (float)hd);
-        float *qn = rand_bf16(hd, 1.5f), *kn = rand_bf16(hd, 1.5f);
-        wpair wq = weight_from(qn, 1, hd), wk = weight_from(kn, 1, hd);
-        raw rinv = raw_from(inv, sizeof(float) * (size_t)(hd / 2));
-        raw rpos = raw_from(pos, n_seqs * 4), rslot = raw_from(slot, n_seqs * 4);
-        const bool nm = attn_rope_norms;
-        nl_rope_store rc = {rpos.c, nm ? wq.c : NULL, nm ? wk.c : NULL, rinv.c, rslot.c, 1e-6f, bs};
-        nl_rope_store rg = {rpos.g, nm ? wq.g : NULL, nm ? wk.g : NULL, rinv.g, rslot.g, 1e-6f, bs};
-        OK_BOTH(cpu->ops->decode_rope_attention(cpu, out.c, pq.c, kcc, vcc, &bc, &rc, hq, hk, hd,
-                                                scale, kv_c),
-                gpu->ops->decode_rope_attention(gpu, out.g, pq.g, kcg, vcg, &bg, &rg, hq, hk, hd,
-                                                scale, kv_g));
-        snprintf(what, sizeof what, "rope+attention %s hq=%d hk=%d hd=%d max_ctx=%d%s%s", label, hq,
-                 hk, hd, max_ctx, nm ? " +norm" : "", attn_kv_fp8 ? " fp8 KV" : "");
-        expect_close(out, what);
-        if (attn_kv_fp8) {
-            double ek = fp8_cache_err(rk8, cache), ev = fp8_cache_err(rv8, cache);
-            printf("  %-58s rel err %.2e / %.2e\n", "  its fp8 k / v caches", ek, ev);
-            ck_assert_msg(ek < TOL && ev < TOL, "fp8 caches: %g / %g", ek, ev);
-        } else {
-            expect_close(kc, "  its k cache");
-            expect_close(vc, "  its v cache");
-        }
-        weight_free(wq);
-        weight_free(wk);
-        raw_free(rinv);
-        raw_free(rpos);
-        raw_free(rslot);
-        free(inv);
-        free(qn);
-        free(kn);
-    } else {
-        OK_BOTH(cpu->ops->attention(cpu, out.c, pq.c, kcc, vcc, &bc, hq, hk, hd, scale, kv_c),
-                gpu->ops->attention(gpu, out.g, pq.g, kcg, vcg, &bg, hq, hk, hd, scale, kv_g));
-        snprintf(what, sizeof what, "attention %s hq=%d hk=%d hd=%d bs=%d max_ctx=%d%s", label,
-                 hq, hk, hd, bs, max_ctx, attn_kv_fp8 ? " fp8 KV" : "");
-        expect_close(out, what);
-    }
+    snprintf(what, sizeof what, "attention %s hq=%d hk=%d hd=%d bs=%d max_ctx=%d%s", label, hq, hk,
+             hd, bs, max_ctx, attn_kv_fp8 ? " fp8 KV" : "");
+    expect_close(out, what);
     raw_free(rk8);
     raw_free(rv8);
     free(k8);
@@ -846,46 +780,6 @@ START_TEST(test_attention_decode_graph_small)
     attn_kv_fp8 = false;
     attn_extra_blocks = 0;
     check_attention(64, q, p, 16, 8, 128, 16, "decode 64 mixed lengths");
-}
-END_TEST
-
-/* decode_rope_attention: the decode kernel prepares the new tokens itself
- * (head_dim 64, 128, 256; bf16 and e4m3 caches; with and without the
- * per-head norms; split and graph-shaped batches with padding rows); other
- * head dims take the two ops. */
-START_TEST(test_decode_rope_attention)
-{
-    attn_fused_rope = true;
-    int q[64], p[64];
-    for (int s = 0; s < 64; s++) q[s] = 1;
-    int p1[] = {0, 15, 16, 17, 63, 64, 65, 200};
-    int p2[] = {8191, 4000, 1, 8000};
-    for (int fp8 = 0; fp8 < 2; fp8++) {
-        attn_kv_fp8 = fp8;
-        check_attention(8, q, p1, 16, 8, 128, 16, "decode block edges");
-        check_attention(8, q, p1, 32, 8, 128, 16, "decode block edges");
-        check_attention(4, q, p2, 16, 8, 128, 16, "decode long split-K");
-        check_attention(4, q, p2, 16, 1, 128, 16, "decode long MQA");
-        check_attention(8, q, p1, 14, 2, 64, 16, "decode block edges");
-        check_attention(4, q, p2, 16, 2, 256, 16, "decode long split-K");
-        check_attention(8, q, p1, 64, 4, 128, 16, "decode 16-head groups");
-        attn_rope_norms = false;
-        check_attention(8, q, p1, 16, 8, 128, 16, "decode block edges");
-        attn_rope_norms = true;
-        /* no fused kernel: the two ops */
-        check_attention(8, q, p1, 10, 2, 80, 16, "decode block edges");
-        /* a graph's batch: host maxima at max_model_len, two padding rows */
-        for (int s = 0; s < 16; s++) p[s] = 1 + (int)(rnext() % 2000);
-        p[14] = p[15] = 0;
-        attn_extra_blocks = 40960 / 16 - 2048 / 16;
-        attn_pad_from = 14;
-        check_attention(16, q, p, 16, 8, 128, 16, "decode graph + padding");
-        check_attention(16, q, p, 32, 8, 128, 16, "decode graph + padding");
-        attn_pad_from = -1;
-        attn_extra_blocks = 0;
-    }
-    attn_kv_fp8 = false;
-    attn_fused_rope = false;
 }
 END_TEST
 
@@ -1333,7 +1227,6 @@ int main(void)
     tcase_add_test(tc, test_attention_prefill);
     tcase_add_test(tc, test_attention_decode);
     tcase_add_test(tc, test_attention_decode_graph_small);
-    tcase_add_test(tc, test_decode_rope_attention);
     tcase_add_test(tc, test_attention_head_dim_refused);
     tcase_add_test(tc, test_graph_replay);
     tcase_add_test(tc, test_sample);

@@ -228,21 +228,13 @@ nl_status qwen_forward(nl_backend *be, nl_comm *comm, const qwen_weights *w, qwe
         NL_TRY(mark(be, s, QWEN_OP_QKV));
         NL_TRY(op->norm_linear(be, qkv, s->xn, attn, pending, s->residual, L->input_norm, eps,
                                L->qkv, L->qkv_bias, n, false)); /* [n, (hq + 2 hk) hd] */
-        const nl_rope_store rs = {in->positions, L->q_norm, L->k_norm, w->rope_inv_freq,
-                                  in->slots, eps, s->block_size};
-        if (in->attn.all_decode && op->decode_rope_attention) {
-            NL_TRY(mark(be, s, QWEN_OP_ATTENTION)); /* the new tokens' q and k inside */
-            NL_TRY(op->decode_rope_attention(be, attn, qkv, s->k_cache[l], s->v_cache[l],
-                                             &in->attn, &rs, hq, hk, hd, scale, s->kv_dtype));
-        } else {
-            NL_TRY(mark(be, s, QWEN_OP_ROPE_STORE));
-            NL_TRY(op->qk_norm_rope_store(be, qkv, rs.positions, rs.q_norm, rs.k_norm,
-                                          rs.inv_freq, s->k_cache[l], s->v_cache[l], rs.slots, n,
-                                          hq, hk, hd, eps, rs.block_size, s->kv_dtype));
-            NL_TRY(mark(be, s, QWEN_OP_ATTENTION));
-            NL_TRY(op->attention(be, attn, qkv, s->k_cache[l], s->v_cache[l], &in->attn, hq, hk,
-                                 hd, scale, s->kv_dtype)); /* [n, hq hd] */
-        }
+        NL_TRY(mark(be, s, QWEN_OP_ROPE_STORE));
+        NL_TRY(op->qk_norm_rope_store(be, qkv, in->positions, L->q_norm, L->k_norm,
+                                      w->rope_inv_freq, s->k_cache[l], s->v_cache[l], in->slots,
+                                      n, hq, hk, hd, eps, s->block_size, s->kv_dtype));
+        NL_TRY(mark(be, s, QWEN_OP_ATTENTION));
+        NL_TRY(op->attention(be, attn, qkv, s->k_cache[l], s->v_cache[l], &in->attn, hq, hk, hd,
+                             scale, s->kv_dtype)); /* [n, hq hd] */
         NL_TRY(mark(be, s, QWEN_OP_O_PROJ));
         NL_TRY(project_into_residual(be, comm, w, s, attn, L->o_proj, L->o_bias, n, &pending));
 

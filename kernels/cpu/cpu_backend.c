@@ -281,7 +281,6 @@ static const nl_backend_ops cpu_ops = {
     .linear_f32 = cpu_linear_f32,
     .qk_norm_rope_store = cpu_qk_norm_rope_store,
     .attention = cpu_attention,
-    .decode_rope_attention = cpu_decode_rope_attention,
     .norm_linear = cpu_norm_linear,
     .linear_add = cpu_linear_add,
     .gather_rows = cpu_gather_rows,

@@ -69,10 +69,6 @@ nl_status cpu_qk_norm_rope_store(nl_backend *be, void *qkv, const int32_t *posit
                                  const float *inv_freq, void *k_cache, void *v_cache,
                                  const int32_t *slots, int32_t n, int32_t hq, int32_t hk, int32_t hd,
                                  float eps, int32_t block_size, nl_dtype kv_dtype);
-nl_status cpu_decode_rope_attention(nl_backend *be, void *out, void *qkv, void *k_cache,
-                                    void *v_cache, const nl_attn_batch *batch,
-                                    const nl_rope_store *rs, int32_t hq, int32_t hk, int32_t hd,
-                                    float scale, nl_dtype kv_dtype);
 nl_status cpu_attention(nl_backend *be, void *out, const void *qkv, const void *k_cache,
                         const void *v_cache, const nl_attn_batch *batch, int32_t hq,
                         int32_t hk, int32_t hd, float scale, nl_dtype kv_dtype);

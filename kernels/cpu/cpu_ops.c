@@ -231,20 +231,6 @@ nl_status cpu_qk_norm_rope_store(nl_backend *be, void *qkv, const int32_t *posit
     return cpu_store_kv(be, k_cache, v_cache, qkv, slots, n, hq, hk, hd, block_size, kv_dtype);
 }
 
-/* The fused decode op of kernels.h, as its two ops in turn. */
-nl_status cpu_decode_rope_attention(nl_backend *be, void *out, void *qkv, void *k_cache,
-                                    void *v_cache, const nl_attn_batch *batch,
-                                    const nl_rope_store *rs, int32_t hq, int32_t hk, int32_t hd,
-                                    float scale, nl_dtype kv_dtype)
-{
-    if (!batch->all_decode)
-        return nl_error(NL_ERR_INVALID_ARG, "decode_rope_attention: a batch with prompt rows");
-    NL_TRY(cpu_qk_norm_rope_store(be, qkv, rs->positions, rs->q_norm, rs->k_norm, rs->inv_freq,
-                                  k_cache, v_cache, rs->slots, batch->n_tokens, hq, hk, hd, rs->eps,
-                                  rs->block_size, kv_dtype));
-    return cpu_attention(be, out, qkv, k_cache, v_cache, batch, hq, hk, hd, scale, kv_dtype);
-}
-
 /* ---- attention ---------------------------------------------------------- */
 
 struct attn_ctx {

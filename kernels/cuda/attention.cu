@@ -350,73 +350,6 @@ static bool use_generic(void)
     return cached != 0;
 }
 
-/* Checks the shapes and fills the arguments every attention kernel reads. */
-static nl_status attn_args_of(attn_args *a, void *out, const void *qkv, const void *k_cache,
-                              const void *v_cache, const nl_attn_batch *b, int32_t hq, int32_t hk,
-                              int32_t hd, float scale, nl_dtype kv_dtype)
-{
-    if (kv_dtype != NL_DTYPE_BF16 && kv_dtype != NL_DTYPE_F8_E4M3)
-        return nl_error(NL_ERR_UNSUPPORTED, "cuda: attention over a %s KV cache (BF16 or F8_E4M3)",
-                        nl_dtype_name(kv_dtype));
-    if (hk <= 0 || hq % hk != 0)
-        return nl_error(NL_ERR_INVALID_ARG, "cuda: attention heads hq=%d not a multiple of hk=%d",
-                        hq, hk);
-    if (hd <= 0 || hd % 8 != 0 || hd > ATTN_MAX_HD)
-        return nl_error(NL_ERR_UNSUPPORTED, "cuda: attention head_dim %d (supported: multiples "
-                        "of 8 up to %d)", hd, ATTN_MAX_HD);
-    if (b->block_size <= 0)
-        return nl_error(NL_ERR_INVALID_ARG, "cuda: attention block_size %d", b->block_size);
-    a->out = (bf16 *)out;
-    a->qkv = (const bf16 *)qkv;
-    a->k_cache = k_cache;
-    a->v_cache = v_cache;
-    a->kv_fp8 = kv_dtype == NL_DTYPE_F8_E4M3;
-    a->cu_seqlens_q = b->cu_seqlens_q;
-    a->context_lens = b->context_lens;
-    a->block_tables = b->block_tables;
-    a->hq = hq;
-    a->hk = hk;
-    a->group = hq / hk;
-    a->hd = hd;
-    a->block_size = b->block_size;
-    a->max_blocks_per_seq = b->max_blocks_per_seq;
-    a->scale_log2 = scale * NL_LOG2E;
-    return NL_OK;
-}
-
-nl_status cuda_decode_rope_attention(nl_backend *backend, void *out, void *qkv, void *k_cache,
-                                     void *v_cache, const nl_attn_batch *b,
-                                     const nl_rope_store *rs, int32_t hq, int32_t hk, int32_t hd,
-                                     float scale, nl_dtype kv_dtype)
-{
-    if (!b->all_decode)
-        return nl_error(NL_ERR_INVALID_ARG, "cuda: decode_rope_attention over a batch with "
-                        "prompt rows");
-    const bool norms_fit = (!rs->q_norm || rs->q_norm->rows * rs->q_norm->cols == hd) &&
-                           (!rs->k_norm || rs->k_norm->rows * rs->k_norm->cols == hd);
-    if (use_generic() || !(hd == 64 || hd == 128 || hd == 256) || !norms_fit || !rs->inv_freq) {
-        /* the two ops, which also name whatever is wrong */
-        NL_TRY(cuda_qk_norm_rope_store(backend, qkv, rs->positions, rs->q_norm, rs->k_norm,
-                                       rs->inv_freq, k_cache, v_cache, rs->slots, b->n_tokens, hq,
-                                       hk, hd, rs->eps, rs->block_size, kv_dtype));
-        return cuda_attention(backend, out, qkv, k_cache, v_cache, b, hq, hk, hd, scale,
-                              kv_dtype);
-    }
-    attn_args a;
-    NL_TRY(attn_args_of(&a, out, qkv, k_cache, v_cache, b, hq, hk, hd, scale, kv_dtype));
-    if (b->n_seqs <= 0 || b->n_tokens <= 0) return NL_OK;
-    dec_rope rope;
-    rope.q_norm = rs->q_norm ? rs->q_norm->data : NULL;
-    rope.k_norm = rs->k_norm ? rs->k_norm->data : NULL;
-    rope.inv_freq = rs->inv_freq;
-    rope.positions = rs->positions;
-    rope.slots = rs->slots;
-    rope.k_store = k_cache;
-    rope.v_store = v_cache;
-    rope.eps = rs->eps;
-    return cuda_attention_decode(cuda_be(backend), &a, b, &rope);
-}
-
 nl_status cuda_attention(nl_backend *backend, void *out, const void *qkv, const void *k_cache,
                          const void *v_cache, const nl_attn_batch *b, int32_t hq, int32_t hk,
                          int32_t hd, float scale, nl_dtype kv_dtype)
@@ -426,15 +359,37 @@ nl_status cuda_attention(nl_backend *backend, void *out, const void *qkv, const 
         return nl_error(NL_ERR_UNSUPPORTED, "cuda: attention over a %s KV cache (BF16 or F8_E4M3)",
                         nl_dtype_name(kv_dtype));
     if (b->n_seqs <= 0 || b->n_tokens <= 0) return NL_OK;
+    if (hk <= 0 || hq % hk != 0)
+        return nl_error(NL_ERR_INVALID_ARG, "cuda: attention heads hq=%d not a multiple of hk=%d",
+                        hq, hk);
+    if (hd <= 0 || hd % 8 != 0 || hd > ATTN_MAX_HD)
+        return nl_error(NL_ERR_UNSUPPORTED, "cuda: attention head_dim %d (supported: multiples "
+                        "of 8 up to %d)", hd, ATTN_MAX_HD);
+    if (b->block_size <= 0)
+        return nl_error(NL_ERR_INVALID_ARG, "cuda: attention block_size %d", b->block_size);
     attn_args a;
-    NL_TRY(attn_args_of(&a, out, qkv, k_cache, v_cache, b, hq, hk, hd, scale, kv_dtype));
+    a.out = (bf16 *)out;
+    a.qkv = (const bf16 *)qkv;
+    a.k_cache = k_cache;
+    a.v_cache = v_cache;
+    a.kv_fp8 = kv_dtype == NL_DTYPE_F8_E4M3;
+    a.cu_seqlens_q = b->cu_seqlens_q;
+    a.context_lens = b->context_lens;
+    a.block_tables = b->block_tables;
+    a.hq = hq;
+    a.hk = hk;
+    a.group = hq / hk;
+    a.hd = hd;
+    a.block_size = b->block_size;
+    a.max_blocks_per_seq = b->max_blocks_per_seq;
+    a.scale_log2 = scale * NL_LOG2E;
     if (use_generic() || !has_fast_kernel(hd)) {
         if (a.group > ATTN_WARPS * 8)
             return nl_error(NL_ERR_UNSUPPORTED, "cuda: attention group of %d query heads per kv "
                             "head (at most %d)", a.group, ATTN_WARPS * 8);
         return cuda_attention_generic(be, &a, b);
     }
-    if (b->all_decode || b->n_leading_decodes >= b->n_seqs) return cuda_attention_decode(be, &a, b, NULL);
+    if (b->all_decode || b->n_leading_decodes >= b->n_seqs) return cuda_attention_decode(be, &a, b);
     if (b->n_leading_decodes <= 0) return cuda_attention_prefill(be, &a, b);
     /* A mixed step: its decode rows read their contexts once per kv head
      * in the decode kernel instead of as one-row tiles of the prefill
@@ -444,7 +399,7 @@ nl_status cuda_attention(nl_backend *backend, void *out, const void *qkv, const 
     decodes.n_seqs = decodes.n_tokens = k;
     decodes.max_q_len = 1;
     decodes.all_decode = true;
-    NL_TRY(cuda_attention_decode(be, &a, &decodes, NULL));
+    NL_TRY(cuda_attention_decode(be, &a, &decodes));
     /* the kernels read the per-sequence arrays from the arguments */
     nl_attn_batch prompts = *b;
     prompts.n_seqs -= k;

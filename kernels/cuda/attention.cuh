@@ -40,24 +40,10 @@ static inline size_t attn_scratch_floats(const cuda_backend *be)
     return be->step_scratch_bytes / sizeof(float);
 }
 
-/* The new tokens' QK-norm, RoPE and K/V store, done by the decode kernel
- * itself (decode_rope_attention): q and k arrive as the qkv projection
- * left them. */
-struct dec_rope {
-    const bf16 *q_norm, *k_norm;        /* [hd] each, or NULL                */
-    const float *inv_freq;              /* [hd / 2]                          */
-    const int32_t *positions, *slots;   /* [n]; a negative slot stores nothing */
-    void *k_store, *v_store;            /* the caches, to write the new rows */
-    float eps;
-};
-
 /* Decode (every q_len == 1), GQA groups of any size, head_dim 32, 64, 80, 96,
  * 128 or 256:
- * one block per (context split, sequence, kv head, group slice).  With rope
- * (head_dim 64, 128 or 256 only), the kernel prepares the new tokens' q, k
- * and v first (dec_rope). */
-nl_status cuda_attention_decode(cuda_backend *be, const attn_args *a, const nl_attn_batch *b,
-                                const dec_rope *rope);
+ * one block per (context split, sequence, kv head, group slice). */
+nl_status cuda_attention_decode(cuda_backend *be, const attn_args *a, const nl_attn_batch *b);
 
 /* Prefill and mixed batches on tensor cores, head_dim 32, 64, 80, 96, 128 or
  * 256. */

@@ -40,7 +40,6 @@ struct dec_params : attn_args {
     int block_shift;          /* log2 block_size, < 0: not a power of two    */
     int n_splits;             /* blocks per (sequence, kv head, slice)      */
     const int32_t *order;     /* [n_seqs] seqs in launch order, or NULL     */
-    dec_rope rope;            /* the kernels with ROPE: the new tokens' prep */
 };
 
 /* Keys per split of a sequence of ctx keys: the context spread over the
@@ -94,87 +93,10 @@ static __device__ __forceinline__ void dec_unpack_kv(const RAW &v, float *f)
     }
 }
 
-/* ---- the new token's q, k and v (decode_rope_attention) -------------------
- *
- * The kernels with ROPE read q and the new token's k and v as the qkv
- * projection left them and do qk_norm_rope_store's work on the lanes that
- * hold them: a lane's EPL elements of a head row lie in one half of it, so
- * the rotary partner of each is the same element of the lane HD / 2 / EPL
- * away, one shuffle.  The values are rounded where that op rounds them (the
- * normalised row, the rotated bf16 row, the cache's element type), so
- * attention sees what it would have read from qkv and the cache.  The new
- * key is left out of the block's loop (its cache row is written by this
- * kernel, after the others' reads could see it) and added to one lane
- * group's softmax state from registers. */
-
-/* The rotary cos and sin of a lane's EPL elements at pos. */
-template <int HD, int EPL>
-static __device__ __forceinline__ void dec_rotary(float c[EPL], float s[EPL],
-                                                  const float *inv_freq, float pos, int li)
-{
-#pragma unroll
-    for (int i = 0; i < EPL; i++) {
-        const int d = li * EPL + i;
-        sincosf(pos * inv_freq[d < HD / 2 ? d : d - HD / 2], &s[i], &c[i]);
-    }
-}
-
-/* RMSNorm (w may be NULL: none) then RoPE of the head row whose EPL
- * elements from li * EPL on this lane holds, in place; every lane of the
- * warp calls it (its row's lanes are LPT = HD / EPL adjacent ones). */
-template <int HD, int EPL>
-static __device__ __forceinline__ void dec_norm_rope(float v[EPL], const bf16 *w, const float c[EPL],
-                                                     const float s[EPL], int li, float eps)
-{
-    constexpr int LPT = HD / EPL, HALF = LPT / 2;
-    static_assert((LPT & (LPT - 1)) == 0 && LPT <= 32, "a row's lanes are a power of two");
-    if (w) {
-        float ss = 0.0f;
-#pragma unroll
-        for (int i = 0; i < EPL; i++) ss += v[i] * v[i];
-#pragma unroll
-        for (int off = LPT / 2; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
-        const float inv = rsqrtf(ss / HD + eps);
-#pragma unroll
-        for (int i = 0; i < EPL; i++)
-            v[i] = round_bf16(__bfloat162float(w[li * EPL + i]) * round_bf16(v[i] * inv));
-    }
-    const bool low = li < HALF;
-#pragma unroll
-    for (int i = 0; i < EPL; i++) {
-        const float other = __shfl_xor_sync(0xffffffffu, v[i], HALF);
-        const float a = low ? v[i] : other, b = low ? other : v[i];
-        v[i] = round_bf16(low ? a * c[i] - b * s[i] : b * c[i] + a * s[i]);
-    }
-}
-
-/* A value as the cache holds it, and its store there. */
-static __device__ __forceinline__ float dec_cache_round(float v, bf16) { return round_bf16(v); }
-static __device__ __forceinline__ float dec_cache_round(float v, fp8)
-{
-    const __nv_fp8_storage_t b = __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
-    return __half2float(__half(__nv_cvt_fp8_to_halfraw(b, __NV_E4M3)));
-}
-static __device__ __forceinline__ void dec_cache_put(bf16 *p, float v) { *p = __float2bfloat16(v); }
-static __device__ __forceinline__ void dec_cache_put(fp8 *p, float v)
-{
-    /* round to nearest even, saturating: the bytes qk_norm_rope_store writes */
-    *(__nv_fp8_storage_t *)p = __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
-}
-
-/* EPL elements of a bf16 row from element li * EPL on. */
-template <int EPL>
-static __device__ __forceinline__ void dec_load_row(float f[EPL], const bf16 *row, int li)
-{
-#pragma unroll
-    for (int c = 0; c < EPL / 8; c++)
-        bf16x8_to_float(*(const uint4 *)(row + li * EPL + c * 8), f + 8 * c);
-}
-
 /* EPL: elements of a row each lane loads (8 for bf16; 8 or 16 for fp8, whose
  * 16 fill a 16-byte load and halve the lanes, shuffles and softmax work per
  * key). */
-template <int HD, int G, int U, typename KV, int EPL, bool ROPE>
+template <int HD, int G, int U, typename KV, int EPL>
 __global__ void __launch_bounds__(DEC_WARPS * 32) kernel_decode(dec_params p)
 {
     pdl_wait();
@@ -210,22 +132,17 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) kernel_decode(dec_params p)
 #pragma unroll
     for (int gi = 0; gi < G; gi++) {
         if (gi < nh && live) {
-            dec_load_row<EPL>(q[gi], qrow + (size_t)(h0 + gi) * HD, li);
+#pragma unroll
+            for (int c = 0; c < EPL / 8; c++)
+                bf16x8_to_float(*(const uint4 *)(qrow + (size_t)(h0 + gi) * HD + li * EPL + c * 8),
+                                q[gi] + 8 * c);
+#pragma unroll
+            for (int i = 0; i < EPL; i++) q[gi][i] *= p.scale_log2;
         } else {
 #pragma unroll
             for (int i = 0; i < EPL; i++) q[gi][i] = 0.0f;
         }
     }
-    if constexpr (ROPE) {
-        float c[EPL], sn[EPL]; /* recomputed for k after the loop, not kept in registers */
-        dec_rotary<HD, EPL>(c, sn, p.rope.inv_freq, (float)p.rope.positions[tok], li);
-#pragma unroll
-        for (int gi = 0; gi < G; gi++) dec_norm_rope<HD, EPL>(q[gi], p.rope.q_norm, c, sn, li, p.rope.eps);
-    }
-#pragma unroll
-    for (int gi = 0; gi < G; gi++)
-#pragma unroll
-        for (int i = 0; i < EPL; i++) q[gi][i] *= p.scale_log2;
 
     float m[G], l[G], o[G][EPL];
 #pragma unroll
@@ -240,15 +157,13 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) kernel_decode(dec_params p)
     const size_t row_stride = (size_t)p.hk * HD;
     const size_t head_off = (size_t)kvh * HD + (live ? li : 0) * EPL;
 
-    /* With ROPE the new token's key is not in the cache yet: it comes last. */
-    const int loop_end = ROPE && k_end == ctx ? ctx - 1 : k_end;
-    for (int base = k_begin; base < loop_end; base += STEP) {
+    for (int base = k_begin; base < k_end; base += STEP) {
         raw kr[U], vr[U];
         bool ok[U];
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int key = base + (warp * U + u) * TPW + sub;
-            ok[u] = key < loop_end;
+            ok[u] = key < k_end;
             kr[u] = vr[u] = raw{};
             if (ok[u] && live) {
                 int bi, bo;
@@ -316,54 +231,6 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) kernel_decode(dec_params p)
                 l[gi] += pr;
 #pragma unroll
                 for (int i = 0; i < EPL; i++) o[gi][i] = fmaf(pr, vf[i], o[gi][i]);
-            }
-        }
-    }
-
-    if constexpr (ROPE) {
-        if (loop_end < k_end) { /* this split ends at the new token */
-            float kf[EPL], vf[EPL];
-            dec_load_row<EPL>(kf, qrow + (size_t)(p.hq + kvh) * HD, li);
-            dec_load_row<EPL>(vf, qrow + (size_t)(p.hq + p.hk + kvh) * HD, li);
-            float c[EPL], sn[EPL];
-            dec_rotary<HD, EPL>(c, sn, p.rope.inv_freq, (float)p.rope.positions[tok], li);
-            dec_norm_rope<HD, EPL>(kf, p.rope.k_norm, c, sn, li, p.rope.eps);
-#pragma unroll
-            for (int i = 0; i < EPL; i++) {
-                kf[i] = dec_cache_round(kf[i], KV{});
-                vf[i] = dec_cache_round(vf[i], KV{});
-            }
-            const int32_t slot = p.rope.slots[tok];
-            if (slot >= 0 && slice == 0 && part == 0) { /* one lane group stores the rows */
-                const size_t off = (size_t)slot * row_stride + (size_t)kvh * HD + li * EPL;
-#pragma unroll
-                for (int i = 0; i < EPL; i++) {
-                    dec_cache_put((KV *)p.rope.k_store + off + i, kf[i]);
-                    dec_cache_put((KV *)p.rope.v_store + off + i, vf[i]);
-                }
-            }
-            float score[G];
-#pragma unroll
-            for (int gi = 0; gi < G; gi++) {
-                score[gi] = 0.0f;
-#pragma unroll
-                for (int i = 0; i < EPL; i++) score[gi] = fmaf(q[gi][i], kf[i], score[gi]);
-            }
-#pragma unroll
-            for (int off = LPT / 2; off > 0; off >>= 1)
-#pragma unroll
-                for (int gi = 0; gi < G; gi++)
-                    score[gi] += __shfl_xor_sync(0xffffffffu, score[gi], off);
-            if (part == 0) { /* the key joins one lane group's state */
-#pragma unroll
-                for (int gi = 0; gi < G; gi++) {
-                    const float m_new = fmaxf(m[gi], score[gi]);
-                    const float alpha = exp2f(m[gi] - m_new), pr = exp2f(score[gi] - m_new);
-                    m[gi] = m_new;
-                    l[gi] = fmaf(l[gi], alpha, pr);
-#pragma unroll
-                    for (int i = 0; i < EPL; i++) o[gi][i] = fmaf(pr, vf[i], o[gi][i] * alpha);
-                }
             }
         }
     }
@@ -483,7 +350,7 @@ static nl_status dec_launch(cuda_backend *be, dec_params *p, const nl_attn_batch
     return NL_OK;
 }
 
-template <int HD, int G, bool ROPE>
+template <int HD, int G>
 static nl_status launch_decode(cuda_backend *be, dec_params *p, const nl_attn_batch *b)
 {
     /* Fewer loads in flight for wide groups keeps q and o in registers. */
@@ -493,39 +360,23 @@ static nl_status launch_decode(cuda_backend *be, dec_params *p, const nl_attn_ba
      * 32 KiB; otherwise 8 (an 8-byte load) with twice the loads in flight. */
     constexpr int PARTS16 = DEC_WARPS * 32 / dec_pow2_ceil(HD / 16);
     constexpr bool WIDE = (size_t)PARTS16 * G * HD * sizeof(float) <= 32768;
-    if (!p->kv_fp8) return dec_launch(be, p, b, kernel_decode<HD, G, U, bf16, 8, ROPE>);
-    if (WIDE) return dec_launch(be, p, b, kernel_decode<HD, G, U, fp8, 16, ROPE>);
-    return dec_launch(be, p, b, kernel_decode<HD, G, 2 * U, fp8, 8, ROPE>);
+    if (!p->kv_fp8) return dec_launch(be, p, b, kernel_decode<HD, G, U, bf16, 8>);
+    if (WIDE) return dec_launch(be, p, b, kernel_decode<HD, G, U, fp8, 16>);
+    return dec_launch(be, p, b, kernel_decode<HD, G, 2 * U, fp8, 8>);
 }
 
-template <int HD, bool ROPE>
+template <int HD>
 static nl_status launch_decode_g(cuda_backend *be, dec_params *p, int g, const nl_attn_batch *b)
 {
     switch (g) {
-    case 1: return launch_decode<HD, 1, ROPE>(be, p, b);
-    case 2: return launch_decode<HD, 2, ROPE>(be, p, b);
-    case 4: return launch_decode<HD, 4, ROPE>(be, p, b);
-    default: return launch_decode<HD, 8, ROPE>(be, p, b);
+    case 1: return launch_decode<HD, 1>(be, p, b);
+    case 2: return launch_decode<HD, 2>(be, p, b);
+    case 4: return launch_decode<HD, 4>(be, p, b);
+    default: return launch_decode<HD, 8>(be, p, b);
     }
 }
 
-/* Kernels that prepare the new tokens themselves exist for the head dims
- * whose rows split into a power of two of lanes. */
-template <int HD>
-static nl_status launch_decode_hd(cuda_backend *be, dec_params *p, int g, const nl_attn_batch *b,
-                                  bool rope)
-{
-    if constexpr (HD == 64 || HD == 128 || HD == 256) {
-        if (rope) return launch_decode_g<HD, true>(be, p, g, b);
-    }
-    if (rope)
-        return nl_error(NL_ERR_UNSUPPORTED, "cuda: decode kernels with RoPE for head_dim 64, 128 "
-                        "and 256 (not %d)", HD);
-    return launch_decode_g<HD, false>(be, p, g, b);
-}
-
-nl_status cuda_attention_decode(cuda_backend *be, const attn_args *a, const nl_attn_batch *b,
-                                const dec_rope *rope)
+nl_status cuda_attention_decode(cuda_backend *be, const attn_args *a, const nl_attn_batch *b)
 {
     const int hd = a->hd, group = a->group;
     /* A block serves up to 8 query heads; larger groups take slices. */
@@ -541,15 +392,14 @@ nl_status cuda_attention_decode(cuda_backend *be, const attn_args *a, const nl_a
     for (int s = 0; s < 31; s++)
         if ((1 << s) == b->block_size) p.block_shift = s;
     p.order = b->decode_order;
-    p.rope = rope ? *rope : dec_rope{};
 
     switch (hd) {
-    case 32: return launch_decode_hd<32>(be, &p, g, b, rope != NULL);
-    case 64: return launch_decode_hd<64>(be, &p, g, b, rope != NULL);
-    case 80: return launch_decode_hd<80>(be, &p, g, b, rope != NULL);
-    case 96: return launch_decode_hd<96>(be, &p, g, b, rope != NULL);
-    case 128: return launch_decode_hd<128>(be, &p, g, b, rope != NULL);
-    case 256: return launch_decode_hd<256>(be, &p, g, b, rope != NULL);
+    case 32: return launch_decode_g<32>(be, &p, g, b);
+    case 64: return launch_decode_g<64>(be, &p, g, b);
+    case 80: return launch_decode_g<80>(be, &p, g, b);
+    case 96: return launch_decode_g<96>(be, &p, g, b);
+    case 128: return launch_decode_g<128>(be, &p, g, b);
+    case 256: return launch_decode_g<256>(be, &p, g, b);
     default:
         return nl_error(NL_ERR_UNSUPPORTED, "cuda: decode attention head_dim %d (kernels for "
                         "32, 64, 80, 96, 128, 256)", hd);

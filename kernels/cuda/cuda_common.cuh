@@ -257,13 +257,6 @@ nl_status cuda_gather_rows(nl_backend *b, void *out, const void *x, const int32_
 nl_status cuda_attention(nl_backend *b, void *out, const void *qkv, const void *k_cache,
                          const void *v_cache, const nl_attn_batch *batch, int32_t hq,
                          int32_t hk, int32_t hd, float scale, nl_dtype kv_dtype);
-/* decode_rope_attention: the decode kernel normalises and rotates each new
- * token's q and k itself and stores its K/V (head_dim 64, 128 or 256);
- * other shapes take qk_norm_rope_store, then attention. */
-nl_status cuda_decode_rope_attention(nl_backend *b, void *out, void *qkv, void *k_cache,
-                                     void *v_cache, const nl_attn_batch *batch,
-                                     const nl_rope_store *rs, int32_t hq, int32_t hk, int32_t hd,
-                                     float scale, nl_dtype kv_dtype);
 nl_status cuda_sample(nl_backend *b, const float *logits, int32_t m, int32_t vocab,
                       const nl_sample_row *rows, int32_t *ids, float *logprobs,
                       int32_t *top_ids, float *top_logprobs);
