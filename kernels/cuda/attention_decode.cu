@@ -99,8 +99,6 @@ static __device__ __forceinline__ void dec_unpack_kv(const RAW &v, float *f)
 template <int HD, int G, int U, typename KV, int EPL>
 __global__ void __launch_bounds__(DEC_WARPS * 32) kernel_decode(dec_params p)
 {
-    pdl_wait();
-    pdl_release();
     typedef typename dec_raw<EPL * (int)sizeof(KV)>::type raw;
     constexpr int LIVE = HD / EPL;          /* lanes that load a token's row */
     constexpr int LPT = dec_pow2_ceil(LIVE); /* lanes per token              */
@@ -111,6 +109,8 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) kernel_decode(dec_params p)
     __shared__ float sh_o[PARTS][G][HD];
     __shared__ float sh_m[PARTS][G], sh_l[PARTS][G];
 
+    /* The step's inputs (orders, contexts, tables) were uploaded before the
+     * kernels before this one ran, so they are read before pdl_wait. */
     const int split = blockIdx.x, seq = p.order ? p.order[blockIdx.z] : blockIdx.z;
     const int kvh = blockIdx.y / p.n_slices, slice = blockIdx.y % p.n_slices;
     const int ctx = p.context_lens[seq];
@@ -126,6 +126,41 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) kernel_decode(dec_params p)
     const int tok = p.cu_seqlens_q[seq];
     const int h0 = kvh * p.group + slice * G; /* first query head served   */
     const int nh = min(G, p.group - slice * G);
+
+    const int32_t *table = p.block_tables + (size_t)seq * p.max_blocks_per_seq;
+    const size_t row_stride = (size_t)p.hk * HD;
+    const size_t head_off = (size_t)kvh * HD + (live ? li : 0) * EPL;
+    auto key_of = [&](int base, int u) { return base + (warp * U + u) * TPW + sub; };
+    auto load_key = [&](int key, raw &k, raw &v) {
+        int bi, bo;
+        if (p.block_shift >= 0) {
+            bi = key >> p.block_shift;
+            bo = key & (p.block_size - 1);
+        } else {
+            bi = key / p.block_size;
+            bo = key - bi * p.block_size;
+        }
+        const size_t off = ((size_t)table[bi] * p.block_size + bo) * row_stride + head_off;
+        k = dec_load((const KV *)p.k_cache + off, raw{});
+        v = dec_load((const KV *)p.v_cache + off, raw{});
+    };
+
+    /* The cache holds every key but the newest (ctx - 1), which the kernel
+     * before this one stores: the first keys' loads go out before the wait
+     * for it, the newest one's after. */
+    const int newest = ctx - 1;
+    raw kr[U], vr[U];
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const int key = key_of(k_begin, u);
+        kr[u] = vr[u] = raw{};
+        if (key < k_end && key != newest && live) load_key(key, kr[u], vr[u]);
+    }
+    pdl_wait();
+    pdl_release();
+#pragma unroll
+    for (int u = 0; u < U; u++)
+        if (key_of(k_begin, u) == newest && live) load_key(newest, kr[u], vr[u]);
 
     float q[G][EPL];
     const bf16 *qrow = p.qkv + (size_t)tok * (p.hq + 2 * p.hk) * HD;
@@ -153,31 +188,15 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) kernel_decode(dec_params p)
         for (int i = 0; i < EPL; i++) o[gi][i] = 0.0f;
     }
 
-    const int32_t *table = p.block_tables + (size_t)seq * p.max_blocks_per_seq;
-    const size_t row_stride = (size_t)p.hk * HD;
-    const size_t head_off = (size_t)kvh * HD + (live ? li : 0) * EPL;
-
     for (int base = k_begin; base < k_end; base += STEP) {
-        raw kr[U], vr[U];
         bool ok[U];
 #pragma unroll
         for (int u = 0; u < U; u++) {
-            const int key = base + (warp * U + u) * TPW + sub;
+            const int key = key_of(base, u);
             ok[u] = key < k_end;
-            kr[u] = vr[u] = raw{};
-            if (ok[u] && live) {
-                int bi, bo;
-                if (p.block_shift >= 0) {
-                    bi = key >> p.block_shift;
-                    bo = key & (p.block_size - 1);
-                } else {
-                    bi = key / p.block_size;
-                    bo = key - bi * p.block_size;
-                }
-                const size_t slot = (size_t)table[bi] * p.block_size + bo;
-                const size_t off = slot * row_stride + head_off;
-                kr[u] = dec_load((const KV *)p.k_cache + off, raw{});
-                vr[u] = dec_load((const KV *)p.v_cache + off, raw{});
+            if (base != k_begin) { /* the first keys are loaded */
+                kr[u] = vr[u] = raw{};
+                if (ok[u] && live) load_key(key, kr[u], vr[u]);
             }
         }
 

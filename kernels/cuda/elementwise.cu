@@ -177,6 +177,8 @@ static __device__ __forceinline__ void kv_put(fp8 *p, float v)
     *(__nv_fp8_storage_t *)p = __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
 }
 
+#define ROPE_PAIRS 4 /* a lane's rotary pairs whose angles come before the wait: hd <= 256 */
+
 /* Warps of heads [0, hq + hk) normalise and rotate a q or k head in place;
  * k heads, and the warps of the v heads after them, also write their row
  * into the cache at the token's slot (none for a negative slot), as the
@@ -191,15 +193,24 @@ __global__ void kernel_qk_norm_rope_store(bf16 *qkv, const int32_t *positions, c
                                           KV *k_cache, KV *v_cache, const int32_t *slots, int hq,
                                           int hk, int hd, float eps)
 {
-    pdl_wait();
-    pdl_release();
     int warps = blockDim.x >> 5;
     int head = blockIdx.y * warps + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
     int t = blockIdx.x;
     if (head >= hq + 2 * hk) return;
+    /* The step's positions and slots were uploaded before the kernels
+     * before this one ran: they, and the angles of this lane's first
+     * ROPE_PAIRS pairs, come before the wait for the projection's qkv. */
+    const int32_t slot = slots[t];
+    const float pos = (float)positions[t];
+    const int half = hd / 2;
+    float cs[ROPE_PAIRS], sn[ROPE_PAIRS];
+#pragma unroll
+    for (int k = 0; k < ROPE_PAIRS; k++)
+        if (head < hq + hk && lane + 32 * k < half) sincosf(pos * inv_freq[lane + 32 * k], &sn[k], &cs[k]);
+    pdl_wait();
+    pdl_release();
     bf16 *x = qkv + (size_t)t * (hq + 2 * hk) * hd + (size_t)head * hd;
-    int32_t slot = slots[t];
     if (head >= hq + hk) { /* a v head: the store alone */
         if (slot < 0) return;
         KV *dst = v_cache + ((size_t)slot * hk + (head - hq - hk)) * hd;
@@ -208,7 +219,6 @@ __global__ void kernel_qk_norm_rope_store(bf16 *qkv, const int32_t *positions, c
     }
     KV *dst = head >= hq && slot >= 0 ? k_cache + ((size_t)slot * hk + (head - hq)) * hd : NULL;
     const bf16 *w = head < hq ? q_norm : k_norm;
-    int half = hd / 2;
     float inv = 1.0f;
     if (w) {
         float ss = 0.0f;
@@ -219,15 +229,12 @@ __global__ void kernel_qk_norm_rope_store(bf16 *qkv, const int32_t *positions, c
         for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
         inv = rsqrtf(ss / hd + eps);
     }
-    float pos = (float)positions[t];
-    for (int i = lane; i < half; i += 32) {
+    auto rotate = [&](int i, float s, float c) {
         float a = __bfloat162float(x[i]), b = __bfloat162float(x[i + half]);
         if (w) {
             a = round_bf16(__bfloat162float(w[i]) * round_bf16(a * inv));
             b = round_bf16(__bfloat162float(w[i + half]) * round_bf16(b * inv));
         }
-        float s, c;
-        sincosf(pos * inv_freq[i], &s, &c);
         const bf16 lo = __float2bfloat16(a * c - b * s), hi = __float2bfloat16(b * c + a * s);
         x[i] = lo;
         x[i + half] = hi;
@@ -235,6 +242,14 @@ __global__ void kernel_qk_norm_rope_store(bf16 *qkv, const int32_t *positions, c
             kv_put(dst + i, __bfloat162float(lo));
             kv_put(dst + i + half, __bfloat162float(hi));
         }
+    };
+#pragma unroll
+    for (int k = 0; k < ROPE_PAIRS; k++)
+        if (lane + 32 * k < half) rotate(lane + 32 * k, sn[k], cs[k]);
+    for (int i = lane + 32 * ROPE_PAIRS; i < half; i += 32) {
+        float s, c;
+        sincosf(pos * inv_freq[i], &s, &c);
+        rotate(i, s, c);
     }
 }
 
