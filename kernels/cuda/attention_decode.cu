@@ -95,8 +95,9 @@ static __device__ __forceinline__ void dec_unpack_kv(const RAW &v, float *f)
 
 /* EPL: elements of a row each lane loads (8 for bf16; 8 or 16 for fp8, whose
  * 16 fill a 16-byte load and halve the lanes, shuffles and softmax work per
- * key). */
-template <int HD, int G, int U, typename KV, int EPL>
+ * key).  EARLY: the block's first K/V loads go out before the wait for the
+ * kernel before it (dec_launch says when that pays). */
+template <int HD, int G, int U, typename KV, int EPL, bool EARLY>
 __global__ void __launch_bounds__(DEC_WARPS * 32) kernel_decode(dec_params p)
 {
     typedef typename dec_raw<EPL * (int)sizeof(KV)>::type raw;
@@ -145,22 +146,26 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) kernel_decode(dec_params p)
         v = dec_load((const KV *)p.v_cache + off, raw{});
     };
 
-    /* The cache holds every key but the newest (ctx - 1), which the kernel
-     * before this one stores: the first keys' loads go out before the wait
-     * for it, the newest one's after. */
+    /* EARLY: the cache holds every key but the newest (ctx - 1), which the
+     * kernel before this one stores: the first keys' loads go out before
+     * the wait for it, the newest one's after. */
     const int newest = ctx - 1;
     raw kr[U], vr[U];
+    if constexpr (EARLY) {
 #pragma unroll
-    for (int u = 0; u < U; u++) {
-        const int key = key_of(k_begin, u);
-        kr[u] = vr[u] = raw{};
-        if (key < k_end && key != newest && live) load_key(key, kr[u], vr[u]);
+        for (int u = 0; u < U; u++) {
+            const int key = key_of(k_begin, u);
+            kr[u] = vr[u] = raw{};
+            if (key < k_end && key != newest && live) load_key(key, kr[u], vr[u]);
+        }
     }
     pdl_wait();
     pdl_release();
+    if constexpr (EARLY) {
 #pragma unroll
-    for (int u = 0; u < U; u++)
-        if (key_of(k_begin, u) == newest && live) load_key(newest, kr[u], vr[u]);
+        for (int u = 0; u < U; u++)
+            if (key_of(k_begin, u) == newest && live) load_key(newest, kr[u], vr[u]);
+    }
 
     float q[G][EPL];
     const bf16 *qrow = p.qkv + (size_t)tok * (p.hq + 2 * p.hk) * HD;
@@ -194,7 +199,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) kernel_decode(dec_params p)
         for (int u = 0; u < U; u++) {
             const int key = key_of(base, u);
             ok[u] = key < k_end;
-            if (base != k_begin) { /* the first keys are loaded */
+            if (!EARLY || base != k_begin) { /* EARLY: the first keys are loaded */
                 kr[u] = vr[u] = raw{};
                 if (ok[u] && live) load_key(key, kr[u], vr[u]);
             }
@@ -354,10 +359,16 @@ static int dec_splits(const cuda_backend *be, const nl_attn_batch *b, const dec_
     return n < 1 ? 1 : n;
 }
 
-/* Plans the splits for kernel k, launches it and, with splits, the merge. */
-static nl_status dec_launch(cuda_backend *be, dec_params *p, const nl_attn_batch *b, dec_kernel k)
+/* Plans the splits, launches the kernel and, with splits, the merge.  A
+ * split batch is one that leaves SMs idle, where each block's latency is
+ * the step's: it takes the kernel whose first loads precede the wait
+ * (early), which holds more registers (fewer resident blocks) and so
+ * would slow the full waves of a large batch (a 36% slower benchmark). */
+static nl_status dec_launch(cuda_backend *be, dec_params *p, const nl_attn_batch *b,
+                            dec_kernel late, dec_kernel early)
 {
-    p->n_splits = dec_splits(be, b, p, k);
+    p->n_splits = dec_splits(be, b, p, late);
+    const dec_kernel k = p->n_splits > 1 ? early : late;
     p->part_o = attn_scratch(be);
     p->part_ml = attn_scratch(be) + (size_t)b->n_seqs * p->hq * p->n_splits * p->hd;
     /* Blocks start in index order, x fastest: a sequence's blocks are
@@ -379,9 +390,14 @@ static nl_status launch_decode(cuda_backend *be, dec_params *p, const nl_attn_ba
      * 32 KiB; otherwise 8 (an 8-byte load) with twice the loads in flight. */
     constexpr int PARTS16 = DEC_WARPS * 32 / dec_pow2_ceil(HD / 16);
     constexpr bool WIDE = (size_t)PARTS16 * G * HD * sizeof(float) <= 32768;
-    if (!p->kv_fp8) return dec_launch(be, p, b, kernel_decode<HD, G, U, bf16, 8>);
-    if (WIDE) return dec_launch(be, p, b, kernel_decode<HD, G, U, fp8, 16>);
-    return dec_launch(be, p, b, kernel_decode<HD, G, 2 * U, fp8, 8>);
+    if (!p->kv_fp8)
+        return dec_launch(be, p, b, kernel_decode<HD, G, U, bf16, 8, false>,
+                          kernel_decode<HD, G, U, bf16, 8, true>);
+    if (WIDE)
+        return dec_launch(be, p, b, kernel_decode<HD, G, U, fp8, 16, false>,
+                          kernel_decode<HD, G, U, fp8, 16, true>);
+    return dec_launch(be, p, b, kernel_decode<HD, G, 2 * U, fp8, 8, false>,
+                      kernel_decode<HD, G, 2 * U, fp8, 8, true>);
 }
 
 template <int HD>
