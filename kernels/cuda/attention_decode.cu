@@ -32,6 +32,7 @@
 #define DEC_MIN_CHUNK 64     /* keys per split at least (128: batch 1 ~3% slower) */
 #define DEC_TARGET_WAVES 4   /* waves of resident blocks a split batch aims at */
 #define DEC_MAX_SPLITS 64
+#define DEC_EARLY_SEQS 4     /* batches this small take the early-load kernel */
 
 struct dec_params : attn_args {
     float *part_o;            /* [n_seqs * hq * n_splits, hd]                */
@@ -360,15 +361,17 @@ static int dec_splits(const cuda_backend *be, const nl_attn_batch *b, const dec_
 }
 
 /* Plans the splits, launches the kernel and, with splits, the merge.  A
- * split batch is one that leaves SMs idle, where each block's latency is
- * the step's: it takes the kernel whose first loads precede the wait
- * (early), which holds more registers (fewer resident blocks) and so
- * would slow the full waves of a large batch (a 36% slower benchmark). */
+ * batch of at most DEC_EARLY_SEQS sequences, whose step lasts as long as
+ * one block's chain of loads, takes the kernel whose first loads precede
+ * the wait (early).  That kernel holds more registers (fewer resident
+ * blocks), so everywhere else it loses more than it hides: in every
+ * decode step nano-vllm's workload fell from 23.5k to 15.0k tok/s, in
+ * every split one (up to 65 sequences) to 21.5k. */
 static nl_status dec_launch(cuda_backend *be, dec_params *p, const nl_attn_batch *b,
                             dec_kernel late, dec_kernel early)
 {
     p->n_splits = dec_splits(be, b, p, late);
-    const dec_kernel k = p->n_splits > 1 ? early : late;
+    const dec_kernel k = b->n_seqs <= DEC_EARLY_SEQS ? early : late;
     p->part_o = attn_scratch(be);
     p->part_ml = attn_scratch(be) + (size_t)b->n_seqs * p->hq * p->n_splits * p->hd;
     /* Blocks start in index order, x fastest: a sequence's blocks are
