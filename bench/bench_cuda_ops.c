@@ -112,13 +112,9 @@ static void bench_decode_kv(int n_seqs, int ctx, int hq, int hk, int hd, int bs,
     /* longest context first, as the engine orders a step's decodes
      * (NL_DECODE_ORDER=0: the seqs' own order) */
     int32_t *order = malloc(n_seqs * 4);
-    for (int s = 0; s < n_seqs; s++) order[s] = s;
-    for (int s = 1; s < n_seqs; s++)
-        for (int j = s; j > 0 && cl[order[j]] > cl[order[j - 1]]; j--) {
-            int32_t t = order[j];
-            order[j] = order[j - 1];
-            order[j - 1] = t;
-        }
+    int64_t *keys = malloc(n_seqs * 8);
+    nl_attn_decode_order(cl, n_seqs, n_seqs, keys, order);
+    free(keys);
     bool ordered = !(getenv("NL_DECODE_ORDER") && strcmp(getenv("NL_DECODE_ORDER"), "0") == 0);
     nl_attn_batch b = {n_seqs, n_seqs, 1, max_ctx, stride, bs, true,
                        dev_ints(cu, n_seqs + 1), dev_ints(cl, n_seqs),

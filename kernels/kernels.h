@@ -68,6 +68,13 @@ typedef struct nl_attn_batch {
     const int32_t *decode_order;
 } nl_attn_batch;
 
+/* Fills order[n] for nl_attn_batch.decode_order: seqs [0, n_decodes) by
+ * context_lens descending, ties in seq order; the seqs after them keep
+ * their places.  keys[n_decodes] is the caller's scratch (the sort runs on
+ * every step, so it allocates nothing). */
+void nl_attn_decode_order(const int32_t *context_lens, int32_t n_decodes, int32_t n,
+                          int64_t *keys, int32_t *order);
+
 /* nl_sample_row, the sampler's exact semantics and its random race are
  * defined in common/sampling.h. */
 

@@ -643,14 +643,8 @@ static void check_attention(int n_seqs, const int *q_lens, const int *prefix, in
     bc.n_leading_decodes = bg.n_leading_decodes;
     /* ... and orders its decodes longest context first */
     int32_t order[64];
-    int n_dec = all_decode ? n_seqs : bg.n_leading_decodes;
-    for (int s = 0; s < n_seqs; s++) order[s] = s;
-    for (int s = 1; s < n_dec; s++)
-        for (int j = s; j > 0 && ctx[order[j]] > ctx[order[j - 1]]; j--) {
-            int32_t t = order[j];
-            order[j] = order[j - 1];
-            order[j - 1] = t;
-        }
+    int64_t keys[64];
+    nl_attn_decode_order(ctx, all_decode ? n_seqs : bg.n_leading_decodes, n_seqs, keys, order);
     raw rorder = raw_from(order, n_seqs * 4);
     bg.decode_order = rorder.g;
     float scale = 1.0f / sqrtf((float)hd);

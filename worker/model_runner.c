@@ -475,26 +475,12 @@ static void pad_decode(model_runner *r, int32_t from, int32_t size, step_plan *p
     plan->all_decode = true;
 }
 
-static int compare_i64(const void *a, const void *b)
-{
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
-}
-
-/* The decode seqs' launch order for attention (nl_attn_batch.decode_order):
- * longest context first, ties in seq order; the other seqs keep their
- * places. */
+/* The decode seqs' launch order for attention (nl_attn_batch.decode_order). */
 static void fill_decode_order(model_runner *r, const step_plan *plan)
 {
     const int32_t n = plan->shape.n_seqs;
-    const int32_t n_dec = plan->all_decode ? n : plan->n_leading_decodes;
-    const int32_t *ctx = r->host[BUF_CTX];
-    int32_t *order = r->host[BUF_ORDER];
-    int64_t *keys = r->host[BUF_ORDER_KEYS];
-    for (int32_t s = 0; s < n_dec; s++) keys[s] = ((int64_t)(INT32_MAX - ctx[s]) << 32) | s;
-    qsort(keys, (size_t)n_dec, sizeof *keys, compare_i64);
-    for (int32_t s = 0; s < n_dec; s++) order[s] = (int32_t)(keys[s] & 0xffffffff);
-    for (int32_t s = n_dec; s < n; s++) order[s] = s;
+    nl_attn_decode_order(r->host[BUF_CTX], plan->all_decode ? n : plan->n_leading_decodes, n,
+                         r->host[BUF_ORDER_KEYS], r->host[BUF_ORDER]);
 }
 
 /* Uploads the forward inputs the plan's shape uses and describes them in

@@ -159,9 +159,15 @@ static nl_status all_reduce(nl_comm *comm, nl_backend *be, const qwen_state *s, 
     return comm->ops->all_reduce_sum(comm, buf, count, be->ops->act_dtype);
 }
 
-/* A row-parallel projection (o_proj, down) of in into the residual stream;
- * rank 0 alone adds the bias, so the all-reduce adds it once (vLLM's
- * RowParallelLinear).  One token on one rank: the product goes straight
+/* A row-parallel projection's bias on this rank: rank 0 alone adds it, so
+ * the all-reduce adds it once (vLLM's RowParallelLinear). */
+static const nl_weight *row_parallel_bias(const qwen_weights *w, const nl_weight *bias)
+{
+    return w->shard.rank == 0 ? bias : NULL;
+}
+
+/* A row-parallel projection (o_proj, down) of in into the residual stream
+ * (row_parallel_bias).  One token on one rank: the product goes straight
  * into the residual (linear_add), so the next norm_linear finds the
  * residual complete and a backend can normalise it inside that projection
  * (the GEMV of a single token).  Otherwise the partial sums land in x, are
@@ -172,7 +178,7 @@ static nl_status project_into_residual(nl_backend *be, nl_comm *comm, const qwen
                                        qwen_state *s, const void *in, const nl_weight *weight,
                                        const nl_weight *bias, int32_t n, const void **pending)
 {
-    const nl_weight *b = w->shard.rank == 0 ? bias : NULL;
+    const nl_weight *b = row_parallel_bias(w, bias);
     if (n == 1 && comm->size == 1) {
         *pending = NULL;
         return be->ops->linear_add(be, s->residual, s->x, in, weight, b, n);
@@ -188,11 +194,10 @@ int32_t qwen_linear_shapes(const qwen_weights *w, int32_t n, int32_t n_logits,
     int32_t k = 0;
     if (w->cfg.num_hidden_layers > 0 && n > 0) {
         const qwen_layer *L = &w->layers[0];
-        const bool rank0 = w->shard.rank == 0; /* as project_into_residual adds biases */
         out[k++] = (nl_linear_shape){L->qkv, L->qkv_bias, n, false};
-        out[k++] = (nl_linear_shape){L->o_proj, rank0 ? L->o_bias : NULL, n, false};
+        out[k++] = (nl_linear_shape){L->o_proj, row_parallel_bias(w, L->o_bias), n, false};
         out[k++] = (nl_linear_shape){L->gate_up, L->gate_up_bias, n, false};
-        out[k++] = (nl_linear_shape){L->down, rank0 ? L->down_bias : NULL, n, false};
+        out[k++] = (nl_linear_shape){L->down, row_parallel_bias(w, L->down_bias), n, false};
     }
     if (n_logits > 0) out[k++] = (nl_linear_shape){w->lm_head, NULL, n_logits, true};
     return k;

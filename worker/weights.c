@@ -222,20 +222,6 @@ nl_status weights_fill(nl_backend *be, const st_model *m, qwen_weights *w)
     return st;
 }
 
-nl_status weights_load(nl_backend *be, const nl_model_config *cfg, const st_model *m, int32_t rank,
-                       int32_t tp, qwen_weights **out)
-{
-    qwen_weights *w = NULL;
-    NL_TRY(weights_create(be, cfg, rank, tp, &w));
-    nl_status st = weights_fill(be, m, w);
-    if (st != NL_OK) {
-        weights_destroy(be, w);
-        return st;
-    }
-    *out = w;
-    return NL_OK;
-}
-
 void weights_destroy(nl_backend *be, qwen_weights *w)
 {
     if (!w) return;

@@ -66,14 +66,13 @@ typedef struct qwen_weights {
 nl_status weights_plan_shard(const nl_model_config *cfg, int32_t rank, int32_t tp,
                              qwen_shard *out);
 
-/* Loads rank's shard from m (already checked by model_tensors_check), as
- * the family table of cfg->arch directs: weights_create, then weights_fill. */
-nl_status weights_load(nl_backend *be, const nl_model_config *cfg, const st_model *m,
-                       int32_t rank, int32_t tp, qwen_weights **out);
-/* The two halves of weights_load: every field of rank's shard allocated at
- * its shape (contents undefined), then filled from m.  Between them the
- * caller knows every shape and device address, so work that needs only
- * those (preparing the linear ops' kernels) can overlap the filling. */
+/* Loading rank's shard of a checkpoint m (already checked by
+ * model_tensors_check), as the family table of cfg->arch directs, in two
+ * steps: every field allocated at its shape (contents undefined), then
+ * filled from m.  Between them the caller knows every shape and device
+ * address, so work that needs only those (preparing the linear ops'
+ * kernels) can overlap the filling.  After a failed fill, weights_destroy
+ * frees what was created. */
 nl_status weights_create(nl_backend *be, const nl_model_config *cfg, int32_t rank, int32_t tp,
                          qwen_weights **out);
 nl_status weights_fill(nl_backend *be, const st_model *m, qwen_weights *w);

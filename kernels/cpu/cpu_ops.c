@@ -375,13 +375,6 @@ nl_status cpu_silu_mul(nl_backend *be, void *out, const void *gate_up, int32_t n
     return NL_OK;
 }
 
-static nl_status cpu_linear_silu_mul(nl_backend *be, void *out, void *work, const void *x,
-                                     const nl_weight *w, const nl_weight *bias, int32_t n)
-{
-    NL_TRY(cpu_linear(be, work, x, w, bias, n));
-    return cpu_silu_mul(be, out, work, n, (int32_t)(w->rows / 2));
-}
-
 nl_status cpu_norm_linear(nl_backend *be, void *out, void *xn, void *work, const void *x,
                           void *residual, const nl_weight *norm_w, float eps, const nl_weight *w,
                           const nl_weight *bias, int32_t n, bool silu_mul)
@@ -390,8 +383,9 @@ nl_status cpu_norm_linear(nl_backend *be, void *out, void *xn, void *work, const
         return nl_error(NL_ERR_INVALID_ARG, "norm_linear: gate_up weight has %lld rows, not gate "
                         "and up halves", (long long)w->rows);
     NL_TRY(cpu_rmsnorm(be, xn, x ? x : residual, x ? residual : NULL, norm_w, n, (int32_t)w->cols, eps));
-    if (silu_mul) return cpu_linear_silu_mul(be, out, work, xn, w, bias, n);
-    return cpu_linear(be, out, xn, w, bias, n);
+    if (!silu_mul) return cpu_linear(be, out, xn, w, bias, n);
+    NL_TRY(cpu_linear(be, work, xn, w, bias, n));
+    return cpu_silu_mul(be, out, work, n, (int32_t)(w->rows / 2));
 }
 
 nl_status cpu_linear_add(nl_backend *be, void *residual_, void *work_, const void *x,

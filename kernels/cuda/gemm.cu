@@ -119,6 +119,24 @@ static nl_status check_bias(const nl_weight *w, const nl_weight *bias)
     return NL_OK;
 }
 
+/* Enqueues plan p's matmul out = x @ w^T (+ bias) on stream, with a
+ * workspace of the backend's workspace size. */
+static nl_status plan_run(cuda_backend *be, cuda_gemm_plan *p, const nl_weight *w,
+                          const nl_weight *bias, const void *x, void *out, void *workspace,
+                          cudaStream_t stream)
+{
+    if (bias) {
+        const void *bp = bias->data;
+        NL_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                       &bp, sizeof bp));
+    }
+    const float alpha = 1.0f, beta = 0.0f;
+    NL_CUBLAS_CHECK(cublasLtMatmul(be->lt, p->desc, &alpha, w->data, p->a, x, p->b, &beta, out,
+                                   p->c, out, p->c, &p->algo, workspace, be->workspace_bytes,
+                                   stream));
+    return NL_OK;
+}
+
 /* Row-major out[n, w.rows] = x[n, w.cols] @ w^T (+ bias), out of out_type. */
 static nl_status cuda_gemm(cuda_backend *be, void *out, cudaDataType_t out_type, const void *x,
                     const nl_weight *w, const nl_weight *bias, int32_t n)
@@ -129,16 +147,7 @@ static nl_status cuda_gemm(cuda_backend *be, void *out, cudaDataType_t out_type,
         return cuda_gemv(be, out, out_type == CUDA_R_32F, GEMV_STORE, x, w, bias, NULL, 0.0f);
     cuda_gemm_plan *p;
     NL_TRY(plan_get(be, w->rows, n, w->cols, out_type, bias != NULL, &p));
-    if (bias) {
-        const void *bp = bias->data;
-        NL_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                                       &bp, sizeof bp));
-    }
-    const float alpha = 1.0f, beta = 0.0f;
-    NL_CUBLAS_CHECK(cublasLtMatmul(be->lt, p->desc, &alpha, w->data, p->a, x, p->b, &beta, out,
-                                   p->c, out, p->c, &p->algo, be->workspace, be->workspace_bytes,
-                                   be->stream));
-    return NL_OK;
+    return plan_run(be, p, w, bias, x, out, be->workspace, be->stream);
 }
 
 nl_status cuda_linear(nl_backend *b, void *out, const void *x, const nl_weight *w,
@@ -234,16 +243,10 @@ static void *warm_lane_run(void *arg)
         if (i >= g->n_shapes) break;
         const nl_linear_shape *sh = &g->shapes[i];
         cuda_gemm_plan *p = &g->plans[i];
+        /* a failure is the op's to report when it runs */
         if (plan_build(be, p, sh->w->rows, sh->n, sh->w->cols,
-                       sh->out_f32 ? CUDA_R_32F : CUDA_R_16BF, sh->bias != NULL) != NL_OK)
-            continue; /* the op reports it when it runs */
-        const void *bp = sh->bias ? sh->bias->data : NULL;
-        const float alpha = 1.0f, beta = 0.0f;
-        if ((bp && cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp,
-                                                  sizeof bp) != CUBLAS_STATUS_SUCCESS) ||
-            cublasLtMatmul(be->lt, p->desc, &alpha, sh->w->data, p->a, g->x, p->b, &beta, g->out,
-                           p->c, g->out, p->c, &p->algo, ln->workspace, be->workspace_bytes,
-                           ln->stream) != CUBLAS_STATUS_SUCCESS)
+                       sh->out_f32 ? CUDA_R_32F : CUDA_R_16BF, sh->bias != NULL) == NL_OK &&
+            plan_run(be, p, sh->w, sh->bias, g->x, g->out, ln->workspace, ln->stream) != NL_OK)
             plan_release(p);
     }
     cudaStreamSynchronize(ln->stream);
