@@ -112,9 +112,9 @@ static void bench_decode_kv(int n_seqs, int ctx, int hq, int hk, int hd, int bs,
     /* longest context first, as the engine orders a step's decodes
      * (NL_DECODE_ORDER=0: the seqs' own order) */
     int32_t *order = malloc(n_seqs * 4);
-    int64_t *keys = malloc(n_seqs * 8);
-    nl_attn_decode_order(cl, n_seqs, n_seqs, keys, order);
-    free(keys);
+    int64_t *sort_keys = malloc(n_seqs * 8);
+    nl_attn_decode_order(cl, n_seqs, n_seqs, sort_keys, order);
+    free(sort_keys);
     bool ordered = !(getenv("NL_DECODE_ORDER") && strcmp(getenv("NL_DECODE_ORDER"), "0") == 0);
     nl_attn_batch b = {n_seqs, n_seqs, 1, max_ctx, stride, bs, true,
                        dev_ints(cu, n_seqs + 1), dev_ints(cl, n_seqs),
