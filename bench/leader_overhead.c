@@ -29,11 +29,20 @@ static double now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static nl_status timed_execute(runner *r, const wire_run *cmd, wire_reply *reply)
+static nl_status timed_submit(runner *r, const wire_run *cmd)
 {
     timed_runner *t = (timed_runner *)r;
     double t0 = now();
-    nl_status st = t->inner->ops->execute(t->inner, cmd, reply);
+    nl_status st = t->inner->ops->submit(t->inner, cmd);
+    t->seconds += now() - t0;
+    return st;
+}
+
+static nl_status timed_wait(runner *r, wire_reply *reply)
+{
+    timed_runner *t = (timed_runner *)r;
+    double t0 = now();
+    nl_status st = t->inner->ops->wait(t->inner, reply);
     t->seconds += now() - t0;
     return st;
 }
@@ -45,7 +54,7 @@ static void timed_destroy(runner *r)
     free(t);
 }
 
-static const runner_ops timed_ops = {.execute = timed_execute, .destroy = timed_destroy};
+static const runner_ops timed_ops = {.submit = timed_submit, .wait = timed_wait, .destroy = timed_destroy};
 
 static void noop_stream(void *user, uint64_t id, const int32_t *ids, int32_t n, const char *text, size_t len,
                         bool fin)

@@ -138,6 +138,10 @@ typedef struct nl_engine_config {
     nl_kv_cache_dtype kv_cache_dtype; /* default AUTO                         */
     bool prefill_first;             /* steps with prompt work carry no decodes
                                        (default false: mixed steps)           */
+    bool async_scheduling;          /* default true: step N + 1 is sent before
+                                       step N's reply is read, so the workers
+                                       never wait for the leader; false: one
+                                       step at a time                         */
 } nl_engine_config;
 
 void nl_engine_config_init(nl_engine_config *config);

@@ -22,6 +22,14 @@ typedef enum wire_kind {
     WIRE_SHUTDOWN = 2,
 } wire_kind;
 
+/* A token id that stands for the token the previous RUN sampled for the
+ * same seq: the leader sends a step before it has read the reply of the
+ * one before (async scheduling), so a decoding seq's input may not be known
+ * to it yet.  Only a seq's single new token may be one, and only when the
+ * previous RUN sampled that seq; every rank resolves it from the samples
+ * rank 0 publishes (ipc/samples.h) before the step runs. */
+#define WIRE_TOKEN_PREVIOUS (-1)
+
 /* One sequence's share of a step. */
 typedef struct wire_seq {
     uint64_t seq_id;

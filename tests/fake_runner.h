@@ -36,4 +36,7 @@ float fake_runner_logprob(int32_t token);
 /* Commands executed so far. */
 uint64_t fake_runner_steps(const runner *r);
 
+/* The most commands that were ever submitted and not yet waited for. */
+int32_t fake_runner_max_in_flight(const runner *r);
+
 #endif

@@ -483,6 +483,182 @@ START_TEST(test_prefix_cache_through_engine)
 }
 END_TEST
 
+/* Async scheduling sends step N + 1 before reading step N's reply, with
+ * placeholders for the tokens step N samples.  A workload that stops on
+ * EOS and stop ids, ends at every length from 1 token, shares prefixes,
+ * preempts in a small pool and aborts one request from its stream must give
+ * the same tokens and ends with it as without it, and the fake model's own
+ * continuation. */
+enum { ASYNC_REQS = 24 };
+
+typedef struct async_run {
+    nl_result results[ASYNC_REQS];
+    int32_t tokens[ASYNC_REQS][48];
+    uint64_t ids[ASYNC_REQS];
+    uint64_t abort_id;
+    nl_engine *e;
+} async_run;
+
+static void abort_at_third(void *user, uint64_t id, const int32_t *new_ids, int32_t n_new, const char *text,
+                           size_t len, bool finished)
+{
+    (void)new_ids; (void)n_new; (void)text; (void)len;
+    async_run *run = user;
+    const nl_result *r;
+    if (id != run->abort_id || finished) return;
+    ck_assert_int_eq(nl_engine_peek(run->e, id, &r), NL_OK);
+    if (r->n_tokens == 3) ck_assert_int_eq(nl_engine_abort(run->e, id), NL_OK);
+}
+
+static void async_prompt(int k, int32_t *ids, int32_t *n)
+{
+    *n = 5 + (k * 29) % 76;
+    for (int32_t i = 0; i < *n; i++) /* every third shares a 40-token prefix */
+        ids[i] = k % 3 == 0 && i < 40 ? (i * 13 + 5) % VOCAB : (k * 101 + i * 7) % VOCAB;
+}
+
+static void run_async_workload(bool async, int32_t eos, async_run *run, int64_t *preemptions, int32_t *in_flight)
+{
+    nl_engine_config c;
+    nl_engine_config_init(&c);
+    ck_assert(c.async_scheduling); /* the default */
+    c.async_scheduling = async;
+    c.max_num_seqs = 8;
+    c.max_num_batched_tokens = 64;
+    fake_runner_options o = {.num_kv_blocks = 20, .block_size = 16, .vocab_size = VOCAB};
+    runner *r;
+    ck_assert_int_eq(fake_runner_create(&o, &r), NL_OK);
+    engine_model_facts f;
+    memset(&f, 0, sizeof(f));
+    f.vocab_size = VOCAB;
+    f.max_position_embeddings = 4096;
+    f.n_eos = 1;
+    f.eos_ids[0] = eos;
+    f.device_name = "fake";
+    ck_assert_msg(engine_open_with_runner(&c, &f, r, NULL, &run->e) == NL_OK, "%s", nl_last_error());
+    nl_engine_set_stream_callback(run->e, abort_at_third, run);
+    for (int k = 0; k < ASYNC_REQS; k++) {
+        int32_t ids[80], n;
+        async_prompt(k, ids, &n);
+        nl_prompt p = tokens_prompt(ids, n);
+        nl_sampling_params sp = greedy(1 + (k * 7) % 40);
+        int32_t stop_id = (k * 31) % VOCAB;
+        if (k % 4 == 1) {
+            sp.stop_token_ids = &stop_id;
+            sp.n_stop_token_ids = 1;
+        }
+        ck_assert_int_eq(nl_engine_submit(run->e, &p, &sp, &run->ids[k]), NL_OK);
+        if (k == 5) run->abort_id = run->ids[k];
+    }
+    ck_assert_int_eq(nl_engine_run_until_done(run->e), NL_OK);
+    for (int k = 0; k < ASYNC_REQS; k++) {
+        const nl_result *res;
+        ck_assert_int_eq(nl_engine_get_result(run->e, run->ids[k], &res), NL_OK);
+        run->results[k] = *res;
+        ck_assert_int_le(res->n_tokens, 48);
+        memcpy(run->tokens[k], res->token_ids, sizeof(int32_t) * (size_t)res->n_tokens);
+    }
+    engine_stats st;
+    engine_get_stats(run->e, &st);
+    ck_assert_int_eq(st.num_free_blocks, 20); /* nothing held after the end */
+    *preemptions = st.preemptions;
+    *in_flight = fake_runner_max_in_flight(r);
+    nl_engine_close(run->e);
+}
+
+START_TEST(test_async_scheduling_matches_sync)
+{
+    /* the EOS: a token that some continuations reach */
+    int32_t ids[80], n, cont[8];
+    async_prompt(2, ids, &n);
+    reference(ids, n, 8, VOCAB, cont);
+    int32_t eos = cont[6];
+    static async_run sync_run, async_run_;
+    int64_t pre_sync, pre_async;
+    int32_t fl_sync, fl_async;
+    run_async_workload(false, eos, &sync_run, &pre_sync, &fl_sync);
+    run_async_workload(true, eos, &async_run_, &pre_async, &fl_async);
+    ck_assert_int_eq(fl_sync, 1);
+    ck_assert_int_eq(fl_async, 2);
+    ck_assert_int_gt(pre_sync, 0);
+    ck_assert_int_gt(pre_async, 0);
+    int n_stopped = 0;
+    for (int k = 0; k < ASYNC_REQS; k++) {
+        const nl_result *a = &sync_run.results[k], *b = &async_run_.results[k];
+        ck_assert_msg(a->finish_reason == b->finish_reason && a->n_tokens == b->n_tokens,
+                      "request %d: sync %d tokens (finish %d), async %d (finish %d)", k, a->n_tokens,
+                      a->finish_reason, b->n_tokens, b->finish_reason);
+        ck_assert_int_eq(memcmp(sync_run.tokens[k], async_run_.tokens[k], sizeof(int32_t) * (size_t)a->n_tokens), 0);
+        async_prompt(k, ids, &n);
+        int32_t want[48];
+        reference(ids, n, b->n_tokens, VOCAB, want);
+        ck_assert_msg(memcmp(async_run_.tokens[k], want, sizeof(int32_t) * (size_t)b->n_tokens) == 0,
+                      "request %d: not the model's continuation", k);
+        if (k == 5) {
+            ck_assert_int_eq(b->finish_reason, NL_FINISH_ABORT);
+            ck_assert_int_eq(b->n_tokens, 3);
+        } else if (b->finish_reason == NL_FINISH_LENGTH) {
+            ck_assert_int_eq(b->n_tokens, 1 + (k * 7) % 40);
+        } else {
+            ck_assert_int_eq(b->finish_reason, NL_FINISH_STOP);
+            n_stopped++;
+        }
+    }
+    ck_assert_int_gt(n_stopped, 0);
+}
+END_TEST
+
+/* The blocks that hold a request's output are offered to the prefix cache
+ * once their tokens are known, placeholders never: a follow-up whose prompt
+ * is the whole conversation hits every full block but the last token's, with
+ * async scheduling or without, whether the request ended by length or by a
+ * stop id while a step past it was in flight. */
+START_TEST(test_async_outputs_reach_prefix_cache)
+{
+    for (int async = 0; async <= 1; async++)
+        for (int by_stop = 0; by_stop <= 1; by_stop++) {
+            nl_engine_config c;
+            nl_engine_config_init(&c);
+            c.async_scheduling = async;
+            c.max_num_seqs = 8;
+            c.max_num_batched_tokens = 128;
+            fake_runner_options o = {.num_kv_blocks = 64, .block_size = 16, .vocab_size = VOCAB};
+            runner *r;
+            ck_assert_int_eq(fake_runner_create(&o, &r), NL_OK);
+            engine_model_facts f;
+            memset(&f, 0, sizeof(f));
+            f.vocab_size = VOCAB;
+            f.max_position_embeddings = 4096;
+            f.device_name = "fake";
+            nl_engine *e;
+            ck_assert_int_eq(engine_open_with_runner(&c, &f, r, NULL, &e), NL_OK);
+            int32_t conv[80];
+            for (int i = 0; i < 40; i++) conv[i] = (i * 17 + 3) % VOCAB;
+            reference(conv, 40, 40, VOCAB, conv + 40);
+            nl_prompt p = tokens_prompt(conv, 40);
+            /* by length: 25 tokens, so that the last step samples the first
+             * token of a block; by a stop id: the 40th token */
+            nl_sampling_params sp = greedy(by_stop ? 60 : 25);
+            int32_t stop = conv[79];
+            int32_t first = 40;
+            while (conv[first] != stop) first++;
+            if (by_stop) {
+                sp.stop_token_ids = &stop;
+                sp.n_stop_token_ids = 1;
+            }
+            const nl_result *res = run_one(e, &p, &sp);
+            int32_t len = by_stop ? first + 1 : 65;
+            ck_assert_int_eq(res->n_tokens, len - 40);
+            p = tokens_prompt(conv, len);
+            sp = greedy(1);
+            res = run_one(e, &p, &sp);
+            ck_assert_msg(res->cached_tokens == (len - 1) / 16 * 16, "async %d, stop %d: %d of %d tokens cached",
+                          async, by_stop, res->cached_tokens, len);
+            nl_engine_close(e);
+        }
+}
+END_TEST
+
 START_TEST(test_runner_failure_stops_engine)
 {
     nl_engine *e = open_fake(64, 4096, NULL, 0, 3, NULL, VOCAB);
@@ -1036,6 +1212,8 @@ int main(void)
     tcase_add_test(tc, test_streaming_and_abort);
     tcase_add_test(tc, test_abort_from_callback);
     tcase_add_test(tc, test_prefix_cache_through_engine);
+    tcase_add_test(tc, test_async_scheduling_matches_sync);
+    tcase_add_test(tc, test_async_outputs_reach_prefix_cache);
     tcase_add_test(tc, test_runner_failure_stops_engine);
     tcase_add_test(tc, test_front_end_api);
     tcase_add_test(tc, test_final_callback_for_every_end);

@@ -325,11 +325,19 @@ typedef struct hooked_runner {
     abort_args *abort;
 } hooked_runner;
 
-static nl_status hooked_execute(runner *base, const wire_run *cmd, wire_reply *reply)
+static nl_status hooked_submit(runner *base, const wire_run *cmd)
 {
     hooked_runner *h = (hooked_runner *)base;
-    nl_status st = h->inner->ops->execute(h->inner, cmd, reply);
-    if (cmd->step_id == h->at_step) {
+    return h->inner->ops->submit(h->inner, cmd);
+}
+
+/* The abort comes once the step's reply is there, before the engine reads
+ * it: with async scheduling the next step is already sent by then. */
+static nl_status hooked_wait(runner *base, wire_reply *reply)
+{
+    hooked_runner *h = (hooked_runner *)base;
+    nl_status st = h->inner->ops->wait(h->inner, reply);
+    if (st == NL_OK && reply->step_id == h->at_step) {
         pthread_t t;
         ck_assert_int_eq(pthread_create(&t, NULL, abort_twice, h->abort), 0);
         pthread_join(t, NULL);
@@ -344,7 +352,7 @@ static void hooked_destroy(runner *base)
     free(h);
 }
 
-static const runner_ops hooked_ops = {.execute = hooked_execute, .destroy = hooked_destroy};
+static const runner_ops hooked_ops = {.submit = hooked_submit, .wait = hooked_wait, .destroy = hooked_destroy};
 
 /* The abort arrives during the very step in which the request reaches
  * max_tokens: it returned NL_OK, so the request must end ABORT (with the

@@ -83,7 +83,7 @@ static nl_status run_step(runner *r, uint64_t step, int n_seqs, wire_reply *repl
                              .block_table = table[i]};
     }
     wire_run cmd = {.kind = WIRE_RUN, .step_id = step, .n_seqs = n_seqs, .seqs = seqs};
-    return r->ops->execute(r, &cmd, reply);
+    return runner_execute(r, &cmd, reply);
 }
 
 static void check_reply(const wire_reply *reply, uint64_t step, int n_seqs, int tp)
@@ -105,7 +105,7 @@ static void check_reply(const wire_reply *reply, uint64_t step, int n_seqs, int 
  * nothing in /dev/shm. */
 START_TEST(test_segment_has_no_name)
 {
-    shm_layout layout = {.n_ranks = 2, .cmd_capacity = 1 << 16, .reply_capacity = 1 << 12};
+    shm_layout layout = {.n_ranks = 2, .cmd_capacity = 1 << 16, .reply_capacity = 1 << 12, .max_samples = 8};
     engine_settings cfg = {.tp = 2};
     shm_segment seg;
     ck_assert_msg(shm_segment_create(&layout, &cfg, &seg) == NL_OK, "%s", nl_last_error());
@@ -174,7 +174,7 @@ START_TEST(test_large_step)
     wire_reply reply;
     for (int rep = 0; rep < 3; rep++) {
         cmd.step_id = (uint64_t)rep + 1;
-        ck_assert_msg(r->ops->execute(r, &cmd, &reply) == NL_OK, "%s", nl_last_error());
+        ck_assert_msg(runner_execute(r, &cmd, &reply) == NL_OK, "%s", nl_last_error());
         ck_assert_int_eq(reply.n_sampled, N);
         ck_assert_int_eq(reply.sampled[N - 1].token_id, (N - 1) * 1000 + 5);
     }
@@ -182,7 +182,7 @@ START_TEST(test_large_step)
     seqs[0].n_blocks = 17 << 20;
     int32_t *huge = calloc((size_t)seqs[0].n_blocks, sizeof *huge);
     seqs[0].block_table = huge;
-    ck_assert_int_eq(r->ops->execute(r, &cmd, &reply), NL_ERR_INVALID_ARG);
+    ck_assert_int_eq(runner_execute(r, &cmd, &reply), NL_ERR_INVALID_ARG);
     ck_assert_ptr_nonnull(strstr(nl_last_error(), "exceeds the ring's limit"));
     free(huge);
     ck_assert_int_eq(run_step(r, 9, 3, &reply), NL_OK);

@@ -133,7 +133,7 @@ static int32_t harness_step(harness *h)
     wire_run cmd;
     int32_t n_sample = batch_wire_build(b, ++h->step_id, h->ws, &cmd);
     wire_reply reply;
-    nl_status st = h->r->ops->execute(h->r, &cmd, &reply);
+    nl_status st = runner_execute(h->r, &cmd, &reply);
     REQUIRE(st == NL_OK, "%s", nl_last_error());
     scheduler_commit(h->sch);
     int32_t j = 0;

@@ -55,8 +55,49 @@ static engine_settings params(int tp)
     return s;
 }
 
-/* Prefill two prompts, then decode greedily; tokens[s][k], logprobs[s][k]. */
-static void generate(int tp, int32_t tokens[N_SEQS][N_DECODE + 1],
+static const int32_t previous_token = WIRE_TOKEN_PREVIOUS;
+
+/* Step `step` (0: the prefill) of the two seqs into seqs[]; with async,
+ * a decode step's input is the placeholder for the previous step's sample. */
+static wire_run make_step(int step, bool async, wire_seq seqs[N_SEQS], int32_t prompt[N_SEQS][7],
+                          const int32_t last[N_SEQS], int32_t table[N_SEQS][1])
+{
+    static const int32_t prompt_len[N_SEQS] = {3, 7};
+    for (int s = 0; s < N_SEQS; s++) {
+        seqs[s] = (wire_seq){.seq_id = 10 + s, .n_blocks = 1, .sample = 1, .sampling.temperature = 0.0f,
+                             .sampling.top_p = 1.0f, .sampling.top_k = -1, .sampling.offset = (uint64_t)step,
+                             .block_table = table[s]};
+        if (step == 0) {
+            seqs[s].num_computed = 0;
+            seqs[s].num_new = prompt_len[s];
+            seqs[s].tokens = prompt[s];
+        } else {
+            seqs[s].num_computed = prompt_len[s] + step - 1;
+            seqs[s].num_new = 1;
+            seqs[s].tokens = async ? &previous_token : &last[s];
+        }
+    }
+    return (wire_run){.kind = WIRE_RUN, .step_id = (uint64_t)step + 1, .n_seqs = N_SEQS, .seqs = seqs};
+}
+
+static void record(int tp, int step, const wire_reply *reply, int32_t tokens[N_SEQS][N_DECODE + 1],
+                   float logprobs[N_SEQS][N_DECODE + 1], int32_t last[N_SEQS])
+{
+    ck_assert_msg(reply->n_sampled == N_SEQS, "tp %d step %d: %d samples", tp, step, reply->n_sampled);
+    for (int s = 0; s < N_SEQS; s++) {
+        ck_assert_uint_eq(reply->sampled[s].seq_id, 10 + s);
+        ck_assert_int_ge(reply->sampled[s].token_id, 0);
+        ck_assert_int_lt(reply->sampled[s].token_id, 151936);
+        ck_assert(reply->sampled[s].logprob <= 0.0f);
+        tokens[s][step] = last[s] = reply->sampled[s].token_id;
+        logprobs[s][step] = reply->sampled[s].logprob;
+    }
+}
+
+/* Prefill two prompts, then decode greedily; tokens[s][k], logprobs[s][k].
+ * With async, each step is sent before the previous step's reply is read,
+ * its inputs the placeholders every rank resolves from rank 0's samples. */
+static void generate(int tp, bool async, int32_t tokens[N_SEQS][N_DECODE + 1],
                      float logprobs[N_SEQS][N_DECODE + 1])
 {
     engine_settings p = params(tp);
@@ -65,38 +106,26 @@ static void generate(int tp, int32_t tokens[N_SEQS][N_DECODE + 1],
     ck_assert_int_eq(r->num_kv_blocks, 32);
 
     int32_t prompt[N_SEQS][7] = {{9707, 11, 1879, 0, 0, 0, 0}, {785, 3974, 13876, 38835, 35308, 916, 279}};
-    int32_t prompt_len[N_SEQS] = {3, 7};
     int32_t table[N_SEQS][1] = {{0}, {1}};
     int32_t last[N_SEQS];
     wire_seq seqs[N_SEQS];
+    wire_reply reply;
     for (int step = 0; step <= N_DECODE; step++) {
-        for (int s = 0; s < N_SEQS; s++) {
-            seqs[s] = (wire_seq){.seq_id = 10 + s, .n_blocks = 1, .sample = 1, .sampling.temperature = 0.0f,
-                                 .sampling.top_p = 1.0f, .sampling.top_k = -1, .sampling.offset = (uint64_t)step,
-                                 .block_table = table[s]};
-            if (step == 0) {
-                seqs[s].num_computed = 0;
-                seqs[s].num_new = prompt_len[s];
-                seqs[s].tokens = prompt[s];
-            } else {
-                seqs[s].num_computed = prompt_len[s] + step - 1;
-                seqs[s].num_new = 1;
-                seqs[s].tokens = &last[s];
-            }
+        wire_run cmd = make_step(step, async, seqs, prompt, last, table);
+        if (!async) {
+            ck_assert_msg(runner_execute(r, &cmd, &reply) == NL_OK, "tp %d step %d: %s", tp, step,
+                          nl_last_error());
+            record(tp, step, &reply, tokens, logprobs, last);
+            continue;
         }
-        wire_run cmd = {.kind = WIRE_RUN, .step_id = (uint64_t)step + 1, .n_seqs = N_SEQS, .seqs = seqs};
-        wire_reply reply;
-        ck_assert_msg(r->ops->execute(r, &cmd, &reply) == NL_OK, "tp %d step %d: %s", tp, step,
-                      nl_last_error());
-        ck_assert_int_eq(reply.n_sampled, N_SEQS);
-        for (int s = 0; s < N_SEQS; s++) {
-            ck_assert_uint_eq(reply.sampled[s].seq_id, 10 + s);
-            ck_assert_int_ge(reply.sampled[s].token_id, 0);
-            ck_assert_int_lt(reply.sampled[s].token_id, 151936);
-            ck_assert(reply.sampled[s].logprob <= 0.0f);
-            tokens[s][step] = last[s] = reply.sampled[s].token_id;
-            logprobs[s][step] = reply.sampled[s].logprob;
-        }
+        ck_assert_msg(r->ops->submit(r, &cmd) == NL_OK, "tp %d step %d: %s", tp, step, nl_last_error());
+        if (step == 0) continue;
+        ck_assert_msg(r->ops->wait(r, &reply) == NL_OK, "tp %d step %d: %s", tp, step - 1, nl_last_error());
+        record(tp, step - 1, &reply, tokens, logprobs, last);
+    }
+    if (async) {
+        ck_assert_msg(r->ops->wait(r, &reply) == NL_OK, "tp %d last step: %s", tp, nl_last_error());
+        record(tp, N_DECODE, &reply, tokens, logprobs, last);
     }
     r->ops->destroy(r);
 }
@@ -110,11 +139,12 @@ START_TEST(test_tp1_and_tp2_agree)
     make_model();
     int32_t t1[N_SEQS][N_DECODE + 1], t2[N_SEQS][N_DECODE + 1];
     float l1[N_SEQS][N_DECODE + 1], l2[N_SEQS][N_DECODE + 1];
-    generate(1, t1, l1);
-    generate(2, t2, l2);
+    generate(1, false, t1, l1);
+    /* tp 2 runs async: rank 1 takes its inputs from rank 0's samples */
+    generate(2, true, t2, l2);
     for (int s = 0; s < N_SEQS; s++)
         for (int k = 0; k <= N_DECODE; k++) {
-            ck_assert_msg(t1[s][k] == t2[s][k], "seq %d token %d: tp1 %d, tp2 %d", s, k, t1[s][k],
+            ck_assert_msg(t1[s][k] == t2[s][k], "seq %d token %d: tp1 %d, tp2 async %d", s, k, t1[s][k],
                           t2[s][k]);
             ck_assert_float_eq_tol(l1[s][k], l2[s][k], 1e-3f);
         }
@@ -132,12 +162,51 @@ START_TEST(test_tp1_and_tp2_agree)
 }
 END_TEST
 
+/* A placeholder that the previous step's samples cannot resolve fails its
+ * step with a message naming the seq; the pool goes on serving. */
+START_TEST(test_unresolvable_placeholder)
+{
+    if (!worker_path()) return;
+    make_model();
+    engine_settings p = params(1);
+    runner *r;
+    ck_assert_msg(executor_start(&p, worker_path(), &r) == NL_OK, "%s", nl_last_error());
+    int32_t prompt[N_SEQS][7] = {{9707, 11, 1879, 0, 0, 0, 0}, {785, 3974, 13876, 38835, 35308, 916, 279}};
+    int32_t table[N_SEQS][1] = {{0}, {1}};
+    int32_t last[N_SEQS] = {0, 0};
+    wire_seq seqs[N_SEQS];
+    wire_reply reply;
+    /* a placeholder in the very first step */
+    wire_run cmd = make_step(1, true, seqs, prompt, last, table);
+    cmd.step_id = 1;
+    ck_assert_int_ne(runner_execute(r, &cmd, &reply), NL_OK);
+    ck_assert_msg(strstr(nl_last_error(), "placeholder"), "%s", nl_last_error());
+    /* step 2 samples seq 10 only; step 3 asks for seq 11's sample */
+    cmd = make_step(0, false, seqs, prompt, last, table);
+    cmd.step_id = 2;
+    cmd.n_seqs = 1;
+    ck_assert_msg(runner_execute(r, &cmd, &reply) == NL_OK, "%s", nl_last_error());
+    cmd = make_step(1, true, seqs, prompt, last, table);
+    cmd.step_id = 3;
+    ck_assert_int_ne(runner_execute(r, &cmd, &reply), NL_OK);
+    ck_assert_msg(strstr(nl_last_error(), "seq 11's input is step 2's sample"), "%s", nl_last_error());
+    /* and a well-formed step still runs */
+    cmd = make_step(0, false, seqs, prompt, last, table);
+    cmd.step_id = 4;
+    ck_assert_msg(runner_execute(r, &cmd, &reply) == NL_OK, "%s", nl_last_error());
+    ck_assert_int_eq(reply.n_sampled, N_SEQS);
+    r->ops->destroy(r);
+    remove_model();
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("worker_real");
     TCase *tc = tcase_create("worker_real");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_tp1_and_tp2_agree);
+    tcase_add_test(tc, test_unresolvable_placeholder);
     suite_add_tcase(s, tc);
     return check_run(s);
 }

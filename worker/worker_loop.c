@@ -142,7 +142,12 @@ static int serve(worker_env *env, const worker_ops *ops, void *ctx)
         if (cmd.kind == WIRE_SHUTDOWN) break;
 
         wire_reply reply = {.step_id = cmd.step_id};
-        nl_status st = ops->execute(ctx, &cmd, &reply);
+        /* Placeholder inputs (async scheduling) become the tokens rank 0
+         * sampled in the step before; rank 0 publishes every step's. */
+        nl_status st = samples_resolve(&seg->samples, &cmd, env->rank != 0, worker_check_leader, env);
+        if (st == NL_OK) st = ops->execute(ctx, &cmd, &reply);
+        if (env->rank == 0)
+            samples_publish(&seg->samples, cmd.step_id, st, reply.sampled, st == NL_OK ? reply.n_sampled : 0);
         if (st != NL_OK && env->rank != 0) {
             report_failure(env, st, nl_last_error());
             status = 1;

@@ -20,7 +20,7 @@
 enum {
     G_MODEL = 500, G_TP, G_DEVICE, G_THREADS, G_MAX_NUM_SEQS, G_MAX_NUM_BATCHED_TOKENS, G_MAX_MODEL_LEN,
     G_GPU_MEMORY_UTILIZATION, G_BLOCK_SIZE, G_NUM_KV_BLOCKS, G_ENFORCE_EAGER, G_NO_PREFIX_CACHING,
-    G_PREFIX_CACHING, G_DEVICES, G_ALL_REDUCE, G_KV_CACHE_DTYPE, G_PREFILL_FIRST, G_HELP, G_VERSION,
+    G_PREFIX_CACHING, G_DEVICES, G_ALL_REDUCE, G_KV_CACHE_DTYPE, G_PREFILL_FIRST, G_NO_ASYNC, G_ASYNC, G_HELP, G_VERSION,
     G_END,
 };
 
@@ -45,6 +45,8 @@ static const struct option global_options[] = {
     {"no-enable-prefix-caching", no_argument, NULL, G_NO_PREFIX_CACHING},
     {"enable-prefix-caching", no_argument, NULL, G_PREFIX_CACHING},
     {"prefill-first", no_argument, NULL, G_PREFILL_FIRST},
+    {"no-async-scheduling", no_argument, NULL, G_NO_ASYNC},
+    {"async-scheduling", no_argument, NULL, G_ASYNC},
     {"devices", required_argument, NULL, G_DEVICES},
     {"all-reduce", required_argument, NULL, G_ALL_REDUCE},
     {"help", no_argument, NULL, G_HELP},
@@ -83,6 +85,9 @@ static const char global_help[] =
     "  --prefill-first             no mixed steps: a step with prompt work to do carries only\n"
     "                              prompt chunks, decodes run in steps of their own (default:\n"
     "                              every step carries the running decodes plus prompt chunks)\n"
+    "  --no-async-scheduling       one step at a time: the next step is scheduled after the\n"
+    "                              last one's reply (default: step N + 1 is sent before step\n"
+    "                              N's reply is read, so the GPU never waits for the leader)\n"
     "\n"
     "exit codes: 0 success, 1 runtime failure, 2 bad usage or bad input, 130 interrupted\n";
 
@@ -304,6 +309,12 @@ static int apply_global(cli_parser *p, int c, const char *v)
         return 0;
     case G_PREFILL_FIRST:
         cf->prefill_first = true;
+        return 0;
+    case G_NO_ASYNC:
+        cf->async_scheduling = false;
+        return 0;
+    case G_ASYNC:
+        cf->async_scheduling = true;
         return 0;
     case G_VERSION:
         printf("nanollm %s\n", nl_version());

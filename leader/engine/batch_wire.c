@@ -15,7 +15,10 @@ int32_t batch_wire_build(const sched_batch *b, uint64_t step_id, wire_seq *seqs,
         w->n_blocks = s->n_blocks;
         /* Only the chunk that completes the seq's tokens samples. */
         w->sample = s->num_computed + s->num_new == s->n_tokens;
-        w->sampling = sampling_row_from_params(&s->params, s->seed, (uint64_t)seq_num_output(s));
+        /* The sample's index in the output, counting the placeholders of
+         * samples still in flight: seeded sampling draws the same numbers
+         * with or without async scheduling. */
+        w->sampling = sampling_row_from_params(&s->params, s->seed, (uint64_t)(s->n_tokens - s->prompt_len));
         w->tokens = s->tokens + s->num_computed;
         w->block_table = s->block_table;
         n_sample += w->sample;

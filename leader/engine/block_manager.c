@@ -211,7 +211,9 @@ void block_manager_append_slot(block_manager *bm, seq *s)
 
 void block_manager_commit(block_manager *bm, seq *s)
 {
-    int32_t full = s->num_computed / bm->block_size;
+    /* a block is hashed once its tokens are known: placeholders are not */
+    int32_t known = s->n_tokens - s->n_pending;
+    int32_t full = (s->num_computed < known ? s->num_computed : known) / bm->block_size;
     if (!bm->prefix_caching || full <= s->n_registered) return;
     ensure_hashes(bm, s, full);
     int32_t bs = bm->block_size;

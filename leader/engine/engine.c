@@ -91,7 +91,13 @@ nl_status engine_open_with_runner(const nl_engine_config *config,
     st = u64map_init(&e->requests, 1024);
     if (st != NL_OK) goto fail;
     e->wire_seqs = calloc((size_t)config->max_num_seqs, sizeof(wire_seq));
-    if (!e->wire_seqs) {
+    bool flights_ok = true;
+    for (int32_t i = 0; i < RUNNER_MAX_IN_FLIGHT; i++) {
+        e->flights[i].seqs = calloc((size_t)config->max_num_seqs, sizeof(seq *));
+        e->flights[i].sample = calloc((size_t)config->max_num_seqs, sizeof(bool));
+        flights_ok = flights_ok && e->flights[i].seqs && e->flights[i].sample;
+    }
+    if (!e->wire_seqs || !flights_ok) {
         st = nl_error(NL_ERR_NOMEM, "engine: out of memory for %d seqs", config->max_num_seqs);
         goto fail;
     }
@@ -146,6 +152,10 @@ void nl_engine_close(nl_engine *e)
     if (e->runner) e->runner->ops->destroy(e->runner);
     if (e->tok) tokenizer_destroy(e->tok);
     free(e->wire_seqs);
+    for (int32_t i = 0; i < RUNNER_MAX_IN_FLIGHT; i++) {
+        free(e->flights[i].seqs);
+        free(e->flights[i].sample);
+    }
     free(e->model_dir);
     output_processor_free(&e->output);
     pthread_cond_destroy(&e->wake);

@@ -26,6 +26,7 @@ void nl_engine_config_init(nl_engine_config *c)
     c->enable_prefix_caching = true;
     c->kv_cache_dtype = NL_KV_CACHE_AUTO;
     c->prefill_first = false;
+    c->async_scheduling = true;
 }
 
 nl_status engine_config_validate(const nl_engine_config *c)

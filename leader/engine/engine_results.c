@@ -19,6 +19,7 @@ void engine_finish_request(nl_engine *e, request *r, nl_finish_reason reason)
 {
     pthread_mutex_lock(&e->lock);
     if (r->abort_requested) reason = NL_FINISH_ABORT;
+    seq_drop_pending(&r->seq); /* what steps in flight sample for it is discarded */
     if (r->state == REQUEST_ACTIVE) {
         scheduler_finish(e->sch, &r->seq, reason);
     } else {

@@ -33,8 +33,20 @@
 #include "leader/engine/engine_internal.h"
 #include "leader/engine/output.h"
 #include "leader/engine/request.h"
+#include "leader/engine/runner.h"
 #include "leader/engine/scheduler.h"
 #include "leader/engine/u64map.h"
+
+/* A step sent to the runner whose reply has not been read yet. */
+typedef struct step_flight {
+    uint64_t step_id;
+    int32_t n_seqs;
+    int32_t n_sample;     /* replies to expect                            */
+    seq **seqs;           /* [max_num_seqs], each holding in_flight       */
+    bool *sample;         /* [max_num_seqs] whether seqs[i] samples       */
+    bool prompt_step;     /* computes prompt tokens (counts as prefill)   */
+    double sent_at;
+} step_flight;
 
 /* A growable array of requests (the abort and free queues). */
 typedef struct request_ptrs {
@@ -61,6 +73,11 @@ struct nl_engine {
     uint64_t rng;                 /* seeds for unseeded requests         */
     wire_seq *wire_seqs;          /* [max_num_seqs]                      */
     uint64_t step_id;
+    /* Steps in flight, oldest first: at most one unless async scheduling
+     * sent the next before reading the oldest's reply. */
+    step_flight flights[RUNNER_MAX_IN_FLIGHT];
+    int32_t first_flight, n_flights;
+    double last_reply_at;         /* when the previous reply was handled */
     nl_status failed;
     char fail_msg[600];
     engine_stats stats;           /* the stepping thread's counters      */

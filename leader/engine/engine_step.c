@@ -2,9 +2,12 @@
  *
  * A step takes the inbox (engine_thread.c), schedules a batch, sends it as
  * one RUN command whose tokens and block tables point straight into the
- * seqs (batch_wire.h: no copies, no per-step allocation), checks the reply,
- * commits the computed tokens to the scheduler and hands each sampled token
- * to the output processor (output.h), finishing the requests it stops.
+ * seqs (batch_wire.h: no copies, no per-step allocation) and commits its
+ * tokens to the scheduler; then it reads the oldest step's reply and hands
+ * each sampled token to the output processor (output.h), finishing the
+ * requests it stops.  With async scheduling (the default) two steps are in
+ * flight: step N + 1 is scheduled and sent, with placeholders for the
+ * tokens step N samples (seq.h), before step N's reply is read.
  *
  * A runner failure or a malformed reply fails the engine: every unfinished
  * request ends with NL_FINISH_ERROR and the message, and later submissions
@@ -24,6 +27,12 @@
 static nl_status fail_engine(nl_engine *e, nl_status st)
 {
     snprintf(e->fail_msg, sizeof(e->fail_msg), "%s", nl_last_error());
+    /* Replies still due are never read: the steps' seqs are let go. */
+    for (; e->n_flights > 0; e->n_flights--) {
+        step_flight *f = &e->flights[e->first_flight];
+        e->first_flight = (e->first_flight + 1) % RUNNER_MAX_IN_FLIGHT;
+        for (int32_t i = 0; i < f->n_seqs; i++) f->seqs[i]->in_flight--;
+    }
     nl_log(NL_LOG_INFO, "engine stopped: %s", e->fail_msg); /* the caller gets it too */
     /* Chained through next_queued (the inbox is emptied here), so that
      * failing needs no memory. */
@@ -56,54 +65,92 @@ static nl_status fail_engine(nl_engine *e, nl_status st)
     return nl_error(st, "%s", e->fail_msg);
 }
 
-static nl_status step_locked(nl_engine *e)
+/* The most tokens s may hold: its max_tokens, and the context. */
+static int32_t seq_token_limit(const nl_engine *e, const seq *s)
 {
-    if (e->failed)
-        return nl_error(e->failed, "engine stopped after an earlier failure: %s", e->fail_msg);
-    engine_take_inbox(e);
+    return s->max_len < e->config.max_model_len ? s->max_len : e->config.max_model_len;
+}
+
+/* Schedules and sends the next step, if there is one (*sent).  Its tokens'
+ * KV counts as computed from now on, and each sample it takes gets a
+ * placeholder token, so that the step after it can be scheduled before its
+ * reply comes back; a sample that will end its seq by length gets none, so
+ * nothing is scheduled past it. */
+static nl_status send_step(nl_engine *e, bool *sent)
+{
+    *sent = false;
     const sched_batch *b = scheduler_schedule(e->sch);
     if (b->n_seqs == 0) return NL_OK;
-
-    double t0 = engine_now();
+    step_flight *f = &e->flights[(e->first_flight + e->n_flights) % RUNNER_MAX_IN_FLIGHT];
+    wire_run cmd;
+    f->n_sample = batch_wire_build(b, ++e->step_id, e->wire_seqs, &cmd);
+    f->step_id = cmd.step_id;
+    f->n_seqs = b->n_seqs;
     /* A step that computes prompt tokens, even a one-token prompt beside
      * decodes, counts as prefill in the stats. */
-    bool prompt_step = b->is_prefill;
-    for (int32_t i = 0; i < b->n_seqs && !prompt_step; i++)
-        prompt_step = b->seqs[i]->num_computed < b->seqs[i]->prompt_len;
-    wire_run cmd;
-    int32_t n_sample = batch_wire_build(b, ++e->step_id, e->wire_seqs, &cmd);
+    f->prompt_step = b->is_prefill;
+    for (int32_t i = 0; i < b->n_seqs; i++) {
+        f->seqs[i] = b->seqs[i];
+        f->sample[i] = e->wire_seqs[i].sample;
+        f->prompt_step = f->prompt_step || b->seqs[i]->num_computed < b->seqs[i]->prompt_len;
+    }
+    f->sent_at = engine_now();
+    nl_status st = e->runner->ops->submit(e->runner, &cmd);
+    if (st != NL_OK)
+        return fail_engine(e, nl_error_prefix(NL_ERR_WORKER, "step %llu: ", (unsigned long long)cmd.step_id));
+    e->n_flights++;
+    for (int32_t i = 0; i < f->n_seqs; i++) f->seqs[i]->in_flight++;
+    scheduler_commit(e->sch);
+    for (int32_t i = 0; i < f->n_seqs; i++) {
+        seq *s = f->seqs[i];
+        if (!f->sample[i] || s->n_tokens + 1 >= seq_token_limit(e, s)) continue;
+        st = seq_add_pending(s);
+        if (st != NL_OK) return fail_engine(e, st);
+    }
+    *sent = true;
+    return NL_OK;
+}
+
+/* Reads the oldest step's reply and hands each sampled token to its
+ * request: it fills the token's placeholder, goes through the output
+ * processor, and may finish the request (whose later steps in flight are
+ * then ignored for it). */
+static nl_status receive_step(nl_engine *e)
+{
+    step_flight *f = &e->flights[e->first_flight];
+    e->first_flight = (e->first_flight + 1) % RUNNER_MAX_IN_FLIGHT;
+    e->n_flights--;
+    for (int32_t i = 0; i < f->n_seqs; i++) f->seqs[i]->in_flight--;
+    unsigned long long step = (unsigned long long)f->step_id;
     wire_reply reply;
     reply.status = NL_OK;
     reply.n_sampled = 0;
     reply.sampled = NULL;
     reply.error[0] = '\0';
-    nl_status st = e->runner->ops->execute(e->runner, &cmd, &reply);
-    if (st != NL_OK) return fail_engine(e, nl_error_prefix(NL_ERR_WORKER, "step %llu: ",
-                                                          (unsigned long long)cmd.step_id));
+    nl_status st = e->runner->ops->wait(e->runner, &reply);
+    if (st != NL_OK) return fail_engine(e, nl_error_prefix(NL_ERR_WORKER, "step %llu: ", step));
     if (reply.status != NL_OK)
-        return fail_engine(e, nl_error(NL_ERR_WORKER, "step %llu: %s", (unsigned long long)cmd.step_id,
+        return fail_engine(e, nl_error(NL_ERR_WORKER, "step %llu: %s", step,
                                        reply.error[0] ? reply.error : nl_status_name(reply.status)));
-    if (reply.n_sampled != n_sample)
+    if (reply.n_sampled != f->n_sample)
         return fail_engine(e, nl_error(NL_ERR_WORKER, "step %llu: the workers sampled %d tokens, expected %d",
-                                       (unsigned long long)cmd.step_id, reply.n_sampled, n_sample));
+                                       step, reply.n_sampled, f->n_sample));
 
     e->stats.steps++;
-    if (prompt_step) e->stats.prefill_steps++; else e->stats.decode_steps++;
-    scheduler_commit(e->sch);
+    if (f->prompt_step) e->stats.prefill_steps++; else e->stats.decode_steps++;
     double now = engine_now();
     int32_t j = 0;
-    for (int32_t i = 0; i < b->n_seqs; i++) {
-        if (!e->wire_seqs[i].sample) continue;
-        seq *s = b->seqs[i];
+    for (int32_t i = 0; i < f->n_seqs; i++) {
+        if (!f->sample[i]) continue;
+        seq *s = f->seqs[i];
         const wire_sampled *sm = &reply.sampled[j++];
         if (sm->seq_id != s->id || sm->token_id < 0 || sm->token_id >= e->facts.vocab_size)
             return fail_engine(e, nl_error(NL_ERR_WORKER,
                                            "step %llu: reply %d is token %d for seq %llu, expected seq %llu "
                                            "and a token in [0, %d)",
-                                           (unsigned long long)cmd.step_id, j - 1, sm->token_id,
-                                           (unsigned long long)sm->seq_id, (unsigned long long)s->id,
-                                           e->facts.vocab_size));
-        if (s->status == SEQ_FINISHED) continue; /* aborted by a callback this step */
+                                           step, j - 1, sm->token_id, (unsigned long long)sm->seq_id,
+                                           (unsigned long long)s->id, e->facts.vocab_size));
+        if (s->status == SEQ_FINISHED) continue; /* ended by a callback, an abort or an earlier sample */
         request *r = request_of(s);
         if (seq_num_output(s) == 0) {
             if (s->prompt_cached >= 0) e->stats.cached_tokens += s->prompt_cached;
@@ -111,16 +158,39 @@ static nl_status step_locked(nl_engine *e)
             r->first_token_time = now;
         }
         e->stats.output_tokens++;
-        nl_finish_reason finish;
-        st = output_process_token(&e->output, r, sm, &finish);
+        st = seq_put_sample(s, sm->token_id);
+        nl_finish_reason finish = NL_FINISH_NONE;
+        if (st == NL_OK) st = output_process_token(&e->output, r, sm, &finish);
         if (st != NL_OK) return fail_engine(e, st);
         /* The stream callback may have aborted it. */
         if (finish != NL_FINISH_NONE && s->status != SEQ_FINISHED) engine_finish_request(e, r, finish);
     }
-    if (prompt_step) e->stats.prefill_seconds += engine_now() - t0;
-    else e->stats.decode_seconds += engine_now() - t0;
+    /* Steps overlap: each is charged from its sending or the previous
+     * reply, whichever came later, so the times add up to the wall time. */
+    double end = engine_now();
+    double from = f->sent_at > e->last_reply_at ? f->sent_at : e->last_reply_at;
+    if (f->prompt_step) e->stats.prefill_seconds += end - from;
+    else e->stats.decode_seconds += end - from;
+    e->last_reply_at = end;
     engine_publish_stats(e);
     return NL_OK;
+}
+
+static nl_status step_locked(nl_engine *e)
+{
+    if (e->failed)
+        return nl_error(e->failed, "engine stopped after an earlier failure: %s", e->fail_msg);
+    engine_take_inbox(e);
+    bool sent = false;
+    if (e->n_flights == 0) {
+        NL_TRY(send_step(e, &sent));
+        if (!sent) return NL_OK;
+    }
+    /* Async scheduling: the next step goes out before the oldest one's
+     * reply is read, so the workers run it while the leader handles that
+     * reply; its decoding seqs' inputs are placeholders the workers fill. */
+    if (e->config.async_scheduling && e->n_flights < RUNNER_MAX_IN_FLIGHT) NL_TRY(send_step(e, &sent));
+    return receive_step(e);
 }
 
 nl_status engine_run_step(nl_engine *e)

@@ -103,8 +103,13 @@ void engine_take_inbox(nl_engine *e)
     pthread_mutex_lock(&e->lock);
     request_ptrs frees = e->frees;
     e->frees = (request_ptrs){0};
+    /* A step in flight still names the seq: it waits for that reply. */
+    for (int32_t i = 0; i < frees.n; i++) {
+        request *r = frees.items[i];
+        if (r->seq.in_flight == 0) request_destroy(r);
+        else (void)request_ptrs_push(&e->frees, r); /* out of memory: leaked, not freed under the step */
+    }
     pthread_mutex_unlock(&e->lock);
-    for (int32_t i = 0; i < frees.n; i++) request_destroy(frees.items[i]);
     free(frees.items);
     engine_publish_stats(e);
 }

@@ -108,6 +108,8 @@ typedef struct executor {
     char failure[1024];
     wire_buf enc, arena;
     ring_buf msg;
+    uint64_t sent[RUNNER_MAX_IN_FLIGHT]; /* step ids awaiting replies, oldest first */
+    int32_t n_sent;
     int life_fd;                    /* write end of the workers' life pipe */
 } executor;
 
@@ -229,28 +231,43 @@ static nl_status pool_wait_states(executor *pool, shm_rank_state want)
     }
 }
 
-static nl_status pool_execute(runner *r, const wire_run *cmd, wire_reply *reply)
+static nl_status pool_submit(runner *r, const wire_run *cmd)
 {
     executor *pool = (executor *)r;
     if (pool->failed) return nl_error(pool->failure_status, "%s", pool->failure);
     if (cmd->kind != WIRE_RUN)
-        return nl_error(NL_ERR_INVALID_ARG, "worker pool: execute takes RUN commands, got kind %d",
+        return nl_error(NL_ERR_INVALID_ARG, "worker pool: submit takes RUN commands, got kind %d",
                         (int)cmd->kind);
+    if (pool->n_sent == RUNNER_MAX_IN_FLIGHT)
+        return nl_error(NL_ERR_INVALID_ARG, "worker pool: %d steps already await their replies",
+                        RUNNER_MAX_IN_FLIGHT);
     NL_TRY(wire_encode_run(cmd, &pool->enc));
     nl_status st = ring_write(&pool->seg.cmd, pool->enc.data, pool->enc.len, pool_check, pool);
     if (st == NL_ERR_INVALID_ARG)
         return nl_error_prefix(st, "worker pool: step %llu with %d seqs: ",
                                (unsigned long long)cmd->step_id, cmd->n_seqs);
     NL_TRY(st);
+    pool->sent[pool->n_sent++] = cmd->step_id;
+    return NL_OK;
+}
+
+static nl_status pool_wait(runner *r, wire_reply *reply)
+{
+    executor *pool = (executor *)r;
+    if (pool->failed) return nl_error(pool->failure_status, "%s", pool->failure);
+    if (pool->n_sent == 0) return nl_error(NL_ERR_INVALID_ARG, "worker pool: no step awaits a reply");
+    uint64_t want = pool->sent[0];
+    pool->n_sent--;
+    memmove(pool->sent, pool->sent + 1, sizeof(pool->sent[0]) * (size_t)pool->n_sent);
     NL_TRY(ring_read(&pool->seg.reply, 0, &pool->msg, pool_check, pool));
     wire_reply got;
     if (wire_decode_reply(pool->msg.data, pool->msg.len, &pool->arena, &got) != NL_OK) {
         nl_error_prefix(NL_ERR_WORKER, "worker rank 0 sent a bad reply: ");
         return pool_fail(pool, NL_ERR_WORKER, "%s", nl_last_error());
     }
-    if (got.step_id != cmd->step_id)
+    if (got.step_id != want)
         return pool_fail(pool, NL_ERR_WORKER, "worker rank 0 answered step %llu, expected %llu",
-                         (unsigned long long)got.step_id, (unsigned long long)cmd->step_id);
+                         (unsigned long long)got.step_id, (unsigned long long)want);
     if (got.status != NL_OK)
         return nl_error((nl_status)got.status, "worker rank 0: %s", got.error);
     *reply = got;
@@ -323,7 +340,8 @@ static nl_status pool_check_runner(runner *r)
 }
 
 static const runner_ops pool_ops = {
-    .execute = pool_execute,
+    .submit = pool_submit,
+    .wait = pool_wait,
     .check = pool_check_runner,
     .destroy = pool_destroy,
 };
@@ -415,6 +433,7 @@ nl_status executor_start(const engine_settings *p, const char *worker_path, runn
         .n_ranks = p->tp,
         .cmd_capacity = POOL_CMD_RING_BYTES,
         .reply_capacity = POOL_REPLY_RING_BYTES,
+        .max_samples = p->max_num_seqs,
         .comm_bytes = p->tp == 1 ? 0
                       : p->device == NL_DEVICE_CPU ? SHM_COMM_BYTES(p->tp) : NL_COMM_AREA_CUDA_BYTES,
     };

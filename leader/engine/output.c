@@ -64,7 +64,6 @@ nl_status output_process_token(output_processor *op, request *r, const wire_samp
 {
     seq *s = &r->seq;
     *finish = NL_FINISH_NONE;
-    NL_TRY(seq_append_token(s, sm->token_id));
     NL_TRY(request_record_logprobs(r, sm));
     if (!s->params.ignore_eos && has_id(op->eos_ids, op->n_eos, sm->token_id)) *finish = NL_FINISH_STOP;
     /* a stop token ends the output without its text, as a stop string does */
@@ -82,7 +81,7 @@ nl_status output_process_token(output_processor *op, request *r, const wire_samp
         if (stopped_by_string) *finish = NL_FINISH_STOP;
     }
     if (*finish == NL_FINISH_NONE &&
-        (seq_num_output(s) >= s->params.max_tokens || s->n_tokens >= op->max_model_len))
+        (seq_num_output(s) >= s->params.max_tokens || s->prompt_len + seq_num_output(s) >= op->max_model_len))
         *finish = NL_FINISH_LENGTH;
     if (*finish != NL_FINISH_NONE && r->detok && !stopped_by_string) {
         const char *delta;

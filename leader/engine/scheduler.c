@@ -124,6 +124,7 @@ static int32_t schedule_running(scheduler *sch, int32_t budget)
             budget = schedule_prompt_chunk(b, s, budget);
             continue;
         }
+        if (s->num_computed == s->n_tokens) continue; /* its last sample is in flight */
         bool self_preempted = false;
         while (!block_manager_can_append(sch->bm, s)) {
             seq *victim = sch->running.tail;
@@ -150,7 +151,9 @@ static void schedule_waiting(scheduler *sch, int32_t budget)
     if (b->n_preempted > 0) return;
     while (budget > 0 && sch->waiting.head && sch->running.count < sch->max_num_seqs) {
         seq *s = sch->waiting.head;
-        if (!block_manager_can_allocate(sch->bm, s)) break;
+        /* A seq preempted while a step in flight holds it waits for that
+         * step's reply: its tokens are not all known yet. */
+        if (s->in_flight > 0 || !block_manager_can_allocate(sch->bm, s)) break;
         block_manager_allocate(sch->bm, s);
         if (s->prompt_cached < 0)
             s->prompt_cached = s->num_cached < s->prompt_len ? s->num_cached : s->prompt_len;
@@ -206,6 +209,9 @@ void scheduler_finish(scheduler *sch, seq *s, nl_finish_reason reason)
 {
     if (s->status == SEQ_WAITING) queue_remove(&sch->waiting, s);
     else if (s->status == SEQ_RUNNING) queue_remove(&sch->running, s);
+    /* The last sampled token may have completed a block after the seq's
+     * last step was sent (with async scheduling, commits lag the samples). */
+    if (s->status == SEQ_RUNNING) block_manager_commit(sch->bm, s);
     if (s->n_blocks > 0) block_manager_free(sch->bm, s);
     s->status = SEQ_FINISHED;
     s->finish = reason;

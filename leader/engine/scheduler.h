@@ -79,9 +79,11 @@ void scheduler_add(scheduler *sch, seq *s);
 /* Builds the next batch (empty when there is nothing to run). */
 const sched_batch *scheduler_schedule(scheduler *sch);
 
-/* After the step ran: advances num_computed by num_new for every seq of the
- * batch and registers newly computed full blocks.  The caller then appends
- * sampled tokens and calls scheduler_finish for seqs that are done. */
+/* Once the step is sent: advances num_computed by num_new for every seq of
+ * the batch (the workers run steps in order, so the next step may read that
+ * KV) and registers the newly computed full blocks whose tokens are known.
+ * The caller then gives sampling seqs their placeholders, fills them from
+ * the reply and calls scheduler_finish for seqs that are done. */
 void scheduler_commit(scheduler *sch);
 
 /* True when s's last scheduled chunk completed its tokens (it sampled). */
@@ -90,7 +92,8 @@ static inline bool scheduler_seq_sampled(const seq *s)
     return s->num_computed == s->n_tokens;
 }
 
-/* Removes s from its queue, frees its blocks and marks it FINISHED. */
+/* Removes s from its queue, registers its last full blocks, frees its
+ * blocks and marks it FINISHED. */
 void scheduler_finish(scheduler *sch, seq *s, nl_finish_reason reason);
 
 bool scheduler_has_unfinished(const scheduler *sch);

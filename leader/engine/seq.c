@@ -107,3 +107,25 @@ nl_status seq_append_token(seq *s, int32_t token)
     s->tokens[s->n_tokens++] = token;
     return NL_OK;
 }
+
+nl_status seq_add_pending(seq *s)
+{
+    int32_t n = s->n_tokens;
+    NL_TRY(seq_append_token(s, SEQ_TOKEN_PENDING));
+    if (s->n_tokens > n) s->n_pending++;
+    return NL_OK;
+}
+
+nl_status seq_put_sample(seq *s, int32_t token)
+{
+    if (s->n_pending == 0) return seq_append_token(s, token);
+    s->tokens[s->n_tokens - s->n_pending] = token;
+    s->n_pending--;
+    return NL_OK;
+}
+
+void seq_drop_pending(seq *s)
+{
+    s->n_tokens -= s->n_pending;
+    s->n_pending = 0;
+}

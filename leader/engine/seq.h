@@ -9,9 +9,17 @@
  * Counters, for a seq with n_tokens ids:
  *   num_cached   prompt tokens whose KV came from the prefix cache at the last
  *                admission (reported as cached_tokens);
- *   num_computed tokens whose KV is in the cache; a running seq computes
+ *   num_computed tokens whose KV is in the cache (or being computed by a
+ *                step in flight); a running seq computes
  *                tokens[num_computed .. n_tokens) next, in chunks.
- * A seq whose num_computed == n_tokens - 1 is decoding.
+ *   n_pending    the last n_pending tokens are placeholders
+ *                (SEQ_TOKEN_PENDING): tokens that steps in flight are
+ *                sampling.  A step may be sent before the reply of the one
+ *                before it (async scheduling): the placeholder goes to the
+ *                workers as WIRE_TOKEN_PREVIOUS, and the reply fills it in.
+ * A seq whose num_computed == n_tokens - 1 is decoding; one whose
+ * num_computed == n_tokens has its last sample in flight and nothing to
+ * compute.
  */
 #ifndef NL_LEADER_SEQ_H
 #define NL_LEADER_SEQ_H
@@ -20,7 +28,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ipc/wire.h"
 #include "nanollm.h"
+
+/* A token a step in flight is sampling (see n_pending). */
+#define SEQ_TOKEN_PENDING WIRE_TOKEN_PREVIOUS
 
 typedef enum seq_status {
     SEQ_WAITING = 0,
@@ -43,6 +55,8 @@ typedef struct seq {
     int32_t num_cached;
     int32_t num_computed;
     int32_t prompt_cached;     /* num_cached at the first admission, or -1   */
+    int32_t n_pending;         /* trailing placeholder tokens                */
+    int32_t in_flight;         /* steps sent, not yet answered, that hold it */
 
     int32_t *block_table;      /* [cap_blocks], room for cap_tokens' blocks  */
     int32_t n_blocks;
@@ -77,14 +91,24 @@ nl_status seq_create(uint64_t id, const int32_t *prompt, int32_t prompt_len,
                      int32_t block_size, seq **out);
 void seq_destroy(seq *s);
 
+/* Output tokens known (placeholders not counted). */
 static inline int32_t seq_num_output(const seq *s)
 {
-    return s->n_tokens - s->prompt_len;
+    return s->n_tokens - s->n_pending - s->prompt_len;
 }
 
 /* Appends a sampled token, growing the arrays when full; NL_ERR_NOMEM when
  * they cannot grow.  Appending past max_len is a programming error and is
  * ignored. */
 nl_status seq_append_token(seq *s, int32_t token);
+
+/* A step that samples s was sent: appends a placeholder for its token. */
+nl_status seq_add_pending(seq *s);
+/* The oldest sample in flight came back: fills its placeholder, or appends
+ * the token when it had none (a sample that ends the seq by length). */
+nl_status seq_put_sample(seq *s, int32_t token);
+/* Forgets the placeholders (the seq finished: what is in flight for it is
+ * discarded). */
+void seq_drop_pending(seq *s);
 
 #endif
