@@ -18,7 +18,7 @@
  * (dec_splits: a few waves of blocks when the sequences alone do not fill
  * one, none otherwise), never from its maximum context, which under CUDA
  * graphs is max_model_len.  Each block then sizes its split from its own
- * sequence's context_lens (dec_chunk, at least DEC_MIN_CHUNK keys) and exits at once
+ * sequence's context_lens (dec_chunk, at least min_chunk keys) and exits at once
  * when its split starts past the end; so padding rows (context 1, block 0)
  * cost one early exit per split.  With more than one split, blocks write
  * unnormalised partials (o, m, l) and kernel_decode_merge combines the
@@ -29,7 +29,8 @@
 #include "kernels/cuda/attention.cuh"
 
 #define DEC_WARPS 4
-#define DEC_MIN_CHUNK 64     /* keys per split at least (128: batch 1 ~3% slower) */
+#define DEC_MIN_CHUNK 128    /* keys per split at least, and in batches of at */
+#define DEC_MIN_CHUNK_EARLY 64 /* most DEC_EARLY_SEQS (batch 1: 128 ~3% slower) */
 #define DEC_TARGET_WAVES 4   /* waves of resident blocks a split batch aims at */
 #define DEC_MAX_SPLITS 64
 #define DEC_EARLY_SEQS 4     /* batches this small take the early-load kernel */
@@ -40,17 +41,18 @@ struct dec_params : attn_args {
     int n_slices;             /* blocks per kv head's group                  */
     int block_shift;          /* log2 block_size, < 0: not a power of two    */
     int n_splits;             /* blocks per (sequence, kv head, slice)      */
+    int min_chunk;            /* keys per split at least                     */
     const int32_t *order;     /* [n_seqs] seqs in launch order, or NULL     */
 };
 
 /* Keys per split of a sequence of ctx keys: the context spread over the
- * splits, rounded to 64 keys, never under DEC_MIN_CHUNK.  The decode kernel
+ * splits, rounded to 64 keys, never under min_chunk.  The decode kernel
  * and the merge must agree on it. */
-static __device__ __forceinline__ int dec_chunk(int ctx, int n_splits)
+static __device__ __forceinline__ int dec_chunk(int ctx, int n_splits, int min_chunk)
 {
     int c = (ctx + n_splits - 1) / n_splits;
     c = (c + 63) / 64 * 64;
-    return c > DEC_MIN_CHUNK ? c : DEC_MIN_CHUNK;
+    return c > min_chunk ? c : min_chunk;
 }
 
 static __host__ __device__ constexpr int dec_pow2_ceil(int x)
@@ -116,7 +118,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) kernel_decode(dec_params p)
     const int split = blockIdx.x, seq = p.order ? p.order[blockIdx.z] : blockIdx.z;
     const int kvh = blockIdx.y / p.n_slices, slice = blockIdx.y % p.n_slices;
     const int ctx = p.context_lens[seq];
-    const int chunk = dec_chunk(ctx, p.n_splits);
+    const int chunk = dec_chunk(ctx, p.n_splits, p.min_chunk);
     const int k_begin = split * chunk;
     const int k_end = min(ctx, k_begin + chunk);
     if (k_begin >= k_end) return;
@@ -312,7 +314,7 @@ __global__ void kernel_decode_merge(dec_params p, int hd)
     pdl_release();
     const int seq = blockIdx.x / p.hq, h = blockIdx.x % p.hq;
     const int ctx = p.context_lens[seq];
-    const int chunk = dec_chunk(ctx, p.n_splits);
+    const int chunk = dec_chunk(ctx, p.n_splits, p.min_chunk);
     const int n_act = min(p.n_splits, (ctx + chunk - 1) / chunk);
     const size_t row0 = ((size_t)seq * p.hq + h) * p.n_splits;
     const float *ml = p.part_ml + row0 * 2;
@@ -337,7 +339,7 @@ typedef void (*dec_kernel)(dec_params);
 /* Splits the contexts only when the batch's blocks do not fill one wave of
  * resident blocks: then every block runs at once and the step lasts as long
  * as its longest context, so splitting them into DEC_TARGET_WAVES waves of
- * blocks (at least DEC_MIN_CHUNK keys each) spreads that context over idle
+ * blocks (at least min_chunk keys each) spreads that context over idle
  * SMs.  With a wave or more, blocks that finish early make room for the
  * next, and the longest-first order keeps the longest from starting last;
  * splits would only add partial writes and a merge.  The count depends on
@@ -351,7 +353,7 @@ static int dec_splits(const cuda_backend *be, const nl_attn_batch *b, const dec_
     const int resident = cuda_blocks_per_sm(k, DEC_WARPS * 32, 0) * be->num_sms;
     if (blocks >= resident) return 1;
     int n = (DEC_TARGET_WAVES * resident + blocks - 1) / blocks;
-    const int most = (b->max_context_len + DEC_MIN_CHUNK - 1) / DEC_MIN_CHUNK;
+    const int most = (b->max_context_len + p->min_chunk - 1) / p->min_chunk;
     if (n > most) n = most;
     if (n > DEC_MAX_SPLITS) n = DEC_MAX_SPLITS;
     const size_t per_split = (size_t)b->n_seqs * p->hq * (p->hd + 2);
@@ -370,8 +372,10 @@ static int dec_splits(const cuda_backend *be, const nl_attn_batch *b, const dec_
 static nl_status dec_launch(cuda_backend *be, dec_params *p, const nl_attn_batch *b,
                             dec_kernel late, dec_kernel early)
 {
+    const bool tiny = b->n_seqs <= DEC_EARLY_SEQS;
+    p->min_chunk = tiny ? DEC_MIN_CHUNK_EARLY : DEC_MIN_CHUNK;
     p->n_splits = dec_splits(be, b, p, late);
-    const dec_kernel k = b->n_seqs <= DEC_EARLY_SEQS ? early : late;
+    const dec_kernel k = tiny ? early : late;
     p->part_o = attn_scratch(be);
     p->part_ml = attn_scratch(be) + (size_t)b->n_seqs * p->hq * p->n_splits * p->hd;
     /* Blocks start in index order, x fastest: a sequence's blocks are
