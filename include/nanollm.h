@@ -339,8 +339,10 @@ nl_status nl_engine_submit_user(nl_engine *engine, const nl_prompt *prompt,
  * has already finished (then nothing changes). */
 nl_status nl_engine_abort(nl_engine *engine, uint64_t request_id);
 
-/* One step: takes the inbox, then schedule -> run -> postprocess.  Refused
- * (NL_ERR_INVALID_ARG) while the engine steps itself. */
+/* One step: takes the inbox, schedules and sends a step, then reads and
+ * postprocesses the oldest step's reply.  With async scheduling the step
+ * sent is the one after the step answered, so the workers run it meanwhile.
+ * Refused (NL_ERR_INVALID_ARG) while the engine steps itself. */
 nl_status nl_engine_step(nl_engine *engine);
 /* Whether a submitted request has not finished yet. */
 bool nl_engine_has_unfinished(const nl_engine *engine);

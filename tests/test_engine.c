@@ -517,12 +517,14 @@ static void async_prompt(int k, int32_t *ids, int32_t *n)
         ids[i] = k % 3 == 0 && i < 40 ? (i * 13 + 5) % VOCAB : (k * 101 + i * 7) % VOCAB;
 }
 
-static void run_async_workload(bool async, int32_t eos, async_run *run, int64_t *preemptions, int32_t *in_flight)
+static void run_async_workload(bool async, bool prefill_first, int32_t eos, async_run *run, int64_t *preemptions,
+                               int32_t *in_flight)
 {
     nl_engine_config c;
     nl_engine_config_init(&c);
     ck_assert(c.async_scheduling); /* the default */
     c.async_scheduling = async;
+    c.prefill_first = prefill_first;
     c.max_num_seqs = 8;
     c.max_num_batched_tokens = 64;
     fake_runner_options o = {.num_kv_blocks = 20, .block_size = 16, .vocab_size = VOCAB};
@@ -576,8 +578,9 @@ START_TEST(test_async_scheduling_matches_sync)
     static async_run sync_run, async_run_;
     int64_t pre_sync, pre_async;
     int32_t fl_sync, fl_async;
-    run_async_workload(false, eos, &sync_run, &pre_sync, &fl_sync);
-    run_async_workload(true, eos, &async_run_, &pre_async, &fl_async);
+    /* mixed steps (_i == 0) or prefill-first ones */
+    run_async_workload(false, _i, eos, &sync_run, &pre_sync, &fl_sync);
+    run_async_workload(true, _i, eos, &async_run_, &pre_async, &fl_async);
     ck_assert_int_eq(fl_sync, 1);
     ck_assert_int_eq(fl_async, 2);
     ck_assert_int_gt(pre_sync, 0);
@@ -1212,7 +1215,7 @@ int main(void)
     tcase_add_test(tc, test_streaming_and_abort);
     tcase_add_test(tc, test_abort_from_callback);
     tcase_add_test(tc, test_prefix_cache_through_engine);
-    tcase_add_test(tc, test_async_scheduling_matches_sync);
+    tcase_add_loop_test(tc, test_async_scheduling_matches_sync, 0, 2);
     tcase_add_test(tc, test_async_outputs_reach_prefix_cache);
     tcase_add_test(tc, test_runner_failure_stops_engine);
     tcase_add_test(tc, test_front_end_api);
