@@ -206,6 +206,13 @@ nl_status ring_read(ring *r, int reader, ring_buf *buf, ring_check_fn check, voi
     return NL_OK;
 }
 
+bool ring_ready(const ring *r, int reader)
+{
+    if (reader < 0 || (uint32_t)reader >= r->n_readers) return true; /* ring_read says why */
+    read_arg arg = {.pos = r->read_pos[reader]};
+    return has_message(r, &arg) != RING_NOT_YET;
+}
+
 void ring_buf_free(ring_buf *buf)
 {
     free(buf->data);

@@ -22,6 +22,7 @@
 
 #include <stdalign.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -88,6 +89,9 @@ nl_status ring_write(ring *r, const void *msg, size_t len, ring_check_fn check, 
 /* Waits for the next message for reader (0..n_readers-1) and copies it into
  * buf (buf->len = its length). */
 nl_status ring_read(ring *r, int reader, ring_buf *buf, ring_check_fn check, void *ctx);
+/* Without waiting: whether ring_read would return at once (a message is
+ * there, or something ring_read will report as an error). */
+bool ring_ready(const ring *r, int reader);
 
 void ring_buf_free(ring_buf *buf);
 

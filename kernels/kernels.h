@@ -88,6 +88,7 @@ typedef struct nl_linear_shape {
 } nl_linear_shape;
 
 #define NL_TIMER_MAX_MARKS 4096 /* op timer marks per step: 128 layers make ~1,550 */
+#define NL_FENCES 2             /* fence slots: the steps a worker has launched */
 
 typedef struct nl_backend_ops {
     const char *name;
@@ -107,6 +108,22 @@ typedef struct nl_backend_ops {
     nl_status (*memset_zero)(nl_backend *be, void *dst, size_t bytes);
     nl_status (*synchronize)(nl_backend *be);
     nl_status (*memory_info)(nl_backend *be, size_t *free_bytes, size_t *total_bytes);
+
+    /* Running ahead of the device (a worker launches step N + 1 before it
+     * reads step N's samples).  host_alloc gives host memory download_async
+     * may copy into (pinned on CUDA); download_async queues a copy from
+     * backend memory, ordered with the ops, which has landed once a fence
+     * recorded after it has passed.  fence_record marks the current point of
+     * the work as fence `slot` (0 .. NL_FENCES - 1); fence_passed says
+     * without blocking whether the work before that mark is done, and
+     * fence_wait blocks until it is.  A backend whose ops finish before
+     * they return (the CPU) passes every fence at once. */
+    nl_status (*host_alloc)(nl_backend *be, size_t bytes, void **out);
+    void (*host_free)(nl_backend *be, void *ptr);
+    nl_status (*download_async)(nl_backend *be, void *dst, const void *src, size_t bytes);
+    nl_status (*fence_record)(nl_backend *be, int slot);
+    nl_status (*fence_passed)(nl_backend *be, int slot, bool *passed);
+    nl_status (*fence_wait)(nl_backend *be, int slot);
 
     /* weights: create [rows, cols], then fill row ranges from host data.
      * fill_rows writes rows [row0, row0 + n_rows) from
@@ -169,6 +186,9 @@ typedef struct nl_backend_ops {
      * [n, w.rows] is scratch. */
     nl_status (*linear_add)(nl_backend *be, void *residual, void *work, const void *x,
                             const nl_weight *w, const nl_weight *bias, int32_t n);
+    /* ids[pairs[2k]] = src[pairs[2k + 1]] for k < n: a step's input tokens
+     * taken from the ids the step before it sampled (backend memory). */
+    nl_status (*take_ids)(nl_backend *be, int32_t *ids, const int32_t *src, const int32_t *pairs, int32_t n);
     /* out[m, dim] = x[rows[i], :], to take each sequence's last token. */
     nl_status (*gather_rows)(nl_backend *be, void *out, const void *x, const int32_t *rows,
                              int32_t m, int32_t dim);

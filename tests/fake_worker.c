@@ -90,7 +90,7 @@ static void fake_shutdown(void *ctx)
 
 int main(int argc, char **argv)
 {
-    static const worker_ops ops = {fake_init, fake_execute, fake_shutdown};
+    static const worker_ops ops = {.init = fake_init, .execute = fake_execute, .shutdown = fake_shutdown};
     fake_model model = {0};
     return worker_loop_main(argc, argv, &ops, &model);
 }

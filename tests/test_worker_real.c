@@ -137,15 +137,19 @@ START_TEST(test_tp1_and_tp2_agree)
         return;
     }
     make_model();
-    int32_t t1[N_SEQS][N_DECODE + 1], t2[N_SEQS][N_DECODE + 1];
-    float l1[N_SEQS][N_DECODE + 1], l2[N_SEQS][N_DECODE + 1];
+    int32_t t1[N_SEQS][N_DECODE + 1], t2[N_SEQS][N_DECODE + 1], ta[N_SEQS][N_DECODE + 1];
+    float l1[N_SEQS][N_DECODE + 1], l2[N_SEQS][N_DECODE + 1], la[N_SEQS][N_DECODE + 1];
     generate(1, false, t1, l1);
-    /* tp 2 runs async: rank 1 takes its inputs from rank 0's samples */
+    /* tp 1 async: the worker launches each step while the one before runs
+     * and takes its placeholders from the samples on the device */
+    generate(1, true, ta, la);
+    /* tp 2 async: rank 1 takes its inputs from the samples rank 0 publishes */
     generate(2, true, t2, l2);
     for (int s = 0; s < N_SEQS; s++)
         for (int k = 0; k <= N_DECODE; k++) {
-            ck_assert_msg(t1[s][k] == t2[s][k], "seq %d token %d: tp1 %d, tp2 async %d", s, k, t1[s][k],
-                          t2[s][k]);
+            ck_assert_msg(t1[s][k] == ta[s][k] && t1[s][k] == t2[s][k],
+                          "seq %d token %d: tp1 %d, tp1 async %d, tp2 async %d", s, k, t1[s][k], ta[s][k], t2[s][k]);
+            ck_assert_float_eq_tol(l1[s][k], la[s][k], 1e-6f);
             ck_assert_float_eq_tol(l1[s][k], l2[s][k], 1e-3f);
         }
     /* A directory without weights: the loader's message reaches the leader. */

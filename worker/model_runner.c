@@ -11,8 +11,16 @@
  *
  * A step is a pipeline: prepare_inputs fills the host mirrors (and picks a
  * graph or the eager path), upload_inputs moves them up, run_forward runs
- * the model, sample_and_reply samples on rank 0 and fills the reply.  The
- * buffers those stages move are rows of one table, step_bufs.
+ * the model, and on rank 0 the sampler runs and its outputs are queued for
+ * the host; finish_step waits for them and fills the reply.  The buffers
+ * those stages move are rows of one table, step_bufs.
+ *
+ * Launching and finishing are apart, so a worker may launch step N + 1
+ * while step N runs (model_runner_launch): up to NL_FENCES steps are in
+ * flight, each with its own fence and its own host copy of the samples.  A
+ * placeholder input (WIRE_TOKEN_PREVIOUS) is then taken on the device from
+ * the ids the step launched before it sampled, which are still in the
+ * sampler's output buffer when the step's first kernel runs.
  *
  * A RUN command is checked before anything touches the device: block ids,
  * token ids, lengths and totals are validated against the cache and the
@@ -61,6 +69,7 @@ typedef enum step_buf {
     BUF_ORDER,   /* [seqs] decode seqs, longest context first          */
     BUF_ORDER_KEYS, /* [seqs] their sort keys, host only              */
     BUF_PERM,    /* [logits tp] interleave of the gathered logits     */
+    BUF_TAKE,    /* [takes, 2] (token index, previous logits row)      */
     BUF_SROWS,   /* [logits] sampling controls                        */
     BUF_OUT_IDS, /* [logits] sampled ids                              */
     BUF_OUT_LP,  /* [logits] their logprobs                           */
@@ -80,6 +89,7 @@ typedef struct step_shape {
                          with tp > 1, else 0                               */
     int32_t n_top;    /* logits rows whose top logprobs come back: n_logits
                          when any seq asks for them, else 0                */
+    int32_t n_take;   /* placeholder inputs taken from the last samples     */
 } step_shape;
 
 typedef enum step_count {
@@ -90,11 +100,13 @@ typedef enum step_count {
     COUNT_LOGITS,
     COUNT_PERM,
     COUNT_TOP,
+    COUNT_TAKE,
 } step_count;
 
-/* When a buffer moves: forward inputs go up before the forward pass,
- * sampler inputs before sampling, sampler outputs come down after it; a
- * host-only buffer has no device side. */
+/* When a buffer moves: forward and sampler inputs go up before the forward
+ * pass, sampler outputs come down after sampling (into one of NL_FENCES
+ * host copies, one a step in flight); a host-only buffer has no device
+ * side. */
 typedef enum step_phase {
     PHASE_FORWARD_IN,
     PHASE_SAMPLE_IN,
@@ -118,6 +130,7 @@ static const struct step_buf_desc {
     [BUF_ORDER] = {"decode order", sizeof(int32_t), COUNT_SEQS, PHASE_FORWARD_IN},
     [BUF_ORDER_KEYS] = {"decode order keys", sizeof(int64_t), COUNT_SEQS, PHASE_HOST_ONLY},
     [BUF_PERM] = {"gather permutation", sizeof(int32_t), COUNT_PERM, PHASE_FORWARD_IN},
+    [BUF_TAKE] = {"placeholder takes", 2 * sizeof(int32_t), COUNT_TAKE, PHASE_FORWARD_IN},
     [BUF_SROWS] = {"sampling rows", sizeof(nl_sample_row), COUNT_LOGITS, PHASE_SAMPLE_IN},
     [BUF_OUT_IDS] = {"sampled ids", sizeof(int32_t), COUNT_LOGITS, PHASE_SAMPLE_OUT},
     [BUF_OUT_LP] = {"sampled logprobs", sizeof(float), COUNT_LOGITS, PHASE_SAMPLE_OUT},
@@ -136,6 +149,7 @@ static size_t step_count_of(step_count c, const step_shape *s)
     case COUNT_LOGITS: return (size_t)s->n_logits;
     case COUNT_PERM: return (size_t)s->n_perm;
     case COUNT_TOP: return (size_t)s->n_top * NL_MAX_LOGPROBS;
+    case COUNT_TAKE: return (size_t)s->n_take;
     }
     return 0;
 }
@@ -151,6 +165,18 @@ typedef struct step_plan {
     int32_t n_leading_decodes; /* seqs before the first prompt chunk */
 } step_plan;
 
+/* A step launched on the backend whose samples have not been read yet:
+ * what its reply needs from the command, which is gone by then. */
+typedef struct launched_step {
+    uint64_t step_id;
+    int32_t n_seqs;
+    bool sampled;          /* the sampler ran (rank 0, some logits rows)   */
+    int profile_kind;
+    uint64_t *seq_ids;     /* [max_num_seqs]                               */
+    int32_t *rows;         /* [max_num_seqs] logits row, -1: no sample     */
+    int32_t *n_logprobs;   /* [max_num_seqs]                               */
+} launched_step;
+
 typedef struct model_runner {
     engine_settings p;
     int32_t rank;
@@ -164,7 +190,15 @@ typedef struct model_runner {
     int32_t max_blocks_per_seq; /* ceil(max_model_len / block_size) */
 
     void *dev[BUF_COUNT];  /* step buffers on the backend, NULL if host only */
-    void *host[BUF_COUNT]; /* their host mirrors                             */
+    void *host[BUF_COUNT]; /* their host mirrors (sampler outputs: host_out) */
+    void *host_out[NL_FENCES][BUF_COUNT]; /* each launch slot's sampler outputs */
+
+    /* Steps in flight, by slot (which is also their fence): the oldest is
+     * launched[oldest], then the next n_launched - 1 slots in turn.  last:
+     * the slot of the step launched most recently, -1 before any. */
+    launched_step launched[NL_FENCES];
+    int32_t oldest, n_launched, last;
+    int32_t take_cursor;   /* where the last placeholder's seq was found   */
 
     int32_t n_graphs;
     int32_t graph_size[GRAPH_MAX_SIZES];
@@ -249,7 +283,8 @@ static step_shape max_shape(const model_runner *r)
 {
     return (step_shape){.n_tokens = r->p.max_num_batched_tokens, .n_seqs = r->p.max_num_seqs,
                         .stride = r->max_blocks_per_seq, .n_logits = r->p.max_num_seqs,
-                        .n_perm = r->p.max_num_seqs * r->p.tp, .n_top = r->p.max_num_seqs};
+                        .n_perm = r->p.max_num_seqs * r->p.tp, .n_top = r->p.max_num_seqs,
+                        .n_take = r->p.max_num_seqs};
 }
 
 /* Bytes the step buffers take on the backend and on the host. */
@@ -259,7 +294,7 @@ static void step_buffer_bytes(const model_runner *r, size_t *dev, size_t *host)
     *dev = *host = 0;
     for (int b = 0; b < BUF_COUNT; b++) {
         size_t bytes = step_count_of(step_bufs[b].count, &max) * step_bufs[b].elem;
-        *host += bytes;
+        *host += step_bufs[b].phase == PHASE_SAMPLE_OUT ? NL_FENCES * bytes : bytes;
         if (step_bufs[b].phase != PHASE_HOST_ONLY) *dev += bytes;
     }
 }
@@ -305,16 +340,30 @@ static nl_status alloc_step_buffers(model_runner *r)
     for (int b = 0; b < BUF_COUNT; b++) {
         const struct step_buf_desc *d = &step_bufs[b];
         size_t n = step_count_of(d->count, &max), bytes = n * d->elem;
-        r->host[b] = calloc(n ? n : 1, d->elem);
-        if (!r->host[b])
-            return nl_error(NL_ERR_NOMEM, "model runner: no host memory for %zu bytes of %s", bytes,
-                            d->name);
+        if (d->phase == PHASE_SAMPLE_OUT) {
+            for (int k = 0; k < NL_FENCES; k++) NL_TRY(r->be->ops->host_alloc(r->be, bytes, &r->host_out[k][b]));
+        } else {
+            r->host[b] = calloc(n ? n : 1, d->elem);
+            if (!r->host[b])
+                return nl_error(NL_ERR_NOMEM, "model runner: no host memory for %zu bytes of %s", bytes,
+                                d->name);
+        }
         if (d->phase != PHASE_HOST_ONLY) NL_TRY(r->be->ops->alloc(r->be, bytes, &r->dev[b]));
+    }
+    size_t seqs = (size_t)r->p.max_num_seqs;
+    for (int k = 0; k < NL_FENCES; k++) {
+        launched_step *l = &r->launched[k];
+        l->seq_ids = calloc(seqs, sizeof *l->seq_ids);
+        l->rows = calloc(seqs, sizeof *l->rows);
+        l->n_logprobs = calloc(seqs, sizeof *l->n_logprobs);
+        if (!l->seq_ids || !l->rows || !l->n_logprobs)
+            return nl_error(NL_ERR_NOMEM, "model runner: no host memory for %zu launched seqs", seqs);
     }
     return NL_OK;
 }
 
-/* Moves the first entries of every buffer of a phase that the shape uses. */
+/* Moves up the first entries of every buffer of an input phase that the
+ * shape uses. */
 static nl_status transfer_phase(model_runner *r, step_phase phase, const step_shape *shape)
 {
     nl_backend *be = r->be;
@@ -330,10 +379,21 @@ static nl_status transfer_phase(model_runner *r, step_phase phase, const step_sh
             NL_TRY(be->ops->upload_rows(be, r->dev[b], pitch, r->host[b], pitch,
                                         (size_t)shape->table_width * d->elem,
                                         (size_t)shape->n_seqs));
-        } else if (phase == PHASE_SAMPLE_OUT)
-            NL_TRY(be->ops->download(be, r->host[b], r->dev[b], bytes));
-        else
+        } else {
             NL_TRY(be->ops->upload(be, r->dev[b], r->host[b], bytes));
+        }
+    }
+    return NL_OK;
+}
+
+/* Queues the sampler outputs the shape uses into launch slot k's host
+ * copy; they have landed once slot k's fence has passed. */
+static nl_status download_samples(model_runner *r, const step_shape *shape, int k)
+{
+    for (int b = 0; b < BUF_COUNT; b++) {
+        size_t bytes = step_count_of(step_bufs[b].count, shape) * step_bufs[b].elem;
+        if (step_bufs[b].phase == PHASE_SAMPLE_OUT && bytes > 0)
+            NL_TRY(r->be->ops->download_async(r->be, r->host_out[k][b], r->dev[b], bytes));
     }
     return NL_OK;
 }
@@ -344,9 +404,17 @@ void model_runner_destroy(model_runner *r)
     if (r->profile) profile_report(r);
     for (int32_t g = 0; g < r->n_graphs; g++)
         if (r->graph[g]) r->be->ops->graph_destroy(r->be, r->graph[g]);
+    if (r->n_launched > 0) r->be->ops->synchronize(r->be); /* nothing copies into freed memory */
     for (int b = 0; b < BUF_COUNT; b++) {
         if (r->dev[b]) r->be->ops->free(r->be, r->dev[b]);
         free(r->host[b]);
+        for (int k = 0; k < NL_FENCES; k++)
+            if (r->host_out[k][b]) r->be->ops->host_free(r->be, r->host_out[k][b]);
+    }
+    for (int k = 0; k < NL_FENCES; k++) {
+        free(r->launched[k].seq_ids);
+        free(r->launched[k].rows);
+        free(r->launched[k].n_logprobs);
     }
     if (r->w) qwen_state_destroy(r->be, r->w, r->s);
     weights_destroy(r->be, r->w);
@@ -495,6 +563,9 @@ static nl_status upload_inputs(model_runner *r, const step_plan *plan, qwen_inpu
             for (int32_t k = 0; k < tp; k++) perm[i * tp + k] = k * sh->n_logits + i;
     }
     NL_TRY(transfer_phase(r, PHASE_FORWARD_IN, sh));
+    /* the sampler's too: the host rows are rewritten by the next launch
+     * before this step's sampler runs */
+    NL_TRY(transfer_phase(r, PHASE_SAMPLE_IN, sh));
     *in = (qwen_inputs){
         .n_tokens = sh->n_tokens,
         .ids = r->dev[BUF_IDS],
@@ -653,6 +724,7 @@ nl_status model_runner_create(const engine_settings *params, int32_t rank, nl_ba
     if (!r) return nl_error(NL_ERR_NOMEM, "model runner: no memory");
     r->p = *params;
     r->rank = rank;
+    r->last = -1;
     const char *profile = getenv("NANOLLM_PROFILE");
     r->profile_ops = profile && strcmp(profile, "ops") == 0 && be->ops->timer_mark;
     r->profile = r->profile_ops || (profile && strcmp(profile, "1") == 0);
@@ -699,7 +771,8 @@ static nl_status validate(const model_runner *r, const wire_run *cmd, int32_t *n
                 return nl_error(NL_ERR_INVALID_ARG, "seq %llu: block_table[%d] = %d outside [0, %d)", id,
                                 b, q->block_table[b], r->num_blocks);
         for (int32_t i = 0; i < q->num_new; i++)
-            if (q->tokens[i] < 0 || q->tokens[i] >= r->cfg.vocab_size)
+            if ((q->tokens[i] < 0 || q->tokens[i] >= r->cfg.vocab_size) &&
+                !(q->tokens[i] == WIRE_TOKEN_PREVIOUS && q->num_new == 1)) /* prepare_inputs resolves it */
                 return nl_error(NL_ERR_INVALID_ARG, "seq %llu: token %d at %d outside vocab [0, %d)",
                                 id, q->tokens[i], q->num_computed + i, r->cfg.vocab_size);
         if (q->sample && (q->sampling.n_logprobs < 0 || q->sampling.n_logprobs > NL_MAX_LOGPROBS))
@@ -731,6 +804,27 @@ static nl_sample_row sample_row_of(const wire_seq *q)
     return row;
 }
 
+/* The logits row where the step launched last sampled seq_id, for a
+ * placeholder input of step step_id: that step must be step_id - 1. */
+static nl_status previous_row(model_runner *r, uint64_t step_id, uint64_t seq_id, int32_t *row)
+{
+    const launched_step *l = r->last >= 0 ? &r->launched[r->last] : NULL;
+    unsigned long long step = (unsigned long long)step_id, seq = (unsigned long long)seq_id;
+    if (!l || l->step_id + 1 != step_id)
+        return nl_error(NL_ERR_INVALID_ARG, "step %llu: seq %llu's input is a placeholder, but step %llu did not "
+                        "run just before it", step, seq, step - 1);
+    for (int32_t k = 0; k < l->n_seqs; k++) { /* from the last match: steps list seqs alike */
+        int32_t i = (r->take_cursor + k) % l->n_seqs;
+        if (l->seq_ids[i] != seq_id) continue;
+        r->take_cursor = i + 1;
+        *row = l->rows[i];
+        if (*row >= 0 && l->sampled) return NL_OK;
+        break;
+    }
+    return nl_error(NL_ERR_INVALID_ARG, "step %llu: seq %llu's input is step %llu's sample, but that step did "
+                    "not sample it", step, seq, step - 1);
+}
+
 /* Stage 1, on the host: checks the command, picks the path (the smallest
  * captured graph that fits an all-decode step, else eager) and fills the
  * host mirrors of the forward and sampler inputs. */
@@ -755,15 +849,20 @@ static nl_status prepare_inputs(model_runner *r, const wire_run *cmd, step_plan 
     int32_t stride = plan->graph >= 0 ? r->max_blocks_per_seq : width;
     int32_t *ids = r->host[BUF_IDS], *pos = r->host[BUF_POS], *slots = r->host[BUF_SLOTS];
     int32_t *cu = r->host[BUF_CU], *ctx = r->host[BUF_CTX], *tables = r->host[BUF_TABLES];
-    int32_t *rows = r->host[BUF_ROWS];
+    int32_t *rows = r->host[BUF_ROWS], *takes = r->host[BUF_TAKE], n_take = 0;
     nl_sample_row *srows = r->host[BUF_SROWS];
     cu[0] = 0;
     for (int32_t s = 0; s < n_seqs; s++) {
         const wire_seq *q = &cmd->seqs[s];
         int32_t len = q->num_computed + q->num_new;
+        if (q->tokens[0] == WIRE_TOKEN_PREVIOUS) {
+            takes[2 * n_take] = t;
+            NL_TRY(previous_row(r, cmd->step_id, q->seq_id, &takes[2 * n_take + 1]));
+            n_take++;
+        }
         for (int32_t i = 0; i < q->num_new; i++, t++) {
             int32_t at = q->num_computed + i;
-            ids[t] = q->tokens[i];
+            ids[t] = q->tokens[i] == WIRE_TOKEN_PREVIOUS ? 0 : q->tokens[i]; /* taken on the device */
             pos[t] = at;
             slots[t] = q->block_table[at / bs] * bs + at % bs;
         }
@@ -782,6 +881,7 @@ static nl_status prepare_inputs(model_runner *r, const wire_run *cmd, step_plan 
     else
         plan->shape = shape_of(r, n_tokens, n_seqs, stride, n_logits);
     plan->shape.table_width = width;
+    plan->shape.n_take = n_take;
     /* the top logprobs come back only when some seq asked for them */
     bool top = false;
     for (int32_t s = 0; s < n_seqs && !top; s++)
@@ -797,58 +897,83 @@ static nl_status run_forward(model_runner *r, const step_plan *plan, const qwen_
     return qwen_forward(r->be, r->comm, r->w, r->s, in);
 }
 
-/* Stage 3, rank 0: samples every logits row and answers with the rows of
- * the seqs that asked.  Row k of the logits is the k-th sampling seq, or
- * seq k under a graph. */
-static nl_status sample_and_reply(model_runner *r, const wire_run *cmd, const step_plan *plan,
-                                  wire_reply *reply)
+/* Stage 3, rank 0: samples every logits row and queues the outputs for
+ * the host into launch slot k.  Row k of the logits is the k-th sampling
+ * seq, or seq k under a graph. */
+static nl_status launch_sampler(model_runner *r, const step_plan *plan, int k)
 {
     nl_backend *be = r->be;
     const step_shape *sh = &plan->shape;
-    NL_TRY(transfer_phase(r, PHASE_SAMPLE_IN, sh));
     NL_TRY(be->ops->sample(be, r->s->logits, sh->n_logits, r->cfg.vocab_size, r->dev[BUF_SROWS],
                            r->dev[BUF_OUT_IDS], r->dev[BUF_OUT_LP], r->dev[BUF_TOP_IDS],
                            r->dev[BUF_TOP_LP]));
-    NL_TRY(transfer_phase(r, PHASE_SAMPLE_OUT, sh));
-    NL_TRY(be->ops->synchronize(be));
+    return download_samples(r, sh, k);
+}
 
-    const int32_t *out_ids = r->host[BUF_OUT_IDS], *top_ids = r->host[BUF_TOP_IDS];
-    const float *out_lp = r->host[BUF_OUT_LP], *top_lp = r->host[BUF_TOP_LP];
-    wire_sampled *sampled = r->host[BUF_REPLY];
-    int32_t k = 0;
+/* What the reply of the step in slot k needs from its command. */
+static void record_launch(model_runner *r, const wire_run *cmd, const step_plan *plan, int k, int kind)
+{
+    launched_step *l = &r->launched[k];
+    l->step_id = cmd->step_id;
+    l->n_seqs = cmd->n_seqs;
+    l->sampled = r->rank == 0 && plan->shape.n_logits > 0;
+    l->profile_kind = kind;
+    int32_t row = 0;
     for (int32_t s = 0; s < cmd->n_seqs; s++) {
         const wire_seq *q = &cmd->seqs[s];
-        int32_t row = plan->graph >= 0 ? s : k;
-        if (!q->sample) continue;
-        k++;
+        l->seq_ids[s] = q->seq_id;
+        l->n_logprobs[s] = q->sampling.n_logprobs;
+        l->rows[s] = !q->sample ? -1 : plan->graph >= 0 ? s : row;
+        row += q->sample;
+    }
+}
+
+/* Stage 4, rank 0: the reply from slot k's samples, once they landed. */
+static void fill_reply(model_runner *r, int k, wire_reply *reply)
+{
+    const launched_step *l = &r->launched[k];
+    const int32_t *out_ids = r->host_out[k][BUF_OUT_IDS], *top_ids = r->host_out[k][BUF_TOP_IDS];
+    const float *out_lp = r->host_out[k][BUF_OUT_LP], *top_lp = r->host_out[k][BUF_TOP_LP];
+    wire_sampled *sampled = r->host[BUF_REPLY];
+    reply->n_sampled = 0;
+    for (int32_t s = 0; s < l->n_seqs; s++) {
+        int32_t row = l->rows[s];
+        if (row < 0) continue;
         wire_sampled *o = &sampled[reply->n_sampled++];
-        o->seq_id = q->seq_id;
+        o->seq_id = l->seq_ids[s];
         o->token_id = out_ids[row];
         o->logprob = out_lp[row];
-        o->n_top = q->sampling.n_logprobs;
-        for (int32_t j = 0; j < q->sampling.n_logprobs; j++) {
+        o->n_top = l->n_logprobs[s];
+        for (int32_t j = 0; j < o->n_top; j++) {
             o->top_ids[j] = top_ids[row * NL_MAX_LOGPROBS + j];
             o->top_logprobs[j] = top_lp[row * NL_MAX_LOGPROBS + j];
         }
     }
-    return NL_OK;
+    reply->sampled = sampled;
 }
 
-/* The step as a pipeline: prepare, upload, run, sample and reply.  With
- * NANOLLM_PROFILE=1 each stage after the host's is timed to its end. */
-static nl_status execute(model_runner *r, const wire_run *cmd, wire_reply *reply)
+/* The step as a pipeline: prepare, upload, take placeholders, run, sample.
+ * With NANOLLM_PROFILE=1 each stage after the host's is timed to its end
+ * (which waits for the device, so nothing overlaps then). */
+nl_status model_runner_launch(model_runner *r, const wire_run *cmd)
 {
+    if (r->n_launched == NL_FENCES)
+        return nl_error(NL_ERR_INVALID_ARG, "step %llu: %d steps already launched",
+                        (unsigned long long)cmd->step_id, NL_FENCES);
     step_plan plan;
     NL_TRY(prepare_inputs(r, cmd, &plan));
+    const int k = (r->oldest + r->n_launched) % NL_FENCES;
 
     double mark = r->profile ? now_s() : 0;
-    struct step_profile *prof = &r->prof[!plan.all_decode ? PROFILE_PREFILL
-                                         : plan.graph >= 0 ? PROFILE_DECODE_GRAPH
-                                                           : PROFILE_DECODE_EAGER];
+    int kind = !plan.all_decode ? PROFILE_PREFILL : plan.graph >= 0 ? PROFILE_DECODE_GRAPH : PROFILE_DECODE_EAGER;
+    struct step_profile *prof = &r->prof[kind];
     prof->steps++;
     prof->tokens += plan.n_tokens;
     qwen_inputs in;
     NL_TRY(upload_inputs(r, &plan, &in));
+    if (plan.shape.n_take > 0) /* the ids the last step sampled, still in the sampler's buffer */
+        NL_TRY(r->be->ops->take_ids(r->be, r->dev[BUF_IDS], r->dev[BUF_OUT_IDS], r->dev[BUF_TAKE],
+                                    plan.shape.n_take));
     if (r->profile) prof->prep_s += profile_lap(r, &mark);
     r->s->time_ops = r->profile_ops && plan.graph < 0;
     nl_status st = run_forward(r, &plan, &in);
@@ -860,9 +985,38 @@ static nl_status execute(model_runner *r, const wire_run *cmd, wire_reply *reply
     NL_TRY(st);
     if (r->profile) prof->forward_s += profile_lap(r, &mark);
 
-    if (r->rank != 0 || !reply || plan.shape.n_logits == 0) return r->be->ops->synchronize(r->be);
-    NL_TRY(sample_and_reply(r, cmd, &plan, reply));
+    record_launch(r, cmd, &plan, k, kind);
+    if (r->launched[k].sampled) NL_TRY(launch_sampler(r, &plan, k));
+    NL_TRY(r->be->ops->fence_record(r->be, k));
     if (r->profile) prof->sample_s += profile_lap(r, &mark);
+    r->n_launched++;
+    r->last = k;
+    return NL_OK;
+}
+
+bool model_runner_oldest_done(model_runner *r)
+{
+    bool passed = true;
+    if (r->n_launched > 0 && r->be->ops->fence_passed(r->be, r->oldest, &passed) != NL_OK)
+        return true; /* finish reports the error */
+    return passed;
+}
+
+nl_status model_runner_finish(model_runner *r, wire_reply *reply)
+{
+    if (r->n_launched == 0) return nl_error(NL_ERR_INVALID_ARG, "model runner: no step launched");
+    const int k = r->oldest;
+    r->oldest = (r->oldest + 1) % NL_FENCES;
+    r->n_launched--;
+    if (reply) {
+        reply->step_id = r->launched[k].step_id;
+        reply->status = NL_OK;
+        reply->error[0] = '\0';
+        reply->n_sampled = 0;
+        reply->sampled = r->host[BUF_REPLY];
+    }
+    NL_TRY(r->be->ops->fence_wait(r->be, k));
+    if (reply && r->launched[k].sampled) fill_reply(r, k, reply);
     return NL_OK;
 }
 
@@ -875,7 +1029,8 @@ nl_status model_runner_execute(model_runner *r, const wire_run *cmd, wire_reply 
         reply->n_sampled = 0;
         reply->sampled = r->host[BUF_REPLY];
     }
-    nl_status st = execute(r, cmd, reply);
+    nl_status st = model_runner_launch(r, cmd);
+    if (st == NL_OK) st = model_runner_finish(r, reply);
     if (st != NL_OK && reply) {
         reply->status = st;
         reply->n_sampled = 0;

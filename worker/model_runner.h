@@ -25,8 +25,22 @@ void model_runner_destroy(model_runner *r);
 
 int32_t model_runner_num_kv_blocks(const model_runner *r);
 
-/* Executes one RUN.  On rank 0, reply->sampled gets one entry per seq with
- * sample == 1 (storage owned by the runner, valid until the next call). */
+/* Executes one RUN: launch, then finish.  On rank 0, reply->sampled gets
+ * one entry per seq with sample == 1 (storage owned by the runner, valid
+ * until the next call). */
 nl_status model_runner_execute(model_runner *r, const wire_run *cmd, wire_reply *reply);
+
+/* Launches one RUN on the backend without waiting for it; up to NL_FENCES
+ * may be in flight.  cmd may change once this returns.  A seq's
+ * WIRE_TOKEN_PREVIOUS input is the token the RUN launched just before
+ * sampled for it (that RUN must be step_id - 1 and have sampled the seq),
+ * taken on the device, so it may still be running. */
+nl_status model_runner_launch(model_runner *r, const wire_run *cmd);
+/* Waits for the oldest launched RUN; on rank 0 fills reply as execute
+ * does (reply may be NULL). */
+nl_status model_runner_finish(model_runner *r, wire_reply *reply);
+/* Without blocking: whether the oldest launched RUN has finished on the
+ * backend (true when none is in flight). */
+bool model_runner_oldest_done(model_runner *r);
 
 #endif

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/futex.h"
@@ -120,7 +121,43 @@ static int parse_args(int argc, char **argv, int *fd, int *rank, int *life_fd)
     return *fd >= 0 && *rank >= 0 && argc % 2 == 1 ? 0 : -1;
 }
 
-/* Serves commands until SHUTDOWN; returns the exit status. */
+/* Rank 0's answer to step_id: the reply, or st's message; the samples go
+ * to the other ranks first.  NL_OK once it is in the reply ring. */
+static nl_status send_reply(worker_env *env, uint64_t step_id, nl_status st, wire_reply *reply, wire_buf *out)
+{
+    shm_segment *seg = env->seg;
+    samples_publish(&seg->samples, step_id, st, reply->sampled, st == NL_OK ? reply->n_sampled : 0);
+    reply->step_id = step_id;
+    reply->status = st;
+    if (st != NL_OK) {
+        snprintf(reply->error, sizeof reply->error, "%s", nl_last_error());
+        reply->n_sampled = 0;
+        reply->sampled = NULL;
+    }
+    st = wire_encode_reply(reply, out);
+    if (st != NL_OK) {
+        /* The model produced an unencodable reply; say so instead. */
+        wire_reply err = {.step_id = step_id, .status = st};
+        snprintf(err.error, sizeof err.error, "%s", nl_last_error());
+        st = wire_encode_reply(&err, out);
+    }
+    return st != NL_OK ? st : ring_write(&seg->reply, out->data, out->len, worker_check_leader, env);
+}
+
+/* Reads and decodes the next command; a bad one is reported as the rank's
+ * failure. */
+static nl_status next_command(worker_env *env, ring_buf *msg, wire_buf *arena, wire_run *cmd)
+{
+    NL_TRY(ring_read(&env->seg->cmd, env->rank, msg, worker_check_leader, env));
+    if (wire_decode_run(msg->data, msg->len, arena, cmd) != NL_OK) {
+        nl_status st = nl_error_prefix(NL_ERR_FORMAT, "worker rank %d: bad command: ", env->rank);
+        report_failure(env, st, nl_last_error());
+        return st;
+    }
+    return NL_OK;
+}
+
+/* Serves commands one at a time until SHUTDOWN; returns the exit status. */
 static int serve(worker_env *env, const worker_ops *ops, void *ctx)
 {
     shm_segment *seg = env->seg;
@@ -129,14 +166,8 @@ static int serve(worker_env *env, const worker_ops *ops, void *ctx)
     int status = 0;
     for (;;) {
         wire_run cmd;
-        if (ring_read(&seg->cmd, env->rank, &msg, worker_check_leader, env) != NL_OK) {
-            status = 1; /* the leader is gone: nobody to tell */
-            break;
-        }
-        if (wire_decode_run(msg.data, msg.len, &arena, &cmd) != NL_OK) {
-            nl_error_prefix(NL_ERR_FORMAT, "worker rank %d: bad command: ", env->rank);
-            report_failure(env, NL_ERR_FORMAT, nl_last_error());
-            status = 1;
+        if (next_command(env, &msg, &arena, &cmd) != NL_OK) {
+            status = 1; /* the leader is gone, or the command was reported */
             break;
         }
         if (cmd.kind == WIRE_SHUTDOWN) break;
@@ -146,29 +177,90 @@ static int serve(worker_env *env, const worker_ops *ops, void *ctx)
          * sampled in the step before; rank 0 publishes every step's. */
         nl_status st = samples_resolve(&seg->samples, &cmd, env->rank != 0, worker_check_leader, env);
         if (st == NL_OK) st = ops->execute(ctx, &cmd, &reply);
-        if (env->rank == 0)
-            samples_publish(&seg->samples, cmd.step_id, st, reply.sampled, st == NL_OK ? reply.n_sampled : 0);
         if (st != NL_OK && env->rank != 0) {
             report_failure(env, st, nl_last_error());
             status = 1;
             break;
         }
-        if (env->rank != 0) continue;
-        reply.step_id = cmd.step_id;
-        reply.status = st;
-        if (st != NL_OK) {
-            snprintf(reply.error, sizeof reply.error, "%s", nl_last_error());
-            reply.n_sampled = 0;
-            reply.sampled = NULL;
+        if (env->rank == 0 && send_reply(env, cmd.step_id, st, &reply, &out) != NL_OK) {
+            status = 1;
+            break;
         }
-        st = wire_encode_reply(&reply, &out);
-        if (st != NL_OK) {
-            /* The model produced an unencodable reply; say so instead. */
-            wire_reply err = {.step_id = cmd.step_id, .status = st};
-            snprintf(err.error, sizeof err.error, "%s", nl_last_error());
-            st = wire_encode_reply(&err, &out);
+    }
+    ring_buf_free(&msg);
+    wire_buf_free(&arena);
+    wire_buf_free(&out);
+    return status;
+}
+
+/* A RUN the pipelined loop has read: launched, or refused by launch (its
+ * error is its reply, in turn). */
+typedef struct read_run {
+    uint64_t step_id;
+    nl_status launched;
+    char error[512];
+} read_run;
+
+#define AWAIT_SPINS 4096
+#define AWAIT_NAP_NS 2000L
+#define AWAIT_CHECK_EVERY 4096
+
+/* While the oldest RUN is on the device: true once the next command is
+ * there to launch, false once the oldest has finished first (or was never
+ * launched).  Also true when the leader is gone, for ring_read to say so. */
+static bool await_command(worker_env *env, const worker_ops *ops, void *ctx, const read_run *oldest)
+{
+    if (oldest->launched != NL_OK) return false;
+    for (long i = 0;; i++) {
+        if (ring_ready(&env->seg->cmd, env->rank)) return true;
+        if (ops->oldest_done(ctx)) return false;
+        if (i < AWAIT_SPINS) {
+            cpu_relax();
+            continue;
         }
-        if (st != NL_OK || ring_write(&seg->reply, out.data, out.len, worker_check_leader, env) != NL_OK) {
+        struct timespec nap = {0, AWAIT_NAP_NS};
+        nanosleep(&nap, NULL);
+        if (i % AWAIT_CHECK_EVERY == 0 && worker_check_leader(env) != NL_OK) return true;
+    }
+}
+
+/* Serves commands until SHUTDOWN with up to two RUNs in flight (a tp 1
+ * worker whose model launches and finishes apart): while step N runs on
+ * the device the next command is read and launched, so the device goes
+ * from one step to the next without waiting for the host's reply. */
+static int serve_pipelined(worker_env *env, const worker_ops *ops, void *ctx)
+{
+    ring_buf msg = {0};
+    wire_buf arena = {0}, out = {0};
+    read_run runs[2];
+    int first = 0, n = 0, status = 0;
+    bool stopping = false;
+    for (;;) {
+        if (n == 0 && stopping) break;
+        if (n == 0 || (n == 1 && !stopping && await_command(env, ops, ctx, &runs[first]))) {
+            wire_run cmd;
+            if (next_command(env, &msg, &arena, &cmd) != NL_OK) {
+                status = 1;
+                break;
+            }
+            if (cmd.kind == WIRE_SHUTDOWN) {
+                stopping = true; /* after the runs in flight are answered */
+                continue;
+            }
+            read_run *run = &runs[(first + n++) % 2];
+            run->step_id = cmd.step_id;
+            run->launched = ops->launch(ctx, &cmd);
+            if (run->launched != NL_OK) snprintf(run->error, sizeof run->error, "%s", nl_last_error());
+            continue;
+        }
+        read_run *run = &runs[first];
+        first = (first + 1) % 2;
+        n--;
+        wire_reply reply = {.step_id = run->step_id};
+        nl_status st = run->launched;
+        if (st == NL_OK) st = ops->finish(ctx, &reply);
+        else nl_error(st, "%s", run->error);
+        if (send_reply(env, run->step_id, st, &reply, &out) != NL_OK) {
             status = 1;
             break;
         }
@@ -222,7 +314,10 @@ int worker_loop_main(int argc, char **argv, const worker_ops *ops, void *ctx)
     slot->num_kv_blocks = num_kv_blocks;
     shm_rank_set_state(&seg, rank, SHM_RANK_READY);
 
-    int status = serve(&env, ops, ctx);
+    /* Launching ahead needs every rank to take its placeholders from the
+     * samples on its own device: only rank 0 samples, so tp 1 only. */
+    bool pipelined = ops->launch && ops->finish && ops->oldest_done && env.config->tp == 1;
+    int status = pipelined ? serve_pipelined(&env, ops, ctx) : serve(&env, ops, ctx);
     ops->shutdown(ctx);
     shm_segment_close(&seg);
     return status;

@@ -140,6 +140,24 @@ static nl_status real_execute(void *ctx, const wire_run *cmd, wire_reply *reply)
     return st != NL_OK ? st : cs;
 }
 
+static nl_status real_launch(void *ctx, const wire_run *cmd)
+{
+    return model_runner_launch(((real_worker *)ctx)->runner, cmd);
+}
+
+static nl_status real_finish(void *ctx, wire_reply *reply)
+{
+    real_worker *w = ctx;
+    nl_status st = model_runner_finish(w->runner, reply);
+    nl_status cs = nl_comm_check(w->comm);
+    return st != NL_OK ? st : cs;
+}
+
+static bool real_oldest_done(void *ctx)
+{
+    return model_runner_oldest_done(((real_worker *)ctx)->runner);
+}
+
 static void real_shutdown(void *ctx)
 {
     real_worker *w = ctx;
@@ -150,7 +168,9 @@ static void real_shutdown(void *ctx)
 
 int main(int argc, char **argv)
 {
-    static const worker_ops ops = {real_init, real_execute, real_shutdown};
+    static const worker_ops ops = {.init = real_init, .execute = real_execute, .shutdown = real_shutdown,
+                                   .launch = real_launch, .finish = real_finish,
+                                   .oldest_done = real_oldest_done};
     real_worker w = {0};
     return worker_loop_main(argc, argv, &ops, &w);
 }

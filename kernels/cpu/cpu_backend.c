@@ -156,6 +156,36 @@ static nl_status cpu_synchronize(nl_backend *be)
     return NL_OK;
 }
 
+/* Every CPU op has finished when it returns: downloads are copies and
+ * fences pass at once. */
+static nl_status cpu_host_alloc(nl_backend *be, size_t bytes, void **out)
+{
+    *out = malloc(bytes ? bytes : 1);
+    return *out ? NL_OK : nl_error(NL_ERR_NOMEM, "cpu: out of memory for %zu host bytes", bytes);
+}
+
+static void cpu_host_free(nl_backend *be, void *ptr)
+{
+    free(ptr);
+}
+
+static nl_status cpu_fence_record(nl_backend *be, int slot)
+{
+    if (slot < 0 || slot >= NL_FENCES) return nl_error(NL_ERR_INVALID_ARG, "fence slot %d", slot);
+    return NL_OK;
+}
+
+static nl_status cpu_fence_passed(nl_backend *be, int slot, bool *passed)
+{
+    *passed = true;
+    return cpu_fence_record(be, slot);
+}
+
+static nl_status cpu_fence_wait(nl_backend *be, int slot)
+{
+    return cpu_fence_record(be, slot);
+}
+
 static double monotonic_s(void)
 {
     struct timespec ts;
@@ -271,6 +301,12 @@ static const nl_backend_ops cpu_ops = {
     .upload_rows = cpu_copy_rows,
     .memset_zero = cpu_memset_zero,
     .synchronize = cpu_synchronize,
+    .host_alloc = cpu_host_alloc,
+    .host_free = cpu_host_free,
+    .download_async = cpu_copy,
+    .fence_record = cpu_fence_record,
+    .fence_passed = cpu_fence_passed,
+    .fence_wait = cpu_fence_wait,
     .memory_info = cpu_memory_info,
     .weight_create = cpu_weight_create,
     .weight_fill_rows = cpu_weight_fill_rows,
@@ -284,6 +320,7 @@ static const nl_backend_ops cpu_ops = {
     .norm_linear = cpu_norm_linear,
     .linear_add = cpu_linear_add,
     .gather_rows = cpu_gather_rows,
+    .take_ids = cpu_take_ids,
     .sample = cpu_sample,
     .timer_mark = cpu_timer_mark,
     .timer_collect = cpu_timer_collect,

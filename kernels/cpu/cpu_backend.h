@@ -79,6 +79,7 @@ nl_status cpu_norm_linear(nl_backend *be, void *out, void *xn, void *work, const
                           const nl_weight *bias, int32_t n, bool silu_mul);
 nl_status cpu_linear_add(nl_backend *be, void *residual, void *work, const void *x,
                          const nl_weight *w, const nl_weight *bias, int32_t n);
+nl_status cpu_take_ids(nl_backend *be, int32_t *ids, const int32_t *src, const int32_t *pairs, int32_t n);
 nl_status cpu_gather_rows(nl_backend *be, void *out, const void *x, const int32_t *rows,
                           int32_t m, int32_t dim);
 nl_status cpu_sample(nl_backend *be, const float *logits, int32_t m, int32_t vocab,

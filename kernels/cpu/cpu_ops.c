@@ -398,6 +398,12 @@ nl_status cpu_linear_add(nl_backend *be, void *residual_, void *work_, const voi
     return NL_OK;
 }
 
+nl_status cpu_take_ids(nl_backend *be, int32_t *ids, const int32_t *src, const int32_t *pairs, int32_t n)
+{
+    for (int32_t k = 0; k < n; k++) ids[pairs[2 * k]] = src[pairs[2 * k + 1]];
+    return NL_OK;
+}
+
 nl_status cpu_gather_rows(nl_backend *be, void *out, const void *x, const int32_t *rows, int32_t m,
                           int32_t dim)
 {

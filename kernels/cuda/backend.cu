@@ -96,6 +96,55 @@ static nl_status cuda_synchronize(nl_backend *b)
     return NL_OK;
 }
 
+static nl_status cuda_host_alloc(nl_backend *b, size_t bytes, void **out)
+{
+    *out = NULL;
+    NL_CUDA_CHECK(cudaMallocHost(out, bytes ? bytes : 1));
+    return NL_OK;
+}
+
+static void cuda_host_free(nl_backend *b, void *ptr)
+{
+    if (ptr) cudaFreeHost(ptr);
+}
+
+/* Into pinned memory (host_alloc): the call returns at once. */
+static nl_status cuda_download_async(nl_backend *b, void *dst, const void *src, size_t bytes)
+{
+    NL_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cuda_be(b)->stream));
+    return NL_OK;
+}
+
+static nl_status fence_slot(int slot)
+{
+    if (slot < 0 || slot >= NL_FENCES) return nl_error(NL_ERR_INVALID_ARG, "cuda: fence slot %d", slot);
+    return NL_OK;
+}
+
+static nl_status cuda_fence_record(nl_backend *b, int slot)
+{
+    NL_TRY(fence_slot(slot));
+    NL_CUDA_CHECK(cudaEventRecord(cuda_be(b)->fences[slot], cuda_be(b)->stream));
+    return NL_OK;
+}
+
+static nl_status cuda_fence_passed(nl_backend *b, int slot, bool *passed)
+{
+    NL_TRY(fence_slot(slot));
+    cudaError_t e = cudaEventQuery(cuda_be(b)->fences[slot]);
+    *passed = e == cudaSuccess;
+    if (e == cudaErrorNotReady) return NL_OK;
+    NL_CUDA_CHECK(e);
+    return NL_OK;
+}
+
+static nl_status cuda_fence_wait(nl_backend *b, int slot)
+{
+    NL_TRY(fence_slot(slot));
+    NL_CUDA_CHECK(cudaEventSynchronize(cuda_be(b)->fences[slot]));
+    return NL_OK;
+}
+
 static nl_status cuda_memory_info(nl_backend *b, size_t *free_bytes, size_t *total_bytes)
 {
     NL_CUDA_CHECK(cudaMemGetInfo(free_bytes, total_bytes));
@@ -311,6 +360,8 @@ static void cuda_destroy(nl_backend *b)
         if (be->staging[i]) cudaFreeHost(be->staging[i]);
         if (be->staged[i]) cudaEventDestroy(be->staged[i]);
     }
+    for (int i = 0; i < NL_FENCES; i++)
+        if (be->fences[i]) cudaEventDestroy(be->fences[i]);
     if (be->stream) cudaStreamDestroy(be->stream);
     free(be);
 }
@@ -327,6 +378,12 @@ static const nl_backend_ops cuda_ops = {
     .memset_zero = cuda_memset_zero,
     .synchronize = cuda_synchronize,
     .memory_info = cuda_memory_info,
+    .host_alloc = cuda_host_alloc,
+    .host_free = cuda_host_free,
+    .download_async = cuda_download_async,
+    .fence_record = cuda_fence_record,
+    .fence_passed = cuda_fence_passed,
+    .fence_wait = cuda_fence_wait,
     .weight_create = cuda_weight_create,
     .weight_fill_rows = cuda_weight_fill_rows,
     .weight_destroy = cuda_weight_destroy,
@@ -339,6 +396,7 @@ static const nl_backend_ops cuda_ops = {
     .norm_linear = cuda_norm_linear,
     .linear_add = cuda_linear_add,
     .gather_rows = cuda_gather_rows,
+    .take_ids = cuda_take_ids,
     .sample = cuda_sample,
     .linear_warm_start = cuda_linear_warm_start,
     .linear_warm_join = cuda_linear_warm_join,
@@ -389,6 +447,8 @@ static nl_status backend_init(cuda_backend *be)
         NL_CUDA_CHECK(cudaMallocHost(&be->staging[i], be->staging_bytes));
         NL_CUDA_CHECK(cudaEventCreateWithFlags(&be->staged[i], cudaEventDisableTiming));
     }
+    for (int i = 0; i < NL_FENCES; i++)
+        NL_CUDA_CHECK(cudaEventCreateWithFlags(&be->fences[i], cudaEventDisableTiming));
     return NL_OK;
 }
 

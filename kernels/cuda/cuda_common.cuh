@@ -166,6 +166,7 @@ typedef struct cuda_backend {
     int next_plan;             /* round-robin replacement when full        */
     struct cuda_gemm_warm *warm; /* plans being prepared ahead (gemm.cu)   */
     struct cuda_op_timer *timer; /* NANOLLM_PROFILE=ops; op_timer.cu       */
+    cudaEvent_t fences[NL_FENCES]; /* fence_record's marks                 */
 } cuda_backend;
 
 struct nl_weight {
@@ -252,6 +253,7 @@ enum { GEMV_STORE, GEMV_SILU_MUL, GEMV_ADD };
 bool cuda_gemv_fits(const void *x, const nl_weight *w, int32_t n);
 nl_status cuda_gemv(cuda_backend *be, void *out, bool out_f32, int epilogue, const void *x,
                     const nl_weight *w, const nl_weight *bias, const nl_weight *norm_w, float eps);
+nl_status cuda_take_ids(nl_backend *b, int32_t *ids, const int32_t *src, const int32_t *pairs, int32_t n);
 nl_status cuda_gather_rows(nl_backend *b, void *out, const void *x, const int32_t *rows,
                            int32_t m, int32_t dim);
 nl_status cuda_attention(nl_backend *b, void *out, const void *qkv, const void *k_cache,

@@ -368,6 +368,24 @@ nl_status cuda_add(nl_backend *b, void *residual, const void *x, size_t count)
     return NL_OK;
 }
 
+/* ---- take ids: a step's placeholder inputs from the last step's samples ---------- */
+
+/* Launched plainly (no dependent launch): the forward's first kernel must
+ * not start before these ids are in place. */
+__global__ void kernel_take_ids(int32_t *ids, const int32_t *src, const int32_t *pairs, int n)
+{
+    int k = blockIdx.x * blockDim.x + threadIdx.x;
+    if (k < n) ids[pairs[2 * k]] = src[pairs[2 * k + 1]];
+}
+
+nl_status cuda_take_ids(nl_backend *b, int32_t *ids, const int32_t *src, const int32_t *pairs, int32_t n)
+{
+    if (n <= 0) return NL_OK;
+    kernel_take_ids<<<(n + 255) / 256, 256, 0, cuda_be(b)->stream>>>(ids, src, pairs, n);
+    NL_CUDA_CHECK(cudaGetLastError());
+    return NL_OK;
+}
+
 /* ---- gather rows: one block per output row -------------------------------------- */
 
 __global__ void kernel_gather_rows(bf16 *out, const bf16 *x, const int32_t *rows, int dim,
