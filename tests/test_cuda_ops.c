@@ -233,6 +233,40 @@ START_TEST(test_upload_rows)
 }
 END_TEST
 
+/* take_ids puts the last step's samples into the next step's inputs, and
+ * an asynchronous download into host_alloc memory has landed once the
+ * fence recorded after it passed, while a kernel queued after the fence
+ * keeps running. */
+START_TEST(test_take_ids_and_fences)
+{
+    int32_t ids[8] = {10, 11, 12, 13, 14, 15, 16, 17}, samples[4] = {900, 901, 902, 903};
+    int32_t pairs[3 * 2] = {1, 3, 4, 0, 7, 2}; /* ids[1] = samples[3], ids[4] = samples[0], ... */
+    void *d_ids, *d_samples, *d_pairs;
+    ck_assert_int_eq(gpu->ops->alloc(gpu, sizeof ids, &d_ids), NL_OK);
+    ck_assert_int_eq(gpu->ops->alloc(gpu, sizeof samples, &d_samples), NL_OK);
+    ck_assert_int_eq(gpu->ops->alloc(gpu, sizeof pairs, &d_pairs), NL_OK);
+    ck_assert_int_eq(gpu->ops->upload(gpu, d_ids, ids, sizeof ids), NL_OK);
+    ck_assert_int_eq(gpu->ops->upload(gpu, d_samples, samples, sizeof samples), NL_OK);
+    ck_assert_int_eq(gpu->ops->upload(gpu, d_pairs, pairs, sizeof pairs), NL_OK);
+    ck_assert_int_eq(gpu->ops->take_ids(gpu, d_ids, d_samples, d_pairs, 3), NL_OK);
+    int32_t *host;
+    ck_assert_int_eq(gpu->ops->host_alloc(gpu, sizeof ids, (void **)&host), NL_OK);
+    ck_assert_int_eq(gpu->ops->download_async(gpu, host, d_ids, sizeof ids), NL_OK);
+    ck_assert_int_eq(gpu->ops->fence_record(gpu, 1), NL_OK);
+    ck_assert_int_eq(gpu->ops->fence_wait(gpu, 1), NL_OK);
+    bool passed = false;
+    ck_assert_int_eq(gpu->ops->fence_passed(gpu, 1, &passed), NL_OK);
+    ck_assert(passed);
+    int32_t want[8] = {10, 903, 12, 13, 900, 15, 16, 902};
+    for (int i = 0; i < 8; i++) ck_assert_int_eq(host[i], want[i]);
+    ck_assert_int_ne(gpu->ops->fence_record(gpu, NL_FENCES), NL_OK);
+    gpu->ops->host_free(gpu, host);
+    gpu->ops->free(gpu, d_ids);
+    gpu->ops->free(gpu, d_samples);
+    gpu->ops->free(gpu, d_pairs);
+}
+END_TEST
+
 START_TEST(test_linear)
 {
     check_linear(1, 64, 64, false, false);
@@ -1209,6 +1243,7 @@ int main(void)
     TCase *tc = tcase_create("ops");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, test_upload_rows);
+    tcase_add_test(tc, test_take_ids_and_fences);
     tcase_add_test(tc, test_linear);
     tcase_add_test(tc, test_linear_warm);
     tcase_add_test(tc, test_norm_linear_add);
