@@ -20,6 +20,7 @@ static nl_status map_area(void *mem, size_t bytes, int32_t capacity, samples_are
         return nl_error(NL_ERR_FORMAT, "samples area: %zu bytes cannot hold 2 x %d samples", bytes, capacity);
     out->hdr = mem;
     out->entries = (samples_entry *)((uint8_t *)mem + sizeof(samples_header));
+    out->capacity = capacity;
     out->cursor = 0;
     return NL_OK;
 }
@@ -46,8 +47,8 @@ void samples_publish(samples_area *a, uint64_t step_id, nl_status status, const 
                      int32_t n)
 {
     samples_slot *slot = &a->hdr->slots[step_id & 1];
-    samples_entry *e = a->entries + (size_t)(step_id & 1) * a->hdr->capacity;
-    if (status != NL_OK || n < 0 || (uint32_t)n > a->hdr->capacity) {
+    samples_entry *e = a->entries + (size_t)(step_id & 1) * (size_t)a->capacity;
+    if (status != NL_OK || n < 0 || n > a->capacity) {
         /* An overfull reply cannot be resolved from; the next step fails. */
         if (status == NL_OK) status = NL_ERR_WORKER;
         n = 0;
@@ -120,12 +121,16 @@ nl_status samples_resolve(samples_area *a, wire_run *cmd, bool may_wait, nl_stat
     if (slot->status != NL_OK)
         return nl_error(NL_ERR_WORKER, "step %llu: its input tokens come from step %llu, which failed (%s)",
                         step, (unsigned long long)prev, nl_status_name((nl_status)slot->status));
-    const samples_entry *e = a->entries + (size_t)(prev & 1) * a->hdr->capacity;
+    const samples_entry *e = a->entries + (size_t)(prev & 1) * (size_t)a->capacity;
+    int32_t n = slot->n;
+    if (n < 0 || n > a->capacity)
+        return nl_error(NL_ERR_WORKER, "step %llu: step %llu published %d samples, room for %d", step,
+                        (unsigned long long)prev, n, a->capacity);
     for (int32_t s = 0; s < cmd->n_seqs; s++) {
         wire_seq *q = &cmd->seqs[s];
         if (q->num_new != 1 || q->tokens[0] != WIRE_TOKEN_PREVIOUS) continue;
         int32_t token;
-        if (!find(a, e, slot->n, q->seq_id, &token))
+        if (!find(a, e, n, q->seq_id, &token))
             return nl_error(NL_ERR_INVALID_ARG,
                             "step %llu: seq %llu's input is step %llu's sample, but that step did not sample it",
                             step, (unsigned long long)q->seq_id, (unsigned long long)prev);

@@ -42,10 +42,13 @@ typedef struct samples_header {
     samples_slot slots[2];
 } samples_header;
 
-/* One process's view of the area. */
+/* One process's view of the area.  The capacity is the handle's own copy,
+ * checked against the area's bytes at attach: nothing read back from the
+ * shared part later can make a lookup leave the area. */
 typedef struct samples_area {
     samples_header *hdr;
     samples_entry *entries; /* [2][capacity] */
+    int32_t capacity;
     int32_t cursor;         /* where the last lookup matched, to start the next */
 } samples_area;
 
