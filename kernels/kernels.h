@@ -89,15 +89,6 @@ typedef struct nl_linear_shape {
 
 #define NL_TIMER_MAX_MARKS 4096 /* op timer marks per step: 128 layers make ~1,550 */
 #define NL_FENCES 2             /* fence slots: the steps a worker has launched */
-#define NL_UPLOAD_SEGS_MAX 16   /* segments of one packed upload */
-
-/* One piece of a packed upload: rows rows of row_bytes each (a multiple of
- * 4), packed one after another at src_offset (a multiple of 16) of the
- * stage, go to dst with rows dst_pitch bytes apart. */
-typedef struct nl_upload_seg {
-    void *dst;
-    size_t dst_pitch, src_offset, row_bytes, rows;
-} nl_upload_seg;
 
 typedef struct nl_backend_ops {
     const char *name;
@@ -133,12 +124,6 @@ typedef struct nl_backend_ops {
     nl_status (*fence_record)(nl_backend *be, int slot);
     nl_status (*fence_passed)(nl_backend *be, int slot, bool *passed);
     nl_status (*fence_wait)(nl_backend *be, int slot);
-    /* A step's inputs in one transfer: host_stage[bytes] (host_alloc
-     * memory, free to rewrite once a fence recorded after this has passed)
-     * goes up to dev_stage, and the n segments are scattered from there to
-     * their buffers, ordered with the ops. */
-    nl_status (*upload_packed)(nl_backend *be, const void *host_stage, void *dev_stage, size_t bytes,
-                               const nl_upload_seg *segs, int n);
 
     /* weights: create [rows, cols], then fill row ranges from host data.
      * fill_rows writes rows [row0, row0 + n_rows) from

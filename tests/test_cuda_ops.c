@@ -267,49 +267,6 @@ START_TEST(test_take_ids_and_fences)
 }
 END_TEST
 
-/* upload_packed: one stage with a vector, a 2D piece (3 of 5 columns of
- * 4 rows, landing in rows 5 wide) and another vector; the rest of the
- * destinations stays as it was */
-START_TEST(test_upload_packed)
-{
-    int32_t a[3] = {1, 2, 3}, table[4 * 5], c[7];
-    for (int i = 0; i < 20; i++) table[i] = 100 + i;
-    for (int i = 0; i < 7; i++) c[i] = -i;
-    uint8_t *stage;
-    void *dev_stage, *da, *dt, *dc;
-    ck_assert_int_eq(gpu->ops->host_alloc(gpu, 256, (void **)&stage), NL_OK);
-    ck_assert_int_eq(gpu->ops->alloc(gpu, 256, &dev_stage), NL_OK);
-    ck_assert_int_eq(gpu->ops->alloc(gpu, sizeof a, &da), NL_OK);
-    ck_assert_int_eq(gpu->ops->alloc(gpu, sizeof table, &dt), NL_OK);
-    ck_assert_int_eq(gpu->ops->alloc(gpu, sizeof c, &dc), NL_OK);
-    ck_assert_int_eq(gpu->ops->memset_zero(gpu, dt, sizeof table), NL_OK);
-    memcpy(stage, a, sizeof a);
-    for (int r = 0; r < 4; r++) memcpy(stage + 16 + r * 12, table + r * 5, 12);
-    memcpy(stage + 64, c, sizeof c);
-    nl_upload_seg segs[3] = {
-        {.dst = da, .dst_pitch = sizeof a, .src_offset = 0, .row_bytes = sizeof a, .rows = 1},
-        {.dst = dt, .dst_pitch = 20, .src_offset = 16, .row_bytes = 12, .rows = 4},
-        {.dst = dc, .dst_pitch = sizeof c, .src_offset = 64, .row_bytes = sizeof c, .rows = 1},
-    };
-    ck_assert_int_eq(gpu->ops->upload_packed(gpu, stage, dev_stage, 64 + sizeof c, segs, 3), NL_OK);
-    int32_t got_a[3], got_t[20], got_c[7];
-    ck_assert_int_eq(gpu->ops->download(gpu, got_a, da, sizeof got_a), NL_OK);
-    ck_assert_int_eq(gpu->ops->download(gpu, got_t, dt, sizeof got_t), NL_OK);
-    ck_assert_int_eq(gpu->ops->download(gpu, got_c, dc, sizeof got_c), NL_OK);
-    for (int i = 0; i < 3; i++) ck_assert_int_eq(got_a[i], a[i]);
-    for (int r = 0; r < 4; r++)
-        for (int col = 0; col < 5; col++) ck_assert_int_eq(got_t[r * 5 + col], col < 3 ? table[r * 5 + col] : 0);
-    for (int i = 0; i < 7; i++) ck_assert_int_eq(got_c[i], c[i]);
-    segs[1].src_offset = 8; /* misaligned: refused */
-    ck_assert_int_ne(gpu->ops->upload_packed(gpu, stage, dev_stage, 64 + sizeof c, segs, 3), NL_OK);
-    gpu->ops->host_free(gpu, stage);
-    gpu->ops->free(gpu, dev_stage);
-    gpu->ops->free(gpu, da);
-    gpu->ops->free(gpu, dt);
-    gpu->ops->free(gpu, dc);
-}
-END_TEST
-
 START_TEST(test_linear)
 {
     check_linear(1, 64, 64, false, false);
@@ -1287,7 +1244,6 @@ int main(void)
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, test_upload_rows);
     tcase_add_test(tc, test_take_ids_and_fences);
-    tcase_add_test(tc, test_upload_packed);
     tcase_add_test(tc, test_linear);
     tcase_add_test(tc, test_linear_warm);
     tcase_add_test(tc, test_norm_linear_add);

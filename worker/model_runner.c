@@ -192,7 +192,6 @@ typedef struct model_runner {
     void *dev[BUF_COUNT];  /* step buffers on the backend, NULL if host only */
     void *host[BUF_COUNT]; /* their host mirrors (sampler outputs: host_out) */
     void *host_out[NL_FENCES][BUF_COUNT]; /* each launch slot's sampler outputs */
-    void *stage_host[NL_FENCES], *stage_dev[NL_FENCES]; /* each slot's packed inputs */
 
     /* Steps in flight, by slot (which is also their fence): the oldest is
      * launched[oldest], then the next n_launched - 1 slots in turn.  last:
@@ -288,27 +287,6 @@ static step_shape max_shape(const model_runner *r)
                         .n_take = r->p.max_num_seqs};
 }
 
-static size_t align16(size_t n)
-{
-    return (n + 15) & ~(size_t)15;
-}
-
-static bool is_input(step_phase phase)
-{
-    return phase == PHASE_FORWARD_IN || phase == PHASE_SAMPLE_IN;
-}
-
-/* Bytes of a launch slot's input stage: every input buffer at its largest,
- * each from a 16-byte boundary. */
-static size_t stage_bytes(const model_runner *r)
-{
-    step_shape max = max_shape(r);
-    size_t bytes = 0;
-    for (int b = 0; b < BUF_COUNT; b++)
-        if (is_input(step_bufs[b].phase)) bytes += align16(step_count_of(step_bufs[b].count, &max) * step_bufs[b].elem);
-    return bytes;
-}
-
 /* Bytes the step buffers take on the backend and on the host. */
 static void step_buffer_bytes(const model_runner *r, size_t *dev, size_t *host)
 {
@@ -319,8 +297,6 @@ static void step_buffer_bytes(const model_runner *r, size_t *dev, size_t *host)
         *host += step_bufs[b].phase == PHASE_SAMPLE_OUT ? NL_FENCES * bytes : bytes;
         if (step_bufs[b].phase != PHASE_HOST_ONLY) *dev += bytes;
     }
-    *dev += NL_FENCES * stage_bytes(r);
-    *host += NL_FENCES * stage_bytes(r);
 }
 
 /* The memory plan: everything the options size (activations for
@@ -376,8 +352,6 @@ static nl_status alloc_step_buffers(model_runner *r)
     }
     size_t seqs = (size_t)r->p.max_num_seqs;
     for (int k = 0; k < NL_FENCES; k++) {
-        NL_TRY(r->be->ops->host_alloc(r->be, stage_bytes(r), &r->stage_host[k]));
-        NL_TRY(r->be->ops->alloc(r->be, stage_bytes(r), &r->stage_dev[k]));
         launched_step *l = &r->launched[k];
         l->seq_ids = calloc(seqs, sizeof *l->seq_ids);
         l->rows = calloc(seqs, sizeof *l->rows);
@@ -388,32 +362,28 @@ static nl_status alloc_step_buffers(model_runner *r)
     return NL_OK;
 }
 
-/* Moves up the entries of every input buffer that the shape uses, packed
- * into launch slot k's stage, in one transfer (each transfer is a node on
- * the device's queue between two steps); of the block tables only the
- * columns the step's seqs use. */
-static nl_status upload_step(model_runner *r, const step_shape *sh, int k)
+/* Moves up the first entries of every buffer of an input phase that the
+ * shape uses. */
+static nl_status transfer_phase(model_runner *r, step_phase phase, const step_shape *shape)
 {
-    nl_upload_seg segs[NL_UPLOAD_SEGS_MAX];
-    uint8_t *stage = r->stage_host[k];
-    size_t off = 0;
-    int n = 0;
+    nl_backend *be = r->be;
     for (int b = 0; b < BUF_COUNT; b++) {
         const struct step_buf_desc *d = &step_bufs[b];
-        size_t bytes = step_count_of(d->count, sh) * d->elem;
-        if (!is_input(d->phase) || bytes == 0) continue;
-        nl_upload_seg *g = &segs[n++];
-        const uint8_t *src = r->host[b];
-        bool table = b == BUF_TABLES;
-        *g = (nl_upload_seg){.dst = r->dev[b], .src_offset = off,
-                             .dst_pitch = table ? (size_t)sh->stride * d->elem : bytes,
-                             .row_bytes = table ? (size_t)sh->table_width * d->elem : bytes,
-                             .rows = table ? (size_t)sh->n_seqs : 1};
-        for (size_t row = 0; row < g->rows; row++)
-            memcpy(stage + off + row * g->row_bytes, src + row * g->dst_pitch, g->row_bytes);
-        off += align16(g->rows * g->row_bytes);
+        if (d->phase != phase) continue;
+        size_t bytes = step_count_of(d->count, shape) * d->elem;
+        if (bytes == 0) continue;
+        if (b == BUF_TABLES && shape->table_width < shape->stride) {
+            /* a graph's rows are max_model_len wide; only the columns the
+             * step's seqs use move (a few % of them in a typical step) */
+            size_t pitch = (size_t)shape->stride * d->elem;
+            NL_TRY(be->ops->upload_rows(be, r->dev[b], pitch, r->host[b], pitch,
+                                        (size_t)shape->table_width * d->elem,
+                                        (size_t)shape->n_seqs));
+        } else {
+            NL_TRY(be->ops->upload(be, r->dev[b], r->host[b], bytes));
+        }
     }
-    return r->be->ops->upload_packed(r->be, stage, r->stage_dev[k], off, segs, n);
+    return NL_OK;
 }
 
 /* Queues the sampler outputs the shape uses into launch slot k's host
@@ -442,8 +412,6 @@ void model_runner_destroy(model_runner *r)
             if (r->host_out[k][b]) r->be->ops->host_free(r->be, r->host_out[k][b]);
     }
     for (int k = 0; k < NL_FENCES; k++) {
-        if (r->stage_host[k]) r->be->ops->host_free(r->be, r->stage_host[k]);
-        if (r->stage_dev[k]) r->be->ops->free(r->be, r->stage_dev[k]);
         free(r->launched[k].seq_ids);
         free(r->launched[k].rows);
         free(r->launched[k].n_logprobs);
@@ -583,9 +551,9 @@ static void fill_decode_order(model_runner *r, const step_plan *plan)
                          r->host[BUF_ORDER_KEYS], r->host[BUF_ORDER]);
 }
 
-/* Uploads the forward and sampler inputs the plan's shape uses through
- * launch slot k's stage and describes them in *in. */
-static nl_status upload_inputs(model_runner *r, const step_plan *plan, int k, qwen_inputs *in)
+/* Uploads the forward inputs the plan's shape uses and describes them in
+ * *in. */
+static nl_status upload_inputs(model_runner *r, const step_plan *plan, qwen_inputs *in)
 {
     const step_shape *sh = &plan->shape;
     fill_decode_order(r, plan);
@@ -594,7 +562,10 @@ static nl_status upload_inputs(model_runner *r, const step_plan *plan, int k, qw
         for (int32_t i = 0; i < sh->n_logits; i++)
             for (int32_t k = 0; k < tp; k++) perm[i * tp + k] = k * sh->n_logits + i;
     }
-    NL_TRY(upload_step(r, sh, k));
+    NL_TRY(transfer_phase(r, PHASE_FORWARD_IN, sh));
+    /* the sampler's too: the host rows are rewritten by the next launch
+     * before this step's sampler runs */
+    NL_TRY(transfer_phase(r, PHASE_SAMPLE_IN, sh));
     *in = (qwen_inputs){
         .n_tokens = sh->n_tokens,
         .ids = r->dev[BUF_IDS],
@@ -667,7 +638,7 @@ static nl_status capture_graphs(model_runner *r)
         qwen_inputs in;
         ((int32_t *)r->host[BUF_CU])[0] = 0;
         pad_decode(r, 0, n, &plan);
-        NL_TRY(upload_inputs(r, &plan, 0, &in)); /* nothing in flight: slot 0 */
+        NL_TRY(upload_inputs(r, &plan, &in));
         /* one eager run first: libraries choose algorithms and allocate
          * workspaces outside the capture */
         NL_TRY(qwen_forward(be, r->comm, r->w, r->s, &in));
@@ -999,7 +970,7 @@ nl_status model_runner_launch(model_runner *r, const wire_run *cmd)
     prof->steps++;
     prof->tokens += plan.n_tokens;
     qwen_inputs in;
-    NL_TRY(upload_inputs(r, &plan, k, &in));
+    NL_TRY(upload_inputs(r, &plan, &in));
     if (plan.shape.n_take > 0) /* the ids the last step sampled, still in the sampler's buffer */
         NL_TRY(r->be->ops->take_ids(r->be, r->dev[BUF_IDS], r->dev[BUF_OUT_IDS], r->dev[BUF_TAKE],
                                     plan.shape.n_take));

@@ -169,20 +169,6 @@ static void cpu_host_free(nl_backend *be, void *ptr)
     free(ptr);
 }
 
-/* The device is the host: the segments go straight from the stage. */
-static nl_status cpu_upload_packed(nl_backend *be, const void *host_stage, void *dev_stage, size_t bytes,
-                                   const nl_upload_seg *segs, int n)
-{
-    for (int i = 0; i < n; i++) {
-        const uint8_t *src = (const uint8_t *)host_stage + segs[i].src_offset;
-        if (segs[i].src_offset + segs[i].rows * segs[i].row_bytes > bytes)
-            return nl_error(NL_ERR_INVALID_ARG, "packed upload: segment %d outside the %zu-byte stage", i, bytes);
-        for (size_t r = 0; r < segs[i].rows; r++)
-            memcpy((uint8_t *)segs[i].dst + r * segs[i].dst_pitch, src + r * segs[i].row_bytes, segs[i].row_bytes);
-    }
-    return NL_OK;
-}
-
 static nl_status cpu_fence_record(nl_backend *be, int slot)
 {
     if (slot < 0 || slot >= NL_FENCES) return nl_error(NL_ERR_INVALID_ARG, "fence slot %d", slot);
@@ -321,7 +307,6 @@ static const nl_backend_ops cpu_ops = {
     .fence_record = cpu_fence_record,
     .fence_passed = cpu_fence_passed,
     .fence_wait = cpu_fence_wait,
-    .upload_packed = cpu_upload_packed,
     .memory_info = cpu_memory_info,
     .weight_create = cpu_weight_create,
     .weight_fill_rows = cpu_weight_fill_rows,

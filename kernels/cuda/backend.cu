@@ -384,7 +384,6 @@ static const nl_backend_ops cuda_ops = {
     .fence_record = cuda_fence_record,
     .fence_passed = cuda_fence_passed,
     .fence_wait = cuda_fence_wait,
-    .upload_packed = cuda_upload_packed,
     .weight_create = cuda_weight_create,
     .weight_fill_rows = cuda_weight_fill_rows,
     .weight_destroy = cuda_weight_destroy,

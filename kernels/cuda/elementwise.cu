@@ -386,49 +386,6 @@ nl_status cuda_take_ids(nl_backend *b, int32_t *ids, const int32_t *src, const i
     return NL_OK;
 }
 
-/* ---- packed upload: one copy, then one kernel scatters the segments ------------- */
-
-struct upload_segs {
-    nl_upload_seg seg[NL_UPLOAD_SEGS_MAX];
-};
-
-/* Block (x, y) copies rows y, y + gridDim.y, ... of segment x, a word a
- * thread.  Launched plainly: the step's kernels must not start before
- * their inputs are in place. */
-__global__ void kernel_scatter_segs(const uint8_t *stage, upload_segs s)
-{
-    const nl_upload_seg g = s.seg[blockIdx.x];
-    const size_t words = g.row_bytes / 4;
-    for (size_t r = blockIdx.y; r < g.rows; r += gridDim.y) {
-        const uint32_t *src = (const uint32_t *)(stage + g.src_offset + r * g.row_bytes);
-        uint32_t *dst = (uint32_t *)((uint8_t *)g.dst + r * g.dst_pitch);
-        for (size_t i = threadIdx.x; i < words; i += blockDim.x) dst[i] = src[i];
-    }
-}
-
-nl_status cuda_upload_packed(nl_backend *b, const void *host_stage, void *dev_stage, size_t bytes,
-                             const nl_upload_seg *segs, int n)
-{
-    cuda_backend *be = cuda_be(b);
-    if (n <= 0 || bytes == 0) return NL_OK;
-    if (n > NL_UPLOAD_SEGS_MAX)
-        return nl_error(NL_ERR_INVALID_ARG, "packed upload: %d segments, at most %d", n, NL_UPLOAD_SEGS_MAX);
-    upload_segs s;
-    size_t max_rows = 1;
-    for (int i = 0; i < n; i++) {
-        if (segs[i].row_bytes % 4 || segs[i].src_offset % 16 || segs[i].dst_pitch % 4 ||
-            segs[i].src_offset + segs[i].rows * segs[i].row_bytes > bytes)
-            return nl_error(NL_ERR_INVALID_ARG, "packed upload: segment %d misaligned or outside the stage", i);
-        s.seg[i] = segs[i];
-        if (segs[i].rows > max_rows) max_rows = segs[i].rows;
-    }
-    NL_CUDA_CHECK(cudaMemcpyAsync(dev_stage, host_stage, bytes, cudaMemcpyHostToDevice, be->stream));
-    dim3 grid((unsigned)n, (unsigned)(max_rows < 64 ? max_rows : 64));
-    kernel_scatter_segs<<<grid, 256, 0, be->stream>>>((const uint8_t *)dev_stage, s);
-    NL_CUDA_CHECK(cudaGetLastError());
-    return NL_OK;
-}
-
 /* ---- gather rows: one block per output row -------------------------------------- */
 
 __global__ void kernel_gather_rows(bf16 *out, const bf16 *x, const int32_t *rows, int dim,
