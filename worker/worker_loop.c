@@ -144,12 +144,25 @@ static nl_status send_reply(worker_env *env, uint64_t step_id, nl_status st, wir
     return st != NL_OK ? st : ring_write(&seg->reply, out->data, out->len, worker_check_leader, env);
 }
 
+/* What a serving loop reads commands into and encodes replies in. */
+typedef struct serve_bufs {
+    ring_buf msg;
+    wire_buf arena, out;
+} serve_bufs;
+
+static void serve_bufs_free(serve_bufs *b)
+{
+    ring_buf_free(&b->msg);
+    wire_buf_free(&b->arena);
+    wire_buf_free(&b->out);
+}
+
 /* Reads and decodes the next command; a bad one is reported as the rank's
  * failure. */
-static nl_status next_command(worker_env *env, ring_buf *msg, wire_buf *arena, wire_run *cmd)
+static nl_status next_command(worker_env *env, serve_bufs *b, wire_run *cmd)
 {
-    NL_TRY(ring_read(&env->seg->cmd, env->rank, msg, worker_check_leader, env));
-    if (wire_decode_run(msg->data, msg->len, arena, cmd) != NL_OK) {
+    NL_TRY(ring_read(&env->seg->cmd, env->rank, &b->msg, worker_check_leader, env));
+    if (wire_decode_run(b->msg.data, b->msg.len, &b->arena, cmd) != NL_OK) {
         nl_status st = nl_error_prefix(NL_ERR_FORMAT, "worker rank %d: bad command: ", env->rank);
         report_failure(env, st, nl_last_error());
         return st;
@@ -161,12 +174,11 @@ static nl_status next_command(worker_env *env, ring_buf *msg, wire_buf *arena, w
 static int serve(worker_env *env, const worker_ops *ops, void *ctx)
 {
     shm_segment *seg = env->seg;
-    ring_buf msg = {0};
-    wire_buf arena = {0}, out = {0};
+    serve_bufs bufs = {0};
     int status = 0;
     for (;;) {
         wire_run cmd;
-        if (next_command(env, &msg, &arena, &cmd) != NL_OK) {
+        if (next_command(env, &bufs, &cmd) != NL_OK) {
             status = 1; /* the leader is gone, or the command was reported */
             break;
         }
@@ -182,14 +194,12 @@ static int serve(worker_env *env, const worker_ops *ops, void *ctx)
             status = 1;
             break;
         }
-        if (env->rank == 0 && send_reply(env, cmd.step_id, st, &reply, &out) != NL_OK) {
+        if (env->rank == 0 && send_reply(env, cmd.step_id, st, &reply, &bufs.out) != NL_OK) {
             status = 1;
             break;
         }
     }
-    ring_buf_free(&msg);
-    wire_buf_free(&arena);
-    wire_buf_free(&out);
+    serve_bufs_free(&bufs);
     return status;
 }
 
@@ -231,8 +241,7 @@ static bool await_command(worker_env *env, const worker_ops *ops, void *ctx, con
  * from one step to the next without waiting for the host's reply. */
 static int serve_pipelined(worker_env *env, const worker_ops *ops, void *ctx)
 {
-    ring_buf msg = {0};
-    wire_buf arena = {0}, out = {0};
+    serve_bufs bufs = {0};
     read_run runs[2];
     int first = 0, n = 0, status = 0;
     bool stopping = false;
@@ -240,7 +249,7 @@ static int serve_pipelined(worker_env *env, const worker_ops *ops, void *ctx)
         if (n == 0 && stopping) break;
         if (n == 0 || (n == 1 && !stopping && await_command(env, ops, ctx, &runs[first]))) {
             wire_run cmd;
-            if (next_command(env, &msg, &arena, &cmd) != NL_OK) {
+            if (next_command(env, &bufs, &cmd) != NL_OK) {
                 status = 1;
                 break;
             }
@@ -261,14 +270,12 @@ static int serve_pipelined(worker_env *env, const worker_ops *ops, void *ctx)
         nl_status st = run->launched;
         if (st == NL_OK) st = ops->finish(ctx, &reply);
         else nl_error(st, "%s", run->error);
-        if (send_reply(env, run->step_id, st, &reply, &out) != NL_OK) {
+        if (send_reply(env, run->step_id, st, &reply, &bufs.out) != NL_OK) {
             status = 1;
             break;
         }
     }
-    ring_buf_free(&msg);
-    wire_buf_free(&arena);
-    wire_buf_free(&out);
+    serve_bufs_free(&bufs);
     return status;
 }
 
