@@ -4,7 +4,7 @@
  * Liveness: every wait on the rings or on the start-up handshake sleeps in
  * slices of RING_WAIT_SLICE_MS and then polls each worker with
  * waitpid(WNOHANG).  The first death found fails the pool for good: the
- * other workers are killed and reaped at once and every later execute
+ * other workers are killed and reaped at once and every later submit or wait
  * returns the same message.
  *
  * Ctrl-C: executor_kill_all() must work from a signal handler, so each

@@ -7,9 +7,10 @@
  * returns once every worker has loaded its shard and sized its KV cache;
  * runner->num_kv_blocks is the minimum over the ranks.
  *
- * Each execute writes one RUN command into the command ring (every rank reads
- * it) and waits for rank 0's reply.  A worker that dies is noticed within a
- * fraction of a second: execute then returns NL_ERR_WORKER naming the rank,
+ * Each submit writes one RUN command into the command ring (every rank reads
+ * it); each wait reads rank 0's reply to the oldest one submitted.  A worker
+ * that dies is noticed within a fraction of a second: the call then returns
+ * NL_ERR_WORKER naming the rank,
  * its pid and how it ended, and the other workers are killed and reaped.
  * destroy sends SHUTDOWN, waits a bounded time, kills stragglers and unmaps.
  * The segment has no name in /dev/shm after shm_segment_create returns.
