@@ -11,7 +11,7 @@
 
 size_t samples_area_bytes(int32_t capacity)
 {
-    return sizeof(samples_header) + 2 * (size_t)capacity * sizeof(samples_entry);
+    return sizeof(samples_header) + 2 * (size_t)capacity * (sizeof(uint64_t) + sizeof(int32_t));
 }
 
 static nl_status map_area(void *mem, size_t bytes, int32_t capacity, samples_area *out)
@@ -19,7 +19,8 @@ static nl_status map_area(void *mem, size_t bytes, int32_t capacity, samples_are
     if (capacity < 1 || bytes < samples_area_bytes(capacity))
         return nl_error(NL_ERR_FORMAT, "samples area: %zu bytes cannot hold 2 x %d samples", bytes, capacity);
     out->hdr = mem;
-    out->entries = (samples_entry *)((uint8_t *)mem + sizeof(samples_header));
+    out->seq_ids = (uint64_t *)((uint8_t *)mem + sizeof(samples_header));
+    out->tokens = (int32_t *)(out->seq_ids + 2 * (size_t)capacity);
     out->capacity = capacity;
     out->cursor = 0;
     return NL_OK;
@@ -47,18 +48,21 @@ void samples_publish(samples_area *a, uint64_t step_id, nl_status status, const 
                      int32_t n)
 {
     samples_slot *slot = &a->hdr->slots[step_id & 1];
-    samples_entry *e = a->entries + (size_t)(step_id & 1) * (size_t)a->capacity;
+    size_t first = (size_t)(step_id & 1) * (size_t)a->capacity;
     if (status != NL_OK || n < 0 || n > a->capacity) {
         /* An overfull reply cannot be resolved from; the next step fails. */
         if (status == NL_OK) status = NL_ERR_WORKER;
         n = 0;
     }
-    for (int32_t i = 0; i < n; i++) e[i] = (samples_entry){.seq_id = sampled[i].seq_id, .token = sampled[i].token_id};
+    for (int32_t i = 0; i < n; i++) {
+        a->seq_ids[first + i] = sampled[i].seq_id;
+        a->tokens[first + i] = sampled[i].token_id;
+    }
     slot->step_id = step_id;
     slot->status = (int32_t)status;
     slot->n = n;
-    atomic_store_explicit(&a->hdr->published, (uint32_t)step_id + 1, memory_order_release);
-    futex_wake_shared(&a->hdr->published);
+    atomic_store(&a->hdr->published, (uint32_t)step_id + 1);
+    if (atomic_load(&a->hdr->waiters) > 0) futex_wake_shared(&a->hdr->published);
 }
 
 static bool has_placeholder(const wire_run *cmd)
@@ -68,11 +72,15 @@ static bool has_placeholder(const wire_run *cmd)
     return false;
 }
 
-/* Whether rank 0 has published step_id or a later step. */
+/* Whether the futex word says step_id, or a later step, is published. */
+static bool reaches(uint32_t published, uint64_t step_id)
+{
+    return (int32_t)(published - ((uint32_t)step_id + 1)) >= 0;
+}
+
 static bool published_by(const samples_area *a, uint64_t step_id)
 {
-    uint32_t got = atomic_load_explicit(&a->hdr->published, memory_order_acquire);
-    return (int32_t)(got - ((uint32_t)step_id + 1)) >= 0;
+    return reaches(atomic_load(&a->hdr->published), step_id);
 }
 
 /* Rank 0 has published every step it ran before this one; another rank
@@ -87,25 +95,14 @@ static nl_status wait_published(samples_area *a, uint64_t step_id, bool may_wait
         cpu_relax();
     }
     for (;;) {
-        uint32_t got = atomic_load_explicit(&a->hdr->published, memory_order_acquire);
-        if (published_by(a, step_id)) return NL_OK;
         if (alive) NL_TRY(alive(arg));
-        futex_wait_shared(&a->hdr->published, got, RING_WAIT_SLICE_MS);
+        /* counted before the last look, so a publish after it wakes us */
+        atomic_fetch_add(&a->hdr->waiters, 1);
+        uint32_t got = atomic_load(&a->hdr->published);
+        if (!reaches(got, step_id)) futex_wait_shared(&a->hdr->published, got, RING_WAIT_SLICE_MS);
+        atomic_fetch_sub(&a->hdr->waiters, 1);
+        if (published_by(a, step_id)) return NL_OK;
     }
-}
-
-/* The token slot's samples gave seq_id, searched from where the last match
- * was: consecutive steps list their seqs in much the same order. */
-static bool find(samples_area *a, const samples_entry *e, int32_t n, uint64_t seq_id, int32_t *token)
-{
-    for (int32_t k = 0; k < n; k++) {
-        int32_t i = (a->cursor + k) % n;
-        if (e[i].seq_id != seq_id) continue;
-        *token = e[i].token;
-        a->cursor = i + 1 < n ? i + 1 : 0;
-        return true;
-    }
-    return false;
 }
 
 nl_status samples_resolve(samples_area *a, wire_run *cmd, bool may_wait, nl_status (*alive)(void *), void *arg)
@@ -121,7 +118,7 @@ nl_status samples_resolve(samples_area *a, wire_run *cmd, bool may_wait, nl_stat
     if (slot->status != NL_OK)
         return nl_error(NL_ERR_WORKER, "step %llu: its input tokens come from step %llu, which failed (%s)",
                         step, (unsigned long long)prev, nl_status_name((nl_status)slot->status));
-    const samples_entry *e = a->entries + (size_t)(prev & 1) * (size_t)a->capacity;
+    size_t first = (size_t)(prev & 1) * (size_t)a->capacity;
     int32_t n = slot->n;
     if (n < 0 || n > a->capacity)
         return nl_error(NL_ERR_WORKER, "step %llu: step %llu published %d samples, room for %d", step,
@@ -129,12 +126,12 @@ nl_status samples_resolve(samples_area *a, wire_run *cmd, bool may_wait, nl_stat
     for (int32_t s = 0; s < cmd->n_seqs; s++) {
         wire_seq *q = &cmd->seqs[s];
         if (q->num_new != 1 || q->tokens[0] != WIRE_TOKEN_PREVIOUS) continue;
-        int32_t token;
-        if (!find(a, e, n, q->seq_id, &token))
+        int32_t i = wire_find_seq(a->seq_ids + first, n, q->seq_id, &a->cursor);
+        if (i < 0)
             return nl_error(NL_ERR_INVALID_ARG,
                             "step %llu: seq %llu's input is step %llu's sample, but that step did not sample it",
                             step, (unsigned long long)q->seq_id, (unsigned long long)prev);
-        ((int32_t *)q->tokens)[0] = token; /* the caller's own decoded copy */
+        ((int32_t *)q->tokens)[0] = a->tokens[first + i]; /* the caller's own decoded copy */
     }
     return NL_OK;
 }

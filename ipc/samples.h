@@ -6,7 +6,9 @@
  * WIRE_TOKEN_PREVIOUS: "the token step N sampled for this seq".  Only rank 0
  * samples, so after every RUN (failed or not) it publishes that step's
  * (seq id, token) pairs here, and every rank, rank 0 included, resolves the
- * placeholders of the next command from them before running it.
+ * placeholders of the next command from them before running it.  (A tp 1
+ * worker that launches ahead takes them on its device instead and
+ * publishes nothing: worker/worker_loop.c.)
  *
  * Two slots, by step parity: rank 0 writes step N + 1's slot only after
  * step N + 1 ran, which every rank joined, so nobody still reads the slot
@@ -24,21 +26,18 @@
 #include "common/status.h"
 #include "ipc/wire.h"
 
-typedef struct samples_entry {
-    uint64_t seq_id;
-    int32_t token;
-    int32_t pad;
-} samples_entry;
-
 typedef struct samples_slot {
     uint64_t step_id;
     int32_t status;        /* the step's nl_status on rank 0 */
-    int32_t n;             /* entries, in the step's command order */
+    int32_t n;             /* samples, in the step's command order */
 } samples_slot;
 
+/* Followed by the slots' seq ids [2][capacity], then their tokens
+ * [2][capacity]. */
 typedef struct samples_header {
     _Atomic uint32_t published; /* futex: (uint32_t)step_id + 1 of the last slot written */
-    uint32_t capacity;          /* entries per slot */
+    _Atomic uint32_t waiters;   /* ranks asleep on published: publish wakes only then */
+    uint32_t capacity;          /* samples per slot */
     samples_slot slots[2];
 } samples_header;
 
@@ -47,7 +46,8 @@ typedef struct samples_header {
  * shared part later can make a lookup leave the area. */
 typedef struct samples_area {
     samples_header *hdr;
-    samples_entry *entries; /* [2][capacity] */
+    uint64_t *seq_ids;      /* [2][capacity] */
+    int32_t *tokens;        /* [2][capacity] */
     int32_t capacity;
     int32_t cursor;         /* where the last lookup matched, to start the next */
 } samples_area;

@@ -361,3 +361,14 @@ nl_status wire_decode_reply(const void *msg, size_t len, wire_buf *arena, wire_r
     out->sampled = n ? sampled : NULL;
     return NL_OK;
 }
+
+int32_t wire_find_seq(const uint64_t *seq_ids, int32_t n, uint64_t seq_id, int32_t *cursor)
+{
+    for (int32_t k = 0; k < n; k++) {
+        int32_t i = (*cursor + k) % n;
+        if (seq_ids[i] != seq_id) continue;
+        *cursor = i + 1 < n ? i + 1 : 0;
+        return i;
+    }
+    return -1;
+}

@@ -68,6 +68,12 @@ typedef struct wire_reply {
     wire_sampled *sampled;
 } wire_reply;
 
+/* The index of seq_id in seq_ids[n] (a step's seqs, in command order), or
+ * -1.  The search starts at *cursor and leaves it past the match:
+ * consecutive steps list their seqs in much the same order, so looking up
+ * each seq of the next step in turn costs O(1) a seq. */
+int32_t wire_find_seq(const uint64_t *seq_ids, int32_t n, uint64_t seq_id, int32_t *cursor);
+
 /* ---- serialisation ------------------------------------------------------
  *
  * Byte format, all fields little-endian and fixed width:

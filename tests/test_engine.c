@@ -19,6 +19,29 @@
 
 #define VOCAB 1000
 
+/* An engine with config c on a fake runner made with o, for a model of
+ * model_vocab ids, max_pos positions and the given EOS ids; the runner in
+ * *out_runner when it is not NULL. */
+static nl_engine *open_fake_config(const nl_engine_config *c, const fake_runner_options *o, int32_t model_vocab,
+                                   int32_t max_pos, const int32_t *eos, int32_t n_eos, tokenizer *tok,
+                                   runner **out_runner)
+{
+    runner *r;
+    ck_assert_int_eq(fake_runner_create(o, &r), NL_OK);
+    engine_model_facts f;
+    memset(&f, 0, sizeof(f));
+    f.vocab_size = model_vocab;
+    f.max_position_embeddings = max_pos;
+    f.n_eos = n_eos;
+    for (int i = 0; i < n_eos; i++) f.eos_ids[i] = eos[i];
+    f.device_name = "fake";
+    nl_engine *e = NULL;
+    nl_status st = engine_open_with_runner(c, &f, r, tok, &e);
+    ck_assert_msg(st == NL_OK, "%s", nl_last_error());
+    if (out_runner) *out_runner = r;
+    return e;
+}
+
 /* An engine for a model of model_vocab ids whose fake runner samples ids
  * below vocab. */
 static nl_engine *open_fake_vocab(int32_t blocks, int32_t max_pos, const int32_t *eos, int32_t n_eos,
@@ -30,19 +53,7 @@ static nl_engine *open_fake_vocab(int32_t blocks, int32_t max_pos, const int32_t
     c.max_num_batched_tokens = 128;
     fake_runner_options o = {.num_kv_blocks = blocks, .block_size = 16, .vocab_size = vocab,
                              .fail_at_step = fail_at};
-    runner *r;
-    ck_assert_int_eq(fake_runner_create(&o, &r), NL_OK);
-    engine_model_facts f;
-    memset(&f, 0, sizeof(f));
-    f.vocab_size = model_vocab;
-    f.max_position_embeddings = max_pos;
-    f.n_eos = n_eos;
-    for (int i = 0; i < n_eos; i++) f.eos_ids[i] = eos[i];
-    f.device_name = "fake";
-    nl_engine *e = NULL;
-    nl_status st = engine_open_with_runner(&c, &f, r, tok, &e);
-    ck_assert_msg(st == NL_OK, "%s", nl_last_error());
-    return e;
+    return open_fake_config(&c, &o, model_vocab, max_pos, eos, n_eos, tok, NULL);
 }
 
 static nl_engine *open_fake(int32_t blocks, int32_t max_pos, const int32_t *eos, int32_t n_eos,
@@ -517,28 +528,6 @@ static void async_prompt(int k, int32_t *ids, int32_t *n)
         ids[i] = k % 3 == 0 && i < 40 ? (i * 13 + 5) % VOCAB : (k * 101 + i * 7) % VOCAB;
 }
 
-/* An engine with config c on a fake runner of `blocks` KV blocks of 16
- * tokens and VOCAB ids, with the given EOS ids; the runner in *out_runner
- * when it is not NULL. */
-static nl_engine *open_fake_config(const nl_engine_config *c, int32_t blocks, const int32_t *eos, int32_t n_eos,
-                                   runner **out_runner)
-{
-    fake_runner_options o = {.num_kv_blocks = blocks, .block_size = 16, .vocab_size = VOCAB};
-    runner *r;
-    ck_assert_int_eq(fake_runner_create(&o, &r), NL_OK);
-    engine_model_facts f;
-    memset(&f, 0, sizeof(f));
-    f.vocab_size = VOCAB;
-    f.max_position_embeddings = 4096;
-    f.n_eos = n_eos;
-    for (int i = 0; i < n_eos; i++) f.eos_ids[i] = eos[i];
-    f.device_name = "fake";
-    nl_engine *e = NULL;
-    ck_assert_msg(engine_open_with_runner(c, &f, r, NULL, &e) == NL_OK, "%s", nl_last_error());
-    if (out_runner) *out_runner = r;
-    return e;
-}
-
 static void run_async_workload(bool async, bool prefill_first, int32_t eos, async_run *run, int64_t *preemptions,
                                int32_t *in_flight)
 {
@@ -549,8 +538,9 @@ static void run_async_workload(bool async, bool prefill_first, int32_t eos, asyn
     c.prefill_first = prefill_first;
     c.max_num_seqs = 8;
     c.max_num_batched_tokens = 64;
+    fake_runner_options o = {.num_kv_blocks = 20, .block_size = 16, .vocab_size = VOCAB};
     runner *r;
-    run->e = open_fake_config(&c, 20, &eos, 1, &r);
+    run->e = open_fake_config(&c, &o, VOCAB, 4096, &eos, 1, NULL, &r);
     nl_engine_set_stream_callback(run->e, abort_at_third, run);
     for (int k = 0; k < ASYNC_REQS; k++) {
         int32_t ids[80], n;
@@ -638,7 +628,8 @@ START_TEST(test_async_outputs_reach_prefix_cache)
             c.async_scheduling = async;
             c.max_num_seqs = 8;
             c.max_num_batched_tokens = 128;
-            nl_engine *e = open_fake_config(&c, 64, NULL, 0, NULL);
+            fake_runner_options o = {.num_kv_blocks = 64, .block_size = 16, .vocab_size = VOCAB};
+            nl_engine *e = open_fake_config(&c, &o, VOCAB, 4096, NULL, 0, NULL, NULL);
             int32_t conv[80];
             for (int i = 0; i < 40; i++) conv[i] = (i * 17 + 3) % VOCAB;
             reference(conv, 40, 40, VOCAB, conv + 40);

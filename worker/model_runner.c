@@ -12,7 +12,7 @@
  * A step is a pipeline: prepare_inputs fills the host mirrors (and picks a
  * graph or the eager path), upload_inputs moves them up, run_forward runs
  * the model, and on rank 0 the sampler runs and its outputs are queued for
- * the host; finish_step waits for them and fills the reply.  The buffers
+ * the host; model_runner_finish waits for them and fills the reply.  The buffers
  * those stages move are rows of one table, step_bufs.
  *
  * Launching and finishing are apart, so a worker may launch step N + 1
@@ -103,13 +103,12 @@ typedef enum step_count {
     COUNT_TAKE,
 } step_count;
 
-/* When a buffer moves: forward and sampler inputs go up before the forward
- * pass, sampler outputs come down after sampling (into one of NL_FENCES
- * host copies, one a step in flight); a host-only buffer has no device
- * side. */
+/* When a buffer moves: the step's inputs (the forward's and the sampler's)
+ * go up before the forward pass, sampler outputs come down after sampling
+ * (into one of NL_FENCES host copies, one a step in flight); a host-only
+ * buffer has no device side. */
 typedef enum step_phase {
-    PHASE_FORWARD_IN,
-    PHASE_SAMPLE_IN,
+    PHASE_IN,
     PHASE_SAMPLE_OUT,
     PHASE_HOST_ONLY,
 } step_phase;
@@ -120,18 +119,18 @@ static const struct step_buf_desc {
     step_count count;
     step_phase phase;
 } step_bufs[BUF_COUNT] = {
-    [BUF_IDS] = {"token ids", sizeof(int32_t), COUNT_TOKENS, PHASE_FORWARD_IN},
-    [BUF_POS] = {"positions", sizeof(int32_t), COUNT_TOKENS, PHASE_FORWARD_IN},
-    [BUF_SLOTS] = {"slots", sizeof(int32_t), COUNT_TOKENS, PHASE_FORWARD_IN},
-    [BUF_CU] = {"cu_seqlens", sizeof(int32_t), COUNT_SEQS_PLUS_ONE, PHASE_FORWARD_IN},
-    [BUF_CTX] = {"context lengths", sizeof(int32_t), COUNT_SEQS, PHASE_FORWARD_IN},
-    [BUF_TABLES] = {"block tables", sizeof(int32_t), COUNT_TABLE, PHASE_FORWARD_IN},
-    [BUF_ROWS] = {"logits rows", sizeof(int32_t), COUNT_LOGITS, PHASE_FORWARD_IN},
-    [BUF_ORDER] = {"decode order", sizeof(int32_t), COUNT_SEQS, PHASE_FORWARD_IN},
+    [BUF_IDS] = {"token ids", sizeof(int32_t), COUNT_TOKENS, PHASE_IN},
+    [BUF_POS] = {"positions", sizeof(int32_t), COUNT_TOKENS, PHASE_IN},
+    [BUF_SLOTS] = {"slots", sizeof(int32_t), COUNT_TOKENS, PHASE_IN},
+    [BUF_CU] = {"cu_seqlens", sizeof(int32_t), COUNT_SEQS_PLUS_ONE, PHASE_IN},
+    [BUF_CTX] = {"context lengths", sizeof(int32_t), COUNT_SEQS, PHASE_IN},
+    [BUF_TABLES] = {"block tables", sizeof(int32_t), COUNT_TABLE, PHASE_IN},
+    [BUF_ROWS] = {"logits rows", sizeof(int32_t), COUNT_LOGITS, PHASE_IN},
+    [BUF_ORDER] = {"decode order", sizeof(int32_t), COUNT_SEQS, PHASE_IN},
     [BUF_ORDER_KEYS] = {"decode order keys", sizeof(int64_t), COUNT_SEQS, PHASE_HOST_ONLY},
-    [BUF_PERM] = {"gather permutation", sizeof(int32_t), COUNT_PERM, PHASE_FORWARD_IN},
-    [BUF_TAKE] = {"placeholder takes", 2 * sizeof(int32_t), COUNT_TAKE, PHASE_FORWARD_IN},
-    [BUF_SROWS] = {"sampling rows", sizeof(nl_sample_row), COUNT_LOGITS, PHASE_SAMPLE_IN},
+    [BUF_PERM] = {"gather permutation", sizeof(int32_t), COUNT_PERM, PHASE_IN},
+    [BUF_TAKE] = {"placeholder takes", 2 * sizeof(int32_t), COUNT_TAKE, PHASE_IN},
+    [BUF_SROWS] = {"sampling rows", sizeof(nl_sample_row), COUNT_LOGITS, PHASE_IN},
     [BUF_OUT_IDS] = {"sampled ids", sizeof(int32_t), COUNT_LOGITS, PHASE_SAMPLE_OUT},
     [BUF_OUT_LP] = {"sampled logprobs", sizeof(float), COUNT_LOGITS, PHASE_SAMPLE_OUT},
     [BUF_TOP_IDS] = {"top ids", sizeof(int32_t), COUNT_TOP, PHASE_SAMPLE_OUT},
@@ -171,7 +170,6 @@ typedef struct launched_step {
     uint64_t step_id;
     int32_t n_seqs;
     bool sampled;          /* the sampler ran (rank 0, some logits rows)   */
-    int profile_kind;
     uint64_t *seq_ids;     /* [max_num_seqs]                               */
     int32_t *rows;         /* [max_num_seqs] logits row, -1: no sample     */
     int32_t *n_logprobs;   /* [max_num_seqs]                               */
@@ -362,14 +360,13 @@ static nl_status alloc_step_buffers(model_runner *r)
     return NL_OK;
 }
 
-/* Moves up the first entries of every buffer of an input phase that the
- * shape uses. */
-static nl_status transfer_phase(model_runner *r, step_phase phase, const step_shape *shape)
+/* Moves up the first entries of every input buffer that the shape uses. */
+static nl_status upload_step_inputs(model_runner *r, const step_shape *shape)
 {
     nl_backend *be = r->be;
     for (int b = 0; b < BUF_COUNT; b++) {
         const struct step_buf_desc *d = &step_bufs[b];
-        if (d->phase != phase) continue;
+        if (d->phase != PHASE_IN) continue;
         size_t bytes = step_count_of(d->count, shape) * d->elem;
         if (bytes == 0) continue;
         if (b == BUF_TABLES && shape->table_width < shape->stride) {
@@ -562,10 +559,9 @@ static nl_status upload_inputs(model_runner *r, const step_plan *plan, qwen_inpu
         for (int32_t i = 0; i < sh->n_logits; i++)
             for (int32_t k = 0; k < tp; k++) perm[i * tp + k] = k * sh->n_logits + i;
     }
-    NL_TRY(transfer_phase(r, PHASE_FORWARD_IN, sh));
-    /* the sampler's too: the host rows are rewritten by the next launch
+    /* the sampler's inputs too: the next launch rewrites their host rows
      * before this step's sampler runs */
-    NL_TRY(transfer_phase(r, PHASE_SAMPLE_IN, sh));
+    NL_TRY(upload_step_inputs(r, sh));
     *in = (qwen_inputs){
         .n_tokens = sh->n_tokens,
         .ids = r->dev[BUF_IDS],
@@ -813,14 +809,9 @@ static nl_status previous_row(model_runner *r, uint64_t step_id, uint64_t seq_id
     if (!l || l->step_id + 1 != step_id)
         return nl_error(NL_ERR_INVALID_ARG, "step %llu: seq %llu's input is a placeholder, but step %llu did not "
                         "run just before it", step, seq, step - 1);
-    for (int32_t k = 0; k < l->n_seqs; k++) { /* from the last match: steps list seqs alike */
-        int32_t i = (r->take_cursor + k) % l->n_seqs;
-        if (l->seq_ids[i] != seq_id) continue;
-        r->take_cursor = i + 1;
-        *row = l->rows[i];
-        if (*row >= 0 && l->sampled) return NL_OK;
-        break;
-    }
+    int32_t i = wire_find_seq(l->seq_ids, l->n_seqs, seq_id, &r->take_cursor);
+    *row = i >= 0 && l->sampled ? l->rows[i] : -1;
+    if (*row >= 0) return NL_OK;
     return nl_error(NL_ERR_INVALID_ARG, "step %llu: seq %llu's input is step %llu's sample, but that step did "
                     "not sample it", step, seq, step - 1);
 }
@@ -911,13 +902,12 @@ static nl_status launch_sampler(model_runner *r, const step_plan *plan, int k)
 }
 
 /* What the reply of the step in slot k needs from its command. */
-static void record_launch(model_runner *r, const wire_run *cmd, const step_plan *plan, int k, int kind)
+static void record_launch(model_runner *r, const wire_run *cmd, const step_plan *plan, int k)
 {
     launched_step *l = &r->launched[k];
     l->step_id = cmd->step_id;
     l->n_seqs = cmd->n_seqs;
     l->sampled = r->rank == 0 && plan->shape.n_logits > 0;
-    l->profile_kind = kind;
     int32_t row = 0;
     for (int32_t s = 0; s < cmd->n_seqs; s++) {
         const wire_seq *q = &cmd->seqs[s];
@@ -928,14 +918,16 @@ static void record_launch(model_runner *r, const wire_run *cmd, const step_plan 
     }
 }
 
-/* Stage 4, rank 0: the reply from slot k's samples, once they landed. */
+/* Stage 4: the reply of slot k's step, once it finished: on rank 0 its
+ * samples. */
 static void fill_reply(model_runner *r, int k, wire_reply *reply)
 {
     const launched_step *l = &r->launched[k];
+    *reply = (wire_reply){.step_id = l->step_id, .status = NL_OK, .sampled = r->host[BUF_REPLY]};
+    if (!l->sampled) return;
     const int32_t *out_ids = r->host_out[k][BUF_OUT_IDS], *top_ids = r->host_out[k][BUF_TOP_IDS];
     const float *out_lp = r->host_out[k][BUF_OUT_LP], *top_lp = r->host_out[k][BUF_TOP_LP];
     wire_sampled *sampled = r->host[BUF_REPLY];
-    reply->n_sampled = 0;
     for (int32_t s = 0; s < l->n_seqs; s++) {
         int32_t row = l->rows[s];
         if (row < 0) continue;
@@ -949,7 +941,6 @@ static void fill_reply(model_runner *r, int k, wire_reply *reply)
             o->top_logprobs[j] = top_lp[row * NL_MAX_LOGPROBS + j];
         }
     }
-    reply->sampled = sampled;
 }
 
 /* The step as a pipeline: prepare, upload, take placeholders, run, sample.
@@ -965,8 +956,9 @@ nl_status model_runner_launch(model_runner *r, const wire_run *cmd)
     const int k = (r->oldest + r->n_launched) % NL_FENCES;
 
     double mark = r->profile ? now_s() : 0;
-    int kind = !plan.all_decode ? PROFILE_PREFILL : plan.graph >= 0 ? PROFILE_DECODE_GRAPH : PROFILE_DECODE_EAGER;
-    struct step_profile *prof = &r->prof[kind];
+    struct step_profile *prof = &r->prof[!plan.all_decode ? PROFILE_PREFILL
+                                         : plan.graph >= 0 ? PROFILE_DECODE_GRAPH
+                                                           : PROFILE_DECODE_EAGER];
     prof->steps++;
     prof->tokens += plan.n_tokens;
     qwen_inputs in;
@@ -985,7 +977,7 @@ nl_status model_runner_launch(model_runner *r, const wire_run *cmd)
     NL_TRY(st);
     if (r->profile) prof->forward_s += profile_lap(r, &mark);
 
-    record_launch(r, cmd, &plan, k, kind);
+    record_launch(r, cmd, &plan, k);
     if (r->launched[k].sampled) NL_TRY(launch_sampler(r, &plan, k));
     NL_TRY(r->be->ops->fence_record(r->be, k));
     if (r->profile) prof->sample_s += profile_lap(r, &mark);
@@ -1008,32 +1000,17 @@ nl_status model_runner_finish(model_runner *r, wire_reply *reply)
     const int k = r->oldest;
     r->oldest = (r->oldest + 1) % NL_FENCES;
     r->n_launched--;
-    if (reply) {
-        reply->step_id = r->launched[k].step_id;
-        reply->status = NL_OK;
-        reply->error[0] = '\0';
-        reply->n_sampled = 0;
-        reply->sampled = r->host[BUF_REPLY];
-    }
     NL_TRY(r->be->ops->fence_wait(r->be, k));
-    if (reply && r->launched[k].sampled) fill_reply(r, k, reply);
+    if (reply) fill_reply(r, k, reply);
     return NL_OK;
 }
 
 nl_status model_runner_execute(model_runner *r, const wire_run *cmd, wire_reply *reply)
 {
-    if (reply) {
-        reply->step_id = cmd->step_id;
-        reply->status = NL_OK;
-        reply->error[0] = '\0';
-        reply->n_sampled = 0;
-        reply->sampled = r->host[BUF_REPLY];
-    }
     nl_status st = model_runner_launch(r, cmd);
     if (st == NL_OK) st = model_runner_finish(r, reply);
     if (st != NL_OK && reply) {
-        reply->status = st;
-        reply->n_sampled = 0;
+        *reply = (wire_reply){.step_id = cmd->step_id, .status = st};
         snprintf(reply->error, sizeof reply->error, "%s", nl_last_error());
     }
     return st;

@@ -121,12 +121,11 @@ static int parse_args(int argc, char **argv, int *fd, int *rank, int *life_fd)
     return *fd >= 0 && *rank >= 0 && argc % 2 == 1 ? 0 : -1;
 }
 
-/* Rank 0's answer to step_id: the reply, or st's message; the samples go
- * to the other ranks first.  NL_OK once it is in the reply ring. */
+/* Rank 0's answer to step_id: the reply, or st's message.  NL_OK once it
+ * is in the reply ring. */
 static nl_status send_reply(worker_env *env, uint64_t step_id, nl_status st, wire_reply *reply, wire_buf *out)
 {
     shm_segment *seg = env->seg;
-    samples_publish(&seg->samples, step_id, st, reply->sampled, st == NL_OK ? reply->n_sampled : 0);
     reply->step_id = step_id;
     reply->status = st;
     if (st != NL_OK) {
@@ -194,7 +193,9 @@ static int serve(worker_env *env, const worker_ops *ops, void *ctx)
             status = 1;
             break;
         }
-        if (env->rank == 0 && send_reply(env, cmd.step_id, st, &reply, &bufs.out) != NL_OK) {
+        if (env->rank != 0) continue;
+        samples_publish(&seg->samples, cmd.step_id, st, reply.sampled, st == NL_OK ? reply.n_sampled : 0);
+        if (send_reply(env, cmd.step_id, st, &reply, &bufs.out) != NL_OK) {
             status = 1;
             break;
         }

@@ -76,14 +76,6 @@ static nl_status cuda_upload_rows(nl_backend *b, void *dst, size_t dst_pitch, co
     return NL_OK;
 }
 
-static nl_status cuda_download(nl_backend *b, void *dst, const void *src, size_t bytes)
-{
-    cuda_backend *be = cuda_be(b);
-    NL_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, be->stream));
-    NL_CUDA_CHECK(cudaStreamSynchronize(be->stream));
-    return NL_OK;
-}
-
 static nl_status cuda_memset_zero(nl_backend *b, void *dst, size_t bytes)
 {
     NL_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, cuda_be(b)->stream));
@@ -113,6 +105,13 @@ static nl_status cuda_download_async(nl_backend *b, void *dst, const void *src, 
 {
     NL_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cuda_be(b)->stream));
     return NL_OK;
+}
+
+/* Into any host memory: the copy, then a wait for it. */
+static nl_status cuda_download(nl_backend *b, void *dst, const void *src, size_t bytes)
+{
+    NL_TRY(cuda_download_async(b, dst, src, bytes));
+    return cuda_synchronize(b);
 }
 
 static nl_status fence_slot(int slot)

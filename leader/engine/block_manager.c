@@ -212,7 +212,7 @@ void block_manager_append_slot(block_manager *bm, seq *s)
 void block_manager_commit(block_manager *bm, seq *s)
 {
     /* a block is hashed once its tokens are known: placeholders are not */
-    int32_t known = s->n_tokens - s->n_pending;
+    int32_t known = seq_num_known(s);
     int32_t full = (s->num_computed < known ? s->num_computed : known) / bm->block_size;
     if (!bm->prefix_caching || full <= s->n_registered) return;
     ensure_hashes(bm, s, full);

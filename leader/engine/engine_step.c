@@ -22,17 +22,24 @@
 #include "leader/engine/batch_wire.h"
 #include "leader/engine/engine_state.h"
 
+/* Takes the oldest step in flight off the queue; its seqs are no longer
+ * held by it. */
+static step_flight *pop_flight(nl_engine *e)
+{
+    step_flight *f = &e->flights[e->first_flight];
+    e->first_flight = (e->first_flight + 1) % RUNNER_MAX_IN_FLIGHT;
+    e->n_flights--;
+    for (int32_t i = 0; i < f->n_seqs; i++) f->seqs[i]->in_flight--;
+    return f;
+}
+
 /* Ends every unfinished request with the failure and stops the engine.
  * Holding step_lock. */
 static nl_status fail_engine(nl_engine *e, nl_status st)
 {
     snprintf(e->fail_msg, sizeof(e->fail_msg), "%s", nl_last_error());
     /* Replies still due are never read: the steps' seqs are let go. */
-    for (; e->n_flights > 0; e->n_flights--) {
-        step_flight *f = &e->flights[e->first_flight];
-        e->first_flight = (e->first_flight + 1) % RUNNER_MAX_IN_FLIGHT;
-        for (int32_t i = 0; i < f->n_seqs; i++) f->seqs[i]->in_flight--;
-    }
+    while (e->n_flights > 0) pop_flight(e);
     nl_log(NL_LOG_INFO, "engine stopped: %s", e->fail_msg); /* the caller gets it too */
     /* Chained through next_queued (the inbox is emptied here), so that
      * failing needs no memory. */
@@ -65,17 +72,12 @@ static nl_status fail_engine(nl_engine *e, nl_status st)
     return nl_error(st, "%s", e->fail_msg);
 }
 
-/* The most tokens s may hold: its max_tokens, and the context. */
-static int32_t seq_token_limit(const nl_engine *e, const seq *s)
-{
-    return s->max_len < e->config.max_model_len ? s->max_len : e->config.max_model_len;
-}
-
 /* Schedules and sends the next step, if there is one (*sent).  Its tokens'
  * KV counts as computed from now on, and each sample it takes gets a
  * placeholder token, so that the step after it can be scheduled before its
- * reply comes back; a sample that will end its seq by length gets none, so
- * nothing is scheduled past it. */
+ * reply comes back; a sample that will end its seq by length (max_len,
+ * which submission keeps within max_model_len) gets none, so nothing is
+ * scheduled past it. */
 static nl_status send_step(nl_engine *e, bool *sent)
 {
     *sent = false;
@@ -103,7 +105,7 @@ static nl_status send_step(nl_engine *e, bool *sent)
     scheduler_commit(e->sch);
     for (int32_t i = 0; i < f->n_seqs; i++) {
         seq *s = f->seqs[i];
-        if (!f->sample[i] || s->n_tokens + 1 >= seq_token_limit(e, s)) continue;
+        if (!f->sample[i] || s->n_tokens + 1 >= s->max_len) continue;
         st = seq_add_pending(s);
         if (st != NL_OK) return fail_engine(e, st);
     }
@@ -117,10 +119,7 @@ static nl_status send_step(nl_engine *e, bool *sent)
  * then ignored for it). */
 static nl_status receive_step(nl_engine *e)
 {
-    step_flight *f = &e->flights[e->first_flight];
-    e->first_flight = (e->first_flight + 1) % RUNNER_MAX_IN_FLIGHT;
-    e->n_flights--;
-    for (int32_t i = 0; i < f->n_seqs; i++) f->seqs[i]->in_flight--;
+    const step_flight *f = pop_flight(e);
     unsigned long long step = (unsigned long long)f->step_id;
     wire_reply reply;
     reply.status = NL_OK;
@@ -188,7 +187,10 @@ static nl_status step_locked(nl_engine *e)
     }
     /* Async scheduling: the next step goes out before the oldest one's
      * reply is read, so the workers run it while the leader handles that
-     * reply; its decoding seqs' inputs are placeholders the workers fill. */
+     * reply; its decoding seqs' inputs are placeholders the workers fill.
+     * A seq preempted while a step is built is not in it, and the step it
+     * was in is answered right after: by the next schedule, which may
+     * readmit it, its tokens are all known. */
     if (e->config.async_scheduling && e->n_flights < RUNNER_MAX_IN_FLIGHT) NL_TRY(send_step(e, &sent));
     return receive_step(e);
 }

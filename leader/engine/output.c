@@ -81,7 +81,7 @@ nl_status output_process_token(output_processor *op, request *r, const wire_samp
         if (stopped_by_string) *finish = NL_FINISH_STOP;
     }
     if (*finish == NL_FINISH_NONE &&
-        (seq_num_output(s) >= s->params.max_tokens || s->prompt_len + seq_num_output(s) >= op->max_model_len))
+        (seq_num_output(s) >= s->params.max_tokens || seq_num_known(s) >= op->max_model_len))
         *finish = NL_FINISH_LENGTH;
     if (*finish != NL_FINISH_NONE && r->detok && !stopped_by_string) {
         const char *delta;

@@ -151,9 +151,7 @@ static void schedule_waiting(scheduler *sch, int32_t budget)
     if (b->n_preempted > 0) return;
     while (budget > 0 && sch->waiting.head && sch->running.count < sch->max_num_seqs) {
         seq *s = sch->waiting.head;
-        /* A seq preempted while a step in flight holds it waits for that
-         * step's reply: its tokens are not all known yet. */
-        if (s->in_flight > 0 || !block_manager_can_allocate(sch->bm, s)) break;
+        if (!block_manager_can_allocate(sch->bm, s)) break;
         block_manager_allocate(sch->bm, s);
         if (s->prompt_cached < 0)
             s->prompt_cached = s->num_cached < s->prompt_len ? s->num_cached : s->prompt_len;

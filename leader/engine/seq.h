@@ -91,10 +91,16 @@ nl_status seq_create(uint64_t id, const int32_t *prompt, int32_t prompt_len,
                      int32_t block_size, seq **out);
 void seq_destroy(seq *s);
 
-/* Output tokens known (placeholders not counted). */
+/* Tokens known: the placeholders of samples in flight not counted. */
+static inline int32_t seq_num_known(const seq *s)
+{
+    return s->n_tokens - s->n_pending;
+}
+
+/* Output tokens known. */
 static inline int32_t seq_num_output(const seq *s)
 {
-    return s->n_tokens - s->n_pending - s->prompt_len;
+    return seq_num_known(s) - s->prompt_len;
 }
 
 /* Appends a sampled token, growing the arrays when full; NL_ERR_NOMEM when
