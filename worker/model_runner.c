@@ -175,6 +175,12 @@ typedef struct launched_step {
     int32_t *n_logprobs;   /* [max_num_seqs]                               */
 } launched_step;
 
+/* The stream phases of NANOLLM_PROFILE=stream. */
+enum { STREAM_INPUTS, STREAM_TAKE, STREAM_FORWARD, STREAM_SAMPLE, STREAM_DOWNLOAD, STREAM_NEXT,
+       STREAM_COUNT };
+static const char *const stream_names[STREAM_COUNT] = {"inputs", "takes", "forward", "sampler",
+                                                       "downloads", "until next step"};
+
 typedef struct model_runner {
     engine_settings p;
     int32_t rank;
@@ -215,6 +221,16 @@ typedef struct model_runner {
      * graph replays as one launch, so run with --enforce-eager to see the
      * decode steps' ops) */
     bool profile_ops;
+    /* NANOLLM_PROFILE=stream: each graph decode step's stream phases
+     * (inputs, placeholder takes, forward, sampler, downloads, the wait for
+     * the next step), marked with the op timer and read only when its marks
+     * run out, so the steps still overlap as in a plain run */
+    bool profile_stream;
+    int32_t stream_marks;
+    int64_t stream_steps;
+    double stream_s[STREAM_COUNT];
+    /* rank 0's decode graphs also sample their logits (one launch a step) */
+    bool graph_samples;
 } model_runner;
 
 enum { PROFILE_PREFILL, PROFILE_DECODE_GRAPH, PROFILE_DECODE_EAGER };
@@ -252,8 +268,35 @@ static void profile_report_ops(const model_runner *r, const struct step_profile 
     }
 }
 
-static void profile_report(const model_runner *r)
+/* Starts stream phase `phase` of a graph decode step (profile_stream). */
+static nl_status stream_mark(model_runner *r, bool on, int phase)
 {
+    if (!on) return NL_OK;
+    r->stream_marks++;
+    return r->be->ops->timer_mark(r->be, phase);
+}
+
+/* Reads the stream marks once the timer is nearly full, or at the end. */
+static nl_status stream_collect(model_runner *r, bool force)
+{
+    if (!r->profile_stream || r->stream_marks == 0) return NL_OK;
+    if (!force && r->stream_marks < NL_TIMER_MAX_MARKS - 2 * STREAM_COUNT) return NL_OK;
+    r->stream_marks = 0;
+    return r->be->ops->timer_collect(r->be, r->stream_s, STREAM_COUNT);
+}
+
+static void profile_report_stream(model_runner *r)
+{
+    if (stream_collect(r, true) != NL_OK || r->rank != 0 || r->stream_steps == 0) return;
+    for (int k = 0; k < STREAM_COUNT; k++)
+        nl_log(NL_LOG_WARN, "profile stream %-16s %9.1f us/step (%lld graph decode steps)",
+               stream_names[k], 1e6 * r->stream_s[k] / (double)r->stream_steps,
+               (long long)r->stream_steps);
+}
+
+static void profile_report(model_runner *r)
+{
+    profile_report_stream(r);
     static const char *names[3] = {"prefill", "decode (graph)", "decode (eager)"};
     for (int k = 0; k < 3; k++) {
         const struct step_profile *p = &r->prof[k];
@@ -398,7 +441,7 @@ static nl_status download_samples(model_runner *r, const step_shape *shape, int 
 void model_runner_destroy(model_runner *r)
 {
     if (!r) return;
-    if (r->profile) profile_report(r);
+    if (r->profile || r->profile_stream) profile_report(r);
     for (int32_t g = 0; g < r->n_graphs; g++)
         if (r->graph[g]) r->be->ops->graph_destroy(r->be, r->graph[g]);
     if (r->n_launched > 0) r->be->ops->synchronize(r->be); /* nothing copies into freed memory */
@@ -623,6 +666,18 @@ static nl_status warm_graph_linears(model_runner *r)
     return st;
 }
 
+/* What a decode graph of n seqs runs: the forward, then on rank 0 the
+ * sampler over its n logits rows (the rows' parameters are step inputs). */
+static nl_status graph_step(model_runner *r, const qwen_inputs *in, int32_t n)
+{
+    nl_backend *be = r->be;
+    NL_TRY(qwen_forward(be, r->comm, r->w, r->s, in));
+    if (!r->graph_samples) return NL_OK;
+    return be->ops->sample(be, r->s->logits, n, r->cfg.vocab_size, r->dev[BUF_SROWS],
+                           r->dev[BUF_OUT_IDS], r->dev[BUF_OUT_LP], r->dev[BUF_TOP_IDS],
+                           r->dev[BUF_TOP_LP]);
+}
+
 static nl_status capture_graphs(model_runner *r)
 {
     nl_backend *be = r->be;
@@ -637,10 +692,10 @@ static nl_status capture_graphs(model_runner *r)
         NL_TRY(upload_inputs(r, &plan, &in));
         /* one eager run first: libraries choose algorithms and allocate
          * workspaces outside the capture */
-        NL_TRY(qwen_forward(be, r->comm, r->w, r->s, &in));
+        NL_TRY(graph_step(r, &in, n));
         NL_TRY(be->ops->synchronize(be));
         NL_TRY(be->ops->capture_begin(be));
-        nl_status st = qwen_forward(be, r->comm, r->w, r->s, &in);
+        nl_status st = graph_step(r, &in, n);
         nl_graph *g = NULL;
         nl_status end = be->ops->capture_end(be, &g);
         if (st != NL_OK) return nl_error_prefix(st, "capturing decode graph of %d seqs: ", n);
@@ -723,7 +778,10 @@ nl_status model_runner_create(const engine_settings *params, int32_t rank, nl_ba
     r->last = -1;
     const char *profile = getenv("NANOLLM_PROFILE");
     r->profile_ops = profile && strcmp(profile, "ops") == 0 && be->ops->timer_mark;
+    r->profile_stream = profile && strcmp(profile, "stream") == 0 && be->ops->timer_mark;
     r->profile = r->profile_ops || (profile && strcmp(profile, "1") == 0);
+    r->graph_samples = rank == 0 && !(getenv("NANOLLM_GRAPH_SAMPLER") &&
+                                      strcmp(getenv("NANOLLM_GRAPH_SAMPLER"), "0") == 0);
     r->be = be;
     r->comm = comm;
     st = runner_init(r);
@@ -891,13 +949,15 @@ static nl_status run_forward(model_runner *r, const step_plan *plan, const qwen_
 /* Stage 3, rank 0: samples every logits row and queues the outputs for
  * the host into launch slot k.  Row k of the logits is the k-th sampling
  * seq, or seq k under a graph. */
-static nl_status launch_sampler(model_runner *r, const step_plan *plan, int k)
+static nl_status launch_sampler(model_runner *r, const step_plan *plan, int k, bool marks)
 {
     nl_backend *be = r->be;
     const step_shape *sh = &plan->shape;
-    NL_TRY(be->ops->sample(be, r->s->logits, sh->n_logits, r->cfg.vocab_size, r->dev[BUF_SROWS],
-                           r->dev[BUF_OUT_IDS], r->dev[BUF_OUT_LP], r->dev[BUF_TOP_IDS],
-                           r->dev[BUF_TOP_LP]));
+    if (plan->graph < 0 || !r->graph_samples) /* else the graph sampled */
+        NL_TRY(be->ops->sample(be, r->s->logits, sh->n_logits, r->cfg.vocab_size,
+                               r->dev[BUF_SROWS], r->dev[BUF_OUT_IDS], r->dev[BUF_OUT_LP],
+                               r->dev[BUF_TOP_IDS], r->dev[BUF_TOP_LP]));
+    NL_TRY(stream_mark(r, marks, STREAM_DOWNLOAD));
     return download_samples(r, sh, k);
 }
 
@@ -961,13 +1021,18 @@ nl_status model_runner_launch(model_runner *r, const wire_run *cmd)
                                                            : PROFILE_DECODE_EAGER];
     prof->steps++;
     prof->tokens += plan.n_tokens;
+    const bool marks = r->profile_stream && plan.graph >= 0;
+    r->stream_steps += marks;
     qwen_inputs in;
+    NL_TRY(stream_mark(r, marks, STREAM_INPUTS));
     NL_TRY(upload_inputs(r, &plan, &in));
+    NL_TRY(stream_mark(r, marks, STREAM_TAKE));
     if (plan.shape.n_take > 0) /* the ids the last step sampled, still in the sampler's buffer */
         NL_TRY(r->be->ops->take_ids(r->be, r->dev[BUF_IDS], r->dev[BUF_OUT_IDS], r->dev[BUF_TAKE],
                                     plan.shape.n_take));
     if (r->profile) prof->prep_s += profile_lap(r, &mark);
     r->s->time_ops = r->profile_ops && plan.graph < 0;
+    NL_TRY(stream_mark(r, marks, STREAM_FORWARD));
     nl_status st = run_forward(r, &plan, &in);
     if (r->s->time_ops) {
         r->s->time_ops = false;
@@ -978,8 +1043,11 @@ nl_status model_runner_launch(model_runner *r, const wire_run *cmd)
     if (r->profile) prof->forward_s += profile_lap(r, &mark);
 
     record_launch(r, cmd, &plan, k);
-    if (r->launched[k].sampled) NL_TRY(launch_sampler(r, &plan, k));
+    NL_TRY(stream_mark(r, marks, STREAM_SAMPLE));
+    if (r->launched[k].sampled) NL_TRY(launch_sampler(r, &plan, k, marks));
     NL_TRY(r->be->ops->fence_record(r->be, k));
+    NL_TRY(stream_mark(r, marks, STREAM_NEXT));
+    NL_TRY(stream_collect(r, false));
     if (r->profile) prof->sample_s += profile_lap(r, &mark);
     r->n_launched++;
     r->last = k;
