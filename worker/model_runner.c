@@ -196,6 +196,11 @@ typedef struct model_runner {
     void *dev[BUF_COUNT];  /* step buffers on the backend, NULL if host only */
     void *host[BUF_COUNT]; /* their host mirrors (sampler outputs: host_out) */
     void *host_out[NL_FENCES][BUF_COUNT]; /* each launch slot's sampler outputs */
+    /* each launch slot's pinned copy of the inputs it uploads: a transfer
+     * from pageable memory may wait for the device's queue to drain, which
+     * would hold the next step's launch until this one ends */
+    void *host_in[NL_FENCES][BUF_COUNT];
+    bool pinned_inputs;
 
     /* Steps in flight, by slot (which is also their fence): the oldest is
      * launched[oldest], then the next n_launched - 1 slots in turn.  last:
@@ -335,7 +340,10 @@ static void step_buffer_bytes(const model_runner *r, size_t *dev, size_t *host)
     *dev = *host = 0;
     for (int b = 0; b < BUF_COUNT; b++) {
         size_t bytes = step_count_of(step_bufs[b].count, &max) * step_bufs[b].elem;
-        *host += step_bufs[b].phase == PHASE_SAMPLE_OUT ? NL_FENCES * bytes : bytes;
+        const step_phase ph = step_bufs[b].phase;
+        *host += ph == PHASE_SAMPLE_OUT ? NL_FENCES * bytes
+                 : ph == PHASE_IN       ? (1 + NL_FENCES) * bytes /* + the pinned copies */
+                                        : bytes;
         if (step_bufs[b].phase != PHASE_HOST_ONLY) *dev += bytes;
     }
 }
@@ -389,6 +397,8 @@ static nl_status alloc_step_buffers(model_runner *r)
                 return nl_error(NL_ERR_NOMEM, "model runner: no host memory for %zu bytes of %s", bytes,
                                 d->name);
         }
+        if (d->phase == PHASE_IN && r->pinned_inputs)
+            for (int k = 0; k < NL_FENCES; k++) NL_TRY(r->be->ops->host_alloc(r->be, bytes, &r->host_in[k][b]));
         if (d->phase != PHASE_HOST_ONLY) NL_TRY(r->be->ops->alloc(r->be, bytes, &r->dev[b]));
     }
     size_t seqs = (size_t)r->p.max_num_seqs;
@@ -403,8 +413,10 @@ static nl_status alloc_step_buffers(model_runner *r)
     return NL_OK;
 }
 
-/* Moves up the first entries of every input buffer that the shape uses. */
-static nl_status upload_step_inputs(model_runner *r, const step_shape *shape)
+/* Moves up the first entries of every input buffer that the shape uses,
+ * through launch slot k's pinned copies (host_in), which stay untouched
+ * until slot k's fence has passed. */
+static nl_status upload_step_inputs(model_runner *r, const step_shape *shape, int k)
 {
     nl_backend *be = r->be;
     for (int b = 0; b < BUF_COUNT; b++) {
@@ -412,15 +424,22 @@ static nl_status upload_step_inputs(model_runner *r, const step_shape *shape)
         if (d->phase != PHASE_IN) continue;
         size_t bytes = step_count_of(d->count, shape) * d->elem;
         if (bytes == 0) continue;
+        const uint8_t *src = r->host[b];
+        uint8_t *pinned = r->pinned_inputs ? r->host_in[k][b] : NULL;
         if (b == BUF_TABLES && shape->table_width < shape->stride) {
             /* a graph's rows are max_model_len wide; only the columns the
              * step's seqs use move (a few % of them in a typical step) */
-            size_t pitch = (size_t)shape->stride * d->elem;
-            NL_TRY(be->ops->upload_rows(be, r->dev[b], pitch, r->host[b], pitch,
-                                        (size_t)shape->table_width * d->elem,
+            size_t pitch = (size_t)shape->stride * d->elem, row = (size_t)shape->table_width * d->elem;
+            if (pinned) {
+                for (int32_t s = 0; s < shape->n_seqs; s++)
+                    memcpy(pinned + (size_t)s * pitch, src + (size_t)s * pitch, row);
+                src = pinned;
+            }
+            NL_TRY(be->ops->upload_rows(be, r->dev[b], pitch, src, pitch, row,
                                         (size_t)shape->n_seqs));
         } else {
-            NL_TRY(be->ops->upload(be, r->dev[b], r->host[b], bytes));
+            if (pinned) src = memcpy(pinned, src, bytes);
+            NL_TRY(be->ops->upload(be, r->dev[b], src, bytes));
         }
     }
     return NL_OK;
@@ -450,6 +469,8 @@ void model_runner_destroy(model_runner *r)
         free(r->host[b]);
         for (int k = 0; k < NL_FENCES; k++)
             if (r->host_out[k][b]) r->be->ops->host_free(r->be, r->host_out[k][b]);
+        for (int k = 0; k < NL_FENCES; k++)
+            if (r->host_in[k][b]) r->be->ops->host_free(r->be, r->host_in[k][b]);
     }
     for (int k = 0; k < NL_FENCES; k++) {
         free(r->launched[k].seq_ids);
@@ -593,7 +614,7 @@ static void fill_decode_order(model_runner *r, const step_plan *plan)
 
 /* Uploads the forward inputs the plan's shape uses and describes them in
  * *in. */
-static nl_status upload_inputs(model_runner *r, const step_plan *plan, qwen_inputs *in)
+static nl_status upload_inputs(model_runner *r, const step_plan *plan, int k, qwen_inputs *in)
 {
     const step_shape *sh = &plan->shape;
     fill_decode_order(r, plan);
@@ -604,7 +625,7 @@ static nl_status upload_inputs(model_runner *r, const step_plan *plan, qwen_inpu
     }
     /* the sampler's inputs too: the next launch rewrites their host rows
      * before this step's sampler runs */
-    NL_TRY(upload_step_inputs(r, sh));
+    NL_TRY(upload_step_inputs(r, sh, k));
     *in = (qwen_inputs){
         .n_tokens = sh->n_tokens,
         .ids = r->dev[BUF_IDS],
@@ -689,7 +710,7 @@ static nl_status capture_graphs(model_runner *r)
         qwen_inputs in;
         ((int32_t *)r->host[BUF_CU])[0] = 0;
         pad_decode(r, 0, n, &plan);
-        NL_TRY(upload_inputs(r, &plan, &in));
+        NL_TRY(upload_inputs(r, &plan, 0, &in));
         /* one eager run first: libraries choose algorithms and allocate
          * workspaces outside the capture */
         NL_TRY(graph_step(r, &in, n));
@@ -782,6 +803,7 @@ nl_status model_runner_create(const engine_settings *params, int32_t rank, nl_ba
     r->profile = r->profile_ops || (profile && strcmp(profile, "1") == 0);
     r->graph_samples = rank == 0 && !(getenv("NANOLLM_GRAPH_SAMPLER") &&
                                       strcmp(getenv("NANOLLM_GRAPH_SAMPLER"), "0") == 0);
+    r->pinned_inputs = !(getenv("NANOLLM_PINNED_INPUTS") && strcmp(getenv("NANOLLM_PINNED_INPUTS"), "0") == 0);
     r->be = be;
     r->comm = comm;
     st = runner_init(r);
@@ -1025,7 +1047,7 @@ nl_status model_runner_launch(model_runner *r, const wire_run *cmd)
     r->stream_steps += marks;
     qwen_inputs in;
     NL_TRY(stream_mark(r, marks, STREAM_INPUTS));
-    NL_TRY(upload_inputs(r, &plan, &in));
+    NL_TRY(upload_inputs(r, &plan, k, &in));
     NL_TRY(stream_mark(r, marks, STREAM_TAKE));
     if (plan.shape.n_take > 0) /* the ids the last step sampled, still in the sampler's buffer */
         NL_TRY(r->be->ops->take_ids(r->be, r->dev[BUF_IDS], r->dev[BUF_OUT_IDS], r->dev[BUF_TAKE],
