@@ -234,6 +234,8 @@ typedef struct model_runner {
     int32_t stream_marks;
     int64_t stream_steps;
     double stream_s[STREAM_COUNT];
+    int64_t launched_idle, launched_behind; /* no step in flight; one still running */
+    double launch_host_s;                   /* host time of model_runner_launch */
     /* rank 0's decode graphs also sample their logits (one launch a step) */
     bool graph_samples;
 } model_runner;
@@ -297,6 +299,9 @@ static void profile_report_stream(model_runner *r)
         nl_log(NL_LOG_WARN, "profile stream %-16s %9.1f us/step (%lld graph decode steps)",
                stream_names[k], 1e6 * r->stream_s[k] / (double)r->stream_steps,
                (long long)r->stream_steps);
+    nl_log(NL_LOG_WARN, "profile stream launches: %lld with the device idle, %lld behind a running "
+           "step; host %.1f us a launch", (long long)r->launched_idle, (long long)r->launched_behind,
+           1e6 * r->launch_host_s / (double)r->stream_steps);
 }
 
 static void profile_report(model_runner *r)
@@ -1044,7 +1049,13 @@ nl_status model_runner_launch(model_runner *r, const wire_run *cmd)
     prof->steps++;
     prof->tokens += plan.n_tokens;
     const bool marks = r->profile_stream && plan.graph >= 0;
-    r->stream_steps += marks;
+    double host_start = marks ? now_s() : 0;
+    if (marks) {
+        r->stream_steps++;
+        bool passed = true;
+        if (r->n_launched > 0) (void)r->be->ops->fence_passed(r->be, r->last, &passed);
+        if (passed) r->launched_idle++; else r->launched_behind++;
+    }
     qwen_inputs in;
     NL_TRY(stream_mark(r, marks, STREAM_INPUTS));
     NL_TRY(upload_inputs(r, &plan, k, &in));
@@ -1069,6 +1080,7 @@ nl_status model_runner_launch(model_runner *r, const wire_run *cmd)
     if (r->launched[k].sampled) NL_TRY(launch_sampler(r, &plan, k, marks));
     NL_TRY(r->be->ops->fence_record(r->be, k));
     NL_TRY(stream_mark(r, marks, STREAM_NEXT));
+    if (marks) r->launch_host_s += now_s() - host_start;
     NL_TRY(stream_collect(r, false));
     if (r->profile) prof->sample_s += profile_lap(r, &mark);
     r->n_launched++;
