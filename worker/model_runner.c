@@ -235,6 +235,7 @@ typedef struct model_runner {
     int64_t stream_steps;
     double stream_s[STREAM_COUNT];
     int64_t launched_idle, launched_behind; /* no step in flight; one still running */
+    int64_t launched_late;                  /* behind one that had ended by the launch's end */
     double launch_host_s;                   /* host time of model_runner_launch */
     /* rank 0's decode graphs also sample their logits (one launch a step) */
     bool graph_samples;
@@ -300,7 +301,8 @@ static void profile_report_stream(model_runner *r)
                stream_names[k], 1e6 * r->stream_s[k] / (double)r->stream_steps,
                (long long)r->stream_steps);
     nl_log(NL_LOG_WARN, "profile stream launches: %lld with the device idle, %lld behind a running "
-           "step; host %.1f us a launch", (long long)r->launched_idle, (long long)r->launched_behind,
+           "step (%lld of them ended before the launch did); host %.1f us a launch",
+           (long long)r->launched_idle, (long long)r->launched_behind, (long long)r->launched_late,
            1e6 * r->launch_host_s / (double)r->stream_steps);
 }
 
@@ -1080,7 +1082,12 @@ nl_status model_runner_launch(model_runner *r, const wire_run *cmd)
     if (r->launched[k].sampled) NL_TRY(launch_sampler(r, &plan, k, marks));
     NL_TRY(r->be->ops->fence_record(r->be, k));
     NL_TRY(stream_mark(r, marks, STREAM_NEXT));
-    if (marks) r->launch_host_s += now_s() - host_start;
+    if (marks) {
+        r->launch_host_s += now_s() - host_start;
+        bool passed = false;
+        if (r->n_launched > 0) (void)r->be->ops->fence_passed(r->be, r->last, &passed);
+        r->launched_late += passed;
+    }
     NL_TRY(stream_collect(r, false));
     if (r->profile) prof->sample_s += profile_lap(r, &mark);
     r->n_launched++;
