@@ -298,15 +298,8 @@ static void cuda_weight_destroy(nl_backend *b, nl_weight *w)
 
 /* ---- CUDA graphs --------------------------------------------------------------- */
 
-/* Two executable copies of each captured graph, launched in turn: a launch
- * of an exec whose previous launch is still queued or running is held back
- * until that one ends, so with one copy step N + 1's replay could not be
- * queued behind step N's. */
-#define GRAPH_COPIES 2
-
 struct nl_graph {
-    cudaGraphExec_t exec[GRAPH_COPIES];
-    int n_exec, next;
+    cudaGraphExec_t exec;
 };
 
 static nl_status cuda_capture_begin(nl_backend *b)
@@ -314,13 +307,6 @@ static nl_status cuda_capture_begin(nl_backend *b)
     /* Thread-local mode: other threads of the process may keep using CUDA. */
     NL_CUDA_CHECK(cudaStreamBeginCapture(cuda_be(b)->stream, cudaStreamCaptureModeThreadLocal));
     return NL_OK;
-}
-
-static void cuda_graph_destroy(nl_backend *b, nl_graph *g)
-{
-    if (!g) return;
-    for (int i = 0; i < g->n_exec; i++) cudaGraphExecDestroy(g->exec[i]);
-    free(g);
 }
 
 static nl_status cuda_capture_end(nl_backend *b, nl_graph **out)
@@ -333,16 +319,10 @@ static nl_status cuda_capture_end(nl_backend *b, nl_graph **out)
         cudaGraphDestroy(graph);
         return nl_error(NL_ERR_NOMEM, "cuda: graph handle");
     }
-    const char *twin = getenv("NANOLLM_GRAPH_TWIN");
-    const int copies = twin && strcmp(twin, "0") == 0 ? 1 : GRAPH_COPIES;
-    cudaError_t e = cudaSuccess;
-    while (g->n_exec < copies && e == cudaSuccess) {
-        e = cudaGraphInstantiate(&g->exec[g->n_exec], graph, 0);
-        if (e == cudaSuccess) g->n_exec++;
-    }
+    cudaError_t e = cudaGraphInstantiate(&g->exec, graph, 0);
     cudaGraphDestroy(graph);
     if (e != cudaSuccess) {
-        cuda_graph_destroy(b, g);
+        free(g);
         return NL_CUDA_FAIL("cudaGraphInstantiate", cudaGetErrorString(e));
     }
     *out = g;
@@ -351,9 +331,15 @@ static nl_status cuda_capture_end(nl_backend *b, nl_graph **out)
 
 static nl_status cuda_graph_launch(nl_backend *b, nl_graph *g)
 {
-    NL_CUDA_CHECK(cudaGraphLaunch(g->exec[g->next], cuda_be(b)->stream));
-    g->next = (g->next + 1) % g->n_exec;
+    NL_CUDA_CHECK(cudaGraphLaunch(g->exec, cuda_be(b)->stream));
     return NL_OK;
+}
+
+static void cuda_graph_destroy(nl_backend *b, nl_graph *g)
+{
+    if (!g) return;
+    cudaGraphExecDestroy(g->exec);
+    free(g);
 }
 
 /* ---- lifetime --------------------------------------------------------------- */
