@@ -87,6 +87,15 @@ typedef struct nl_linear_shape {
     bool out_f32;
 } nl_linear_shape;
 
+/* One piece of a copy_pieces call: rows rows of row_bytes bytes each, from
+ * src (rows src_pitch bytes apart) to dst (rows dst_pitch apart). */
+typedef struct nl_copy_piece {
+    void *dst;
+    const void *src;
+    size_t dst_pitch, src_pitch, row_bytes, rows;
+} nl_copy_piece;
+#define NL_COPY_PIECES_MAX 16
+
 #define NL_TIMER_MAX_MARKS 4096 /* op timer marks per step: 128 layers make ~1,550 */
 #define NL_FENCES 2             /* fence slots: the steps a worker has launched */
 
@@ -119,6 +128,13 @@ typedef struct nl_backend_ops {
      * fence_wait blocks until it is.  A backend whose ops finish before
      * they return (the CPU) passes every fence at once. */
     nl_status (*host_alloc)(nl_backend *be, size_t bytes, void **out);
+    /* Copies each piece (nl_copy_piece), ordered with the ops, on the
+     * backend's compute units: either side may be host_alloc memory, which
+     * the device reads or writes over the bus, so a step's inputs go up and
+     * its samples come down without a copy-engine transfer between two
+     * kernels.  Host memory it reads or writes must stay untouched until a
+     * fence recorded after it has passed. */
+    nl_status (*copy_pieces)(nl_backend *be, const nl_copy_piece *pieces, int32_t n);
     void (*host_free)(nl_backend *be, void *ptr);
     nl_status (*download_async)(nl_backend *be, void *dst, const void *src, size_t bytes);
     nl_status (*fence_record)(nl_backend *be, int slot);

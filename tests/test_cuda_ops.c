@@ -233,6 +233,54 @@ START_TEST(test_upload_rows)
 }
 END_TEST
 
+/* copy_pieces, host memory to the device and back, on the GPU's cores: the
+ * first 3 of 7 columns of 5 rows from host_alloc memory into a zeroed table
+ * (the rest stays zero), a 16-byte-aligned piece beside it, an odd-sized
+ * piece, and then the table back into host_alloc memory once the fence
+ * after it has passed; more pieces than the limit are refused. */
+START_TEST(test_copy_pieces)
+{
+    int32_t *src, *back;
+    uint8_t *odd_src, odd_got[7];
+    ck_assert_int_eq(gpu->ops->host_alloc(gpu, 64 * 4, (void **)&src), NL_OK);
+    ck_assert_int_eq(gpu->ops->host_alloc(gpu, 35 * 4, (void **)&back), NL_OK);
+    ck_assert_int_eq(gpu->ops->host_alloc(gpu, 7, (void **)&odd_src), NL_OK);
+    for (int i = 0; i < 64; i++) src[i] = 100 + i;
+    for (int i = 0; i < 7; i++) odd_src[i] = (uint8_t)(200 + i);
+    void *table, *flat, *odd;
+    ck_assert_int_eq(gpu->ops->alloc(gpu, 35 * 4, &table), NL_OK);
+    ck_assert_int_eq(gpu->ops->alloc(gpu, 16 * 4, &flat), NL_OK);
+    ck_assert_int_eq(gpu->ops->alloc(gpu, 8, &odd), NL_OK);
+    ck_assert_int_eq(gpu->ops->memset_zero(gpu, table, 35 * 4), NL_OK);
+    nl_copy_piece up[3] = {
+        {.dst = table, .src = src, .dst_pitch = 7 * 4, .src_pitch = 7 * 4, .row_bytes = 3 * 4, .rows = 5},
+        {.dst = flat, .src = src + 48, .dst_pitch = 64, .src_pitch = 64, .row_bytes = 64, .rows = 1},
+        {.dst = odd, .src = odd_src, .dst_pitch = 7, .src_pitch = 7, .row_bytes = 7, .rows = 1},
+    };
+    ck_assert_int_eq(gpu->ops->copy_pieces(gpu, up, 3), NL_OK);
+    nl_copy_piece down = {.dst = back, .src = table, .dst_pitch = 35 * 4, .src_pitch = 35 * 4,
+                          .row_bytes = 35 * 4, .rows = 1};
+    ck_assert_int_eq(gpu->ops->copy_pieces(gpu, &down, 1), NL_OK);
+    ck_assert_int_eq(gpu->ops->fence_record(gpu, 0), NL_OK);
+    ck_assert_int_eq(gpu->ops->fence_wait(gpu, 0), NL_OK);
+    for (int r = 0; r < 5; r++)
+        for (int c = 0; c < 7; c++) ck_assert_int_eq(back[r * 7 + c], c < 3 ? src[r * 7 + c] : 0);
+    int32_t flat_got[16];
+    ck_assert_int_eq(gpu->ops->download(gpu, flat_got, flat, sizeof flat_got), NL_OK);
+    for (int i = 0; i < 16; i++) ck_assert_int_eq(flat_got[i], 148 + i);
+    ck_assert_int_eq(gpu->ops->download(gpu, odd_got, odd, 7), NL_OK);
+    for (int i = 0; i < 7; i++) ck_assert_int_eq(odd_got[i], 200 + i);
+    nl_copy_piece many[NL_COPY_PIECES_MAX + 1] = {{0}};
+    ck_assert_int_ne(gpu->ops->copy_pieces(gpu, many, NL_COPY_PIECES_MAX + 1), NL_OK);
+    gpu->ops->free(gpu, table);
+    gpu->ops->free(gpu, flat);
+    gpu->ops->free(gpu, odd);
+    gpu->ops->host_free(gpu, src);
+    gpu->ops->host_free(gpu, back);
+    gpu->ops->host_free(gpu, odd_src);
+}
+END_TEST
+
 /* take_ids puts the last step's samples into the next step's inputs, and
  * an asynchronous download into host_alloc memory has landed once the
  * fence recorded after it passed, while a kernel queued after the fence
@@ -1243,6 +1291,7 @@ int main(void)
     TCase *tc = tcase_create("ops");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, test_upload_rows);
+    tcase_add_test(tc, test_copy_pieces);
     tcase_add_test(tc, test_take_ids_and_fences);
     tcase_add_test(tc, test_linear);
     tcase_add_test(tc, test_linear_warm);

@@ -201,6 +201,7 @@ typedef struct model_runner {
      * would hold the next step's launch until this one ends */
     void *host_in[NL_FENCES][BUF_COUNT];
     bool pinned_inputs;
+    bool kernel_copies; /* step inputs and samples moved by copy_pieces */
 
     /* Steps in flight, by slot (which is also their fence): the oldest is
      * launched[oldest], then the next n_launched - 1 slots in turn.  last:
@@ -237,8 +238,6 @@ typedef struct model_runner {
     int64_t launched_idle, launched_behind; /* no step in flight; one still running */
     int64_t launched_late;                  /* behind one that had ended by the launch's end */
     double launch_host_s;                   /* host time of model_runner_launch */
-    /* rank 0's decode graphs also sample their logits (one launch a step) */
-    bool graph_samples;
 } model_runner;
 
 enum { PROFILE_PREFILL, PROFILE_DECODE_GRAPH, PROFILE_DECODE_EAGER };
@@ -422,10 +421,13 @@ static nl_status alloc_step_buffers(model_runner *r)
 
 /* Moves up the first entries of every input buffer that the shape uses,
  * through launch slot k's pinned copies (host_in), which stay untouched
- * until slot k's fence has passed. */
+ * until slot k's fence has passed: with copy_pieces as one kernel that
+ * reads them across the bus, else a transfer a buffer. */
 static nl_status upload_step_inputs(model_runner *r, const step_shape *shape, int k)
 {
     nl_backend *be = r->be;
+    nl_copy_piece pieces[BUF_COUNT];
+    int32_t n = 0;
     for (int b = 0; b < BUF_COUNT; b++) {
         const struct step_buf_desc *d = &step_bufs[b];
         if (d->phase != PHASE_IN) continue;
@@ -433,21 +435,28 @@ static nl_status upload_step_inputs(model_runner *r, const step_shape *shape, in
         if (bytes == 0) continue;
         const uint8_t *src = r->host[b];
         uint8_t *pinned = r->pinned_inputs ? r->host_in[k][b] : NULL;
+        nl_copy_piece *p = &pieces[n++];
+        *p = (nl_copy_piece){.dst = r->dev[b], .src = src, .dst_pitch = bytes, .src_pitch = bytes,
+                             .row_bytes = bytes, .rows = 1};
         if (b == BUF_TABLES && shape->table_width < shape->stride) {
             /* a graph's rows are max_model_len wide; only the columns the
              * step's seqs use move (a few % of them in a typical step) */
-            size_t pitch = (size_t)shape->stride * d->elem, row = (size_t)shape->table_width * d->elem;
-            if (pinned) {
-                for (int32_t s = 0; s < shape->n_seqs; s++)
-                    memcpy(pinned + (size_t)s * pitch, src + (size_t)s * pitch, row);
-                src = pinned;
-            }
-            NL_TRY(be->ops->upload_rows(be, r->dev[b], pitch, src, pitch, row,
-                                        (size_t)shape->n_seqs));
-        } else {
-            if (pinned) src = memcpy(pinned, src, bytes);
-            NL_TRY(be->ops->upload(be, r->dev[b], src, bytes));
+            p->dst_pitch = p->src_pitch = (size_t)shape->stride * d->elem;
+            p->row_bytes = (size_t)shape->table_width * d->elem;
+            p->rows = (size_t)shape->n_seqs;
         }
+        if (pinned) {
+            for (size_t row = 0; row < p->rows; row++)
+                memcpy(pinned + row * p->src_pitch, src + row * p->src_pitch, p->row_bytes);
+            p->src = pinned;
+        }
+    }
+    if (r->kernel_copies) return be->ops->copy_pieces(be, pieces, n);
+    for (int32_t i = 0; i < n; i++) {
+        const nl_copy_piece *p = &pieces[i];
+        if (p->rows == 1) NL_TRY(be->ops->upload(be, p->dst, p->src, p->row_bytes));
+        else NL_TRY(be->ops->upload_rows(be, p->dst, p->dst_pitch, p->src, p->src_pitch,
+                                         p->row_bytes, p->rows));
     }
     return NL_OK;
 }
@@ -456,12 +465,17 @@ static nl_status upload_step_inputs(model_runner *r, const step_shape *shape, in
  * copy; they have landed once slot k's fence has passed. */
 static nl_status download_samples(model_runner *r, const step_shape *shape, int k)
 {
+    nl_copy_piece pieces[BUF_COUNT];
+    int32_t n = 0;
     for (int b = 0; b < BUF_COUNT; b++) {
         size_t bytes = step_count_of(step_bufs[b].count, shape) * step_bufs[b].elem;
-        if (step_bufs[b].phase == PHASE_SAMPLE_OUT && bytes > 0)
+        if (step_bufs[b].phase != PHASE_SAMPLE_OUT || bytes == 0) continue;
+        if (!r->kernel_copies)
             NL_TRY(r->be->ops->download_async(r->be, r->host_out[k][b], r->dev[b], bytes));
+        pieces[n++] = (nl_copy_piece){.dst = r->host_out[k][b], .src = r->dev[b], .dst_pitch = bytes,
+                                      .src_pitch = bytes, .row_bytes = bytes, .rows = 1};
     }
-    return NL_OK;
+    return r->kernel_copies ? r->be->ops->copy_pieces(r->be, pieces, n) : NL_OK;
 }
 
 void model_runner_destroy(model_runner *r)
@@ -694,18 +708,6 @@ static nl_status warm_graph_linears(model_runner *r)
     return st;
 }
 
-/* What a decode graph of n seqs runs: the forward, then on rank 0 the
- * sampler over its n logits rows (the rows' parameters are step inputs). */
-static nl_status graph_step(model_runner *r, const qwen_inputs *in, int32_t n)
-{
-    nl_backend *be = r->be;
-    NL_TRY(qwen_forward(be, r->comm, r->w, r->s, in));
-    if (!r->graph_samples) return NL_OK;
-    return be->ops->sample(be, r->s->logits, n, r->cfg.vocab_size, r->dev[BUF_SROWS],
-                           r->dev[BUF_OUT_IDS], r->dev[BUF_OUT_LP], r->dev[BUF_TOP_IDS],
-                           r->dev[BUF_TOP_LP]);
-}
-
 static nl_status capture_graphs(model_runner *r)
 {
     nl_backend *be = r->be;
@@ -720,10 +722,10 @@ static nl_status capture_graphs(model_runner *r)
         NL_TRY(upload_inputs(r, &plan, 0, &in));
         /* one eager run first: libraries choose algorithms and allocate
          * workspaces outside the capture */
-        NL_TRY(graph_step(r, &in, n));
+        NL_TRY(qwen_forward(be, r->comm, r->w, r->s, &in));
         NL_TRY(be->ops->synchronize(be));
         NL_TRY(be->ops->capture_begin(be));
-        nl_status st = graph_step(r, &in, n);
+        nl_status st = qwen_forward(be, r->comm, r->w, r->s, &in);
         nl_graph *g = NULL;
         nl_status end = be->ops->capture_end(be, &g);
         if (st != NL_OK) return nl_error_prefix(st, "capturing decode graph of %d seqs: ", n);
@@ -808,9 +810,9 @@ nl_status model_runner_create(const engine_settings *params, int32_t rank, nl_ba
     r->profile_ops = profile && strcmp(profile, "ops") == 0 && be->ops->timer_mark;
     r->profile_stream = profile && strcmp(profile, "stream") == 0 && be->ops->timer_mark;
     r->profile = r->profile_ops || (profile && strcmp(profile, "1") == 0);
-    r->graph_samples = rank == 0 && !(getenv("NANOLLM_GRAPH_SAMPLER") &&
-                                      strcmp(getenv("NANOLLM_GRAPH_SAMPLER"), "0") == 0);
     r->pinned_inputs = !(getenv("NANOLLM_PINNED_INPUTS") && strcmp(getenv("NANOLLM_PINNED_INPUTS"), "0") == 0);
+    r->kernel_copies = r->pinned_inputs && be->ops->copy_pieces &&
+                       !(getenv("NANOLLM_KERNEL_COPIES") && strcmp(getenv("NANOLLM_KERNEL_COPIES"), "0") == 0);
     r->be = be;
     r->comm = comm;
     st = runner_init(r);
@@ -982,10 +984,9 @@ static nl_status launch_sampler(model_runner *r, const step_plan *plan, int k, b
 {
     nl_backend *be = r->be;
     const step_shape *sh = &plan->shape;
-    if (plan->graph < 0 || !r->graph_samples) /* else the graph sampled */
-        NL_TRY(be->ops->sample(be, r->s->logits, sh->n_logits, r->cfg.vocab_size,
-                               r->dev[BUF_SROWS], r->dev[BUF_OUT_IDS], r->dev[BUF_OUT_LP],
-                               r->dev[BUF_TOP_IDS], r->dev[BUF_TOP_LP]));
+    NL_TRY(be->ops->sample(be, r->s->logits, sh->n_logits, r->cfg.vocab_size, r->dev[BUF_SROWS],
+                           r->dev[BUF_OUT_IDS], r->dev[BUF_OUT_LP], r->dev[BUF_TOP_IDS],
+                           r->dev[BUF_TOP_LP]));
     NL_TRY(stream_mark(r, marks, STREAM_DOWNLOAD));
     return download_samples(r, sh, k);
 }

@@ -158,6 +158,16 @@ static nl_status cpu_synchronize(nl_backend *be)
 
 /* Every CPU op has finished when it returns: downloads are copies and
  * fences pass at once. */
+static nl_status cpu_copy_pieces(nl_backend *be, const nl_copy_piece *pieces, int32_t n)
+{
+    if (n < 0 || n > NL_COPY_PIECES_MAX)
+        return nl_error(NL_ERR_INVALID_ARG, "copy_pieces: %d pieces, at most %d", n, NL_COPY_PIECES_MAX);
+    for (int32_t i = 0; i < n; i++)
+        NL_TRY(cpu_copy_rows(be, pieces[i].dst, pieces[i].dst_pitch, pieces[i].src,
+                             pieces[i].src_pitch, pieces[i].row_bytes, pieces[i].rows));
+    return NL_OK;
+}
+
 static nl_status cpu_host_alloc(nl_backend *be, size_t bytes, void **out)
 {
     *out = malloc(bytes ? bytes : 1);
@@ -302,6 +312,7 @@ static const nl_backend_ops cpu_ops = {
     .memset_zero = cpu_memset_zero,
     .synchronize = cpu_synchronize,
     .host_alloc = cpu_host_alloc,
+    .copy_pieces = cpu_copy_pieces,
     .host_free = cpu_host_free,
     .download_async = cpu_copy,
     .fence_record = cpu_fence_record,

@@ -91,7 +91,8 @@ static nl_status cuda_synchronize(nl_backend *b)
 static nl_status cuda_host_alloc(nl_backend *b, size_t bytes, void **out)
 {
     *out = NULL;
-    NL_CUDA_CHECK(cudaMallocHost(out, bytes ? bytes : 1));
+    /* mapped: kernels read and write it too (copy_pieces) */
+    NL_CUDA_CHECK(cudaHostAlloc(out, bytes ? bytes : 1, cudaHostAllocMapped | cudaHostAllocPortable));
     return NL_OK;
 }
 
@@ -378,6 +379,7 @@ static const nl_backend_ops cuda_ops = {
     .synchronize = cuda_synchronize,
     .memory_info = cuda_memory_info,
     .host_alloc = cuda_host_alloc,
+    .copy_pieces = cuda_copy_pieces,
     .host_free = cuda_host_free,
     .download_async = cuda_download_async,
     .fence_record = cuda_fence_record,

@@ -254,6 +254,7 @@ bool cuda_gemv_fits(const void *x, const nl_weight *w, int32_t n);
 nl_status cuda_gemv(cuda_backend *be, void *out, bool out_f32, int epilogue, const void *x,
                     const nl_weight *w, const nl_weight *bias, const nl_weight *norm_w, float eps);
 nl_status cuda_take_ids(nl_backend *b, int32_t *ids, const int32_t *src, const int32_t *pairs, int32_t n);
+nl_status cuda_copy_pieces(nl_backend *b, const nl_copy_piece *pieces, int32_t n);
 nl_status cuda_gather_rows(nl_backend *b, void *out, const void *x, const int32_t *rows,
                            int32_t m, int32_t dim);
 nl_status cuda_attention(nl_backend *b, void *out, const void *qkv, const void *k_cache,

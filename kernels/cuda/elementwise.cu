@@ -386,6 +386,52 @@ nl_status cuda_take_ids(nl_backend *b, int32_t *ids, const int32_t *src, const i
     return NL_OK;
 }
 
+/* ---- copy pieces: a step's inputs and samples across the bus, by kernel ---------- */
+
+struct copy_pieces_arg {
+    nl_copy_piece piece[NL_COPY_PIECES_MAX];
+};
+
+/* Block (x, y) copies rows y, y + gridDim.y, ... of piece x in W-byte
+ * words.  Launched plainly, without a dependent-launch trigger: the kernels
+ * after it must not start before what it copies is in place. */
+template <typename W>
+__global__ void kernel_copy_pieces(copy_pieces_arg a)
+{
+    const nl_copy_piece p = a.piece[blockIdx.x];
+    const size_t words = p.row_bytes / sizeof(W);
+    for (size_t r = blockIdx.y; r < p.rows; r += gridDim.y) {
+        const W *src = (const W *)((const uint8_t *)p.src + r * p.src_pitch);
+        W *dst = (W *)((uint8_t *)p.dst + r * p.dst_pitch);
+        for (size_t i = threadIdx.x; i < words; i += blockDim.x) dst[i] = src[i];
+    }
+}
+
+nl_status cuda_copy_pieces(nl_backend *b, const nl_copy_piece *pieces, int32_t n)
+{
+    if (n < 0 || n > NL_COPY_PIECES_MAX)
+        return nl_error(NL_ERR_INVALID_ARG, "copy_pieces: %d pieces, at most %d", n, NL_COPY_PIECES_MAX);
+    copy_pieces_arg a;
+    int used = 0;
+    size_t rows = 1;
+    uintptr_t bits = 0; /* every address, pitch and length, for the word size */
+    for (int32_t i = 0; i < n; i++) {
+        const nl_copy_piece *p = &pieces[i];
+        if (p->rows == 0 || p->row_bytes == 0) continue;
+        a.piece[used++] = *p;
+        bits |= (uintptr_t)p->dst | (uintptr_t)p->src | p->dst_pitch | p->src_pitch | p->row_bytes;
+        if (p->rows > rows) rows = p->rows;
+    }
+    if (used == 0) return NL_OK;
+    const dim3 grid((unsigned)used, (unsigned)(rows < 64 ? rows : 64));
+    cudaStream_t st = cuda_be(b)->stream;
+    if (bits % 16 == 0) kernel_copy_pieces<uint4><<<grid, 256, 0, st>>>(a);
+    else if (bits % 4 == 0) kernel_copy_pieces<uint32_t><<<grid, 256, 0, st>>>(a);
+    else kernel_copy_pieces<uint8_t><<<grid, 256, 0, st>>>(a);
+    NL_CUDA_CHECK(cudaGetLastError());
+    return NL_OK;
+}
+
 /* ---- gather rows: one block per output row -------------------------------------- */
 
 __global__ void kernel_gather_rows(bf16 *out, const bf16 *x, const int32_t *rows, int dim,
