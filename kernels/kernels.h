@@ -109,20 +109,13 @@ typedef struct nl_backend_ops {
     void (*free)(nl_backend *be, void *ptr);
     nl_status (*upload)(nl_backend *be, void *dst, const void *src, size_t bytes);
     nl_status (*download)(nl_backend *be, void *dst, const void *src, size_t bytes);
-    /* Uploads the first row_bytes of each of rows rows: from host src, rows
-     * src_pitch bytes apart, to dst, rows dst_pitch apart (the used columns
-     * of a wide table). */
-    nl_status (*upload_rows)(nl_backend *be, void *dst, size_t dst_pitch, const void *src,
-                             size_t src_pitch, size_t row_bytes, size_t rows);
     nl_status (*memset_zero)(nl_backend *be, void *dst, size_t bytes);
     nl_status (*synchronize)(nl_backend *be);
     nl_status (*memory_info)(nl_backend *be, size_t *free_bytes, size_t *total_bytes);
 
     /* Running ahead of the device (a worker launches step N + 1 before it
-     * reads step N's samples).  host_alloc gives host memory download_async
-     * may copy into (pinned on CUDA); download_async queues a copy from
-     * backend memory, ordered with the ops, which has landed once a fence
-     * recorded after it has passed.  fence_record marks the current point of
+     * reads step N's samples).  host_alloc gives host memory that
+     * copy_pieces may read or write (pinned and mapped on CUDA).  fence_record marks the current point of
      * the work as fence `slot` (0 .. NL_FENCES - 1); fence_passed says
      * without blocking whether the work before that mark is done, and
      * fence_wait blocks until it is.  A backend whose ops finish before
@@ -136,7 +129,6 @@ typedef struct nl_backend_ops {
      * fence recorded after it has passed. */
     nl_status (*copy_pieces)(nl_backend *be, const nl_copy_piece *pieces, int32_t n);
     void (*host_free)(nl_backend *be, void *ptr);
-    nl_status (*download_async)(nl_backend *be, void *dst, const void *src, size_t bytes);
     nl_status (*fence_record)(nl_backend *be, int slot);
     nl_status (*fence_passed)(nl_backend *be, int slot, bool *passed);
     nl_status (*fence_wait)(nl_backend *be, int slot);

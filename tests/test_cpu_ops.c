@@ -83,14 +83,22 @@ START_TEST(test_embedding_shard)
 }
 END_TEST
 
-START_TEST(test_upload_rows)
+START_TEST(test_copy_pieces)
 {
-    /* the first 2 of 4 columns of 3 rows, into rows 5 wide */
-    int32_t src[3 * 4], dst[3 * 5] = {0};
+    /* the first 2 of 4 columns of 3 rows, into rows 5 wide, and a flat
+     * piece beside them; more pieces than the limit are refused */
+    int32_t src[3 * 4], dst[3 * 5] = {0}, flat[3] = {0};
     for (int i = 0; i < 12; i++) src[i] = 10 + i;
-    ck_assert_int_eq(be->ops->upload_rows(be, dst, 5 * 4, src, 4 * 4, 2 * 4, 3), NL_OK);
+    nl_copy_piece pieces[2] = {
+        {.dst = dst, .src = src, .dst_pitch = 5 * 4, .src_pitch = 4 * 4, .row_bytes = 2 * 4, .rows = 3},
+        {.dst = flat, .src = src + 9, .dst_pitch = 12, .src_pitch = 12, .row_bytes = 12, .rows = 1},
+    };
+    ck_assert_int_eq(be->ops->copy_pieces(be, pieces, 2), NL_OK);
     for (int r = 0; r < 3; r++)
         for (int c = 0; c < 5; c++) ck_assert_int_eq(dst[r * 5 + c], c < 2 ? src[r * 4 + c] : 0);
+    for (int i = 0; i < 3; i++) ck_assert_int_eq(flat[i], 19 + i);
+    nl_copy_piece many[NL_COPY_PIECES_MAX + 1] = {{0}};
+    ck_assert_int_ne(be->ops->copy_pieces(be, many, NL_COPY_PIECES_MAX + 1), NL_OK);
 }
 END_TEST
 
@@ -692,7 +700,7 @@ static Suite *cpu_ops_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_embedding_shard);
     tcase_add_test(tc, test_weight_fill_dtypes_and_slices);
-    tcase_add_test(tc, test_upload_rows);
+    tcase_add_test(tc, test_copy_pieces);
     tcase_add_test(tc, test_norm_linear_add);
     tcase_add_test(tc, test_rmsnorm);
     tcase_add_test(tc, test_linear);

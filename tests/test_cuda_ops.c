@@ -216,23 +216,6 @@ static void check_linear(int n, int rows, int cols, bool bias, bool f32)
     free(b);
 }
 
-/* upload_rows: the first 3 of 7 columns of 5 rows land in a zeroed table
- * whose rows are 7 wide, the rest stays zero */
-START_TEST(test_upload_rows)
-{
-    int32_t src[5 * 7], got[5 * 7];
-    for (int i = 0; i < 35; i++) src[i] = 100 + i;
-    void *dev;
-    ck_assert_int_eq(gpu->ops->alloc(gpu, sizeof src, &dev), NL_OK);
-    ck_assert_int_eq(gpu->ops->memset_zero(gpu, dev, sizeof src), NL_OK);
-    ck_assert_int_eq(gpu->ops->upload_rows(gpu, dev, 7 * 4, src, 7 * 4, 3 * 4, 5), NL_OK);
-    ck_assert_int_eq(gpu->ops->download(gpu, got, dev, sizeof got), NL_OK);
-    for (int r = 0; r < 5; r++)
-        for (int c = 0; c < 7; c++) ck_assert_int_eq(got[r * 7 + c], c < 3 ? src[r * 7 + c] : 0);
-    gpu->ops->free(gpu, dev);
-}
-END_TEST
-
 /* copy_pieces, host memory to the device and back, on the GPU's cores: the
  * first 3 of 7 columns of 5 rows from host_alloc memory into a zeroed table
  * (the rest stays zero), a 16-byte-aligned piece beside it, an odd-sized
@@ -282,9 +265,8 @@ START_TEST(test_copy_pieces)
 END_TEST
 
 /* take_ids puts the last step's samples into the next step's inputs, and
- * an asynchronous download into host_alloc memory has landed once the
- * fence recorded after it passed, while a kernel queued after the fence
- * keeps running. */
+ * a copy into host_alloc memory has landed once the fence recorded after
+ * it passed. */
 START_TEST(test_take_ids_and_fences)
 {
     int32_t ids[8] = {10, 11, 12, 13, 14, 15, 16, 17}, samples[4] = {900, 901, 902, 903};
@@ -299,7 +281,9 @@ START_TEST(test_take_ids_and_fences)
     ck_assert_int_eq(gpu->ops->take_ids(gpu, d_ids, d_samples, d_pairs, 3), NL_OK);
     int32_t *host;
     ck_assert_int_eq(gpu->ops->host_alloc(gpu, sizeof ids, (void **)&host), NL_OK);
-    ck_assert_int_eq(gpu->ops->download_async(gpu, host, d_ids, sizeof ids), NL_OK);
+    nl_copy_piece down = {.dst = host, .src = d_ids, .dst_pitch = sizeof ids, .src_pitch = sizeof ids,
+                          .row_bytes = sizeof ids, .rows = 1};
+    ck_assert_int_eq(gpu->ops->copy_pieces(gpu, &down, 1), NL_OK);
     ck_assert_int_eq(gpu->ops->fence_record(gpu, 1), NL_OK);
     ck_assert_int_eq(gpu->ops->fence_wait(gpu, 1), NL_OK);
     bool passed = false;
@@ -1290,7 +1274,6 @@ int main(void)
     Suite *s = suite_create("cuda_ops");
     TCase *tc = tcase_create("ops");
     tcase_set_timeout(tc, 600);
-    tcase_add_test(tc, test_upload_rows);
     tcase_add_test(tc, test_copy_pieces);
     tcase_add_test(tc, test_take_ids_and_fences);
     tcase_add_test(tc, test_linear);

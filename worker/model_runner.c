@@ -196,12 +196,7 @@ typedef struct model_runner {
     void *dev[BUF_COUNT];  /* step buffers on the backend, NULL if host only */
     void *host[BUF_COUNT]; /* their host mirrors (sampler outputs: host_out) */
     void *host_out[NL_FENCES][BUF_COUNT]; /* each launch slot's sampler outputs */
-    /* each launch slot's pinned copy of the inputs it uploads: a transfer
-     * from pageable memory may wait for the device's queue to drain, which
-     * would hold the next step's launch until this one ends */
-    void *host_in[NL_FENCES][BUF_COUNT];
-    bool pinned_inputs;
-    bool kernel_copies; /* step inputs and samples moved by copy_pieces */
+    uint8_t *host_in[NL_FENCES][BUF_COUNT]; /* each launch slot's inputs, as uploaded */
 
     /* Steps in flight, by slot (which is also their fence): the oldest is
      * launched[oldest], then the next n_launched - 1 slots in turn.  last:
@@ -403,8 +398,9 @@ static nl_status alloc_step_buffers(model_runner *r)
                 return nl_error(NL_ERR_NOMEM, "model runner: no host memory for %zu bytes of %s", bytes,
                                 d->name);
         }
-        if (d->phase == PHASE_IN && r->pinned_inputs)
-            for (int k = 0; k < NL_FENCES; k++) NL_TRY(r->be->ops->host_alloc(r->be, bytes, &r->host_in[k][b]));
+        if (d->phase == PHASE_IN)
+            for (int k = 0; k < NL_FENCES; k++)
+                NL_TRY(r->be->ops->host_alloc(r->be, bytes, (void **)&r->host_in[k][b]));
         if (d->phase != PHASE_HOST_ONLY) NL_TRY(r->be->ops->alloc(r->be, bytes, &r->dev[b]));
     }
     size_t seqs = (size_t)r->p.max_num_seqs;
@@ -419,25 +415,23 @@ static nl_status alloc_step_buffers(model_runner *r)
     return NL_OK;
 }
 
-/* Moves up the first entries of every input buffer that the shape uses,
- * through launch slot k's pinned copies (host_in), which stay untouched
- * until slot k's fence has passed: with copy_pieces as one kernel that
- * reads them across the bus, else a transfer a buffer. */
+/* Moves up the first entries of every input buffer that the shape uses:
+ * each goes into launch slot k's pinned copy (host_in), untouched until
+ * slot k's fence has passed, and one copy_pieces kernel reads them all
+ * across the bus.  (A transfer a buffer cost a copy-engine hand-off each
+ * between two steps' kernels, and one from pageable memory may wait for
+ * the queue to drain.) */
 static nl_status upload_step_inputs(model_runner *r, const step_shape *shape, int k)
 {
-    nl_backend *be = r->be;
     nl_copy_piece pieces[BUF_COUNT];
     int32_t n = 0;
     for (int b = 0; b < BUF_COUNT; b++) {
         const struct step_buf_desc *d = &step_bufs[b];
-        if (d->phase != PHASE_IN) continue;
         size_t bytes = step_count_of(d->count, shape) * d->elem;
-        if (bytes == 0) continue;
-        const uint8_t *src = r->host[b];
-        uint8_t *pinned = r->pinned_inputs ? r->host_in[k][b] : NULL;
+        if (d->phase != PHASE_IN || bytes == 0) continue;
         nl_copy_piece *p = &pieces[n++];
-        *p = (nl_copy_piece){.dst = r->dev[b], .src = src, .dst_pitch = bytes, .src_pitch = bytes,
-                             .row_bytes = bytes, .rows = 1};
+        *p = (nl_copy_piece){.dst = r->dev[b], .src = r->host_in[k][b], .dst_pitch = bytes,
+                             .src_pitch = bytes, .row_bytes = bytes, .rows = 1};
         if (b == BUF_TABLES && shape->table_width < shape->stride) {
             /* a graph's rows are max_model_len wide; only the columns the
              * step's seqs use move (a few % of them in a typical step) */
@@ -445,20 +439,11 @@ static nl_status upload_step_inputs(model_runner *r, const step_shape *shape, in
             p->row_bytes = (size_t)shape->table_width * d->elem;
             p->rows = (size_t)shape->n_seqs;
         }
-        if (pinned) {
-            for (size_t row = 0; row < p->rows; row++)
-                memcpy(pinned + row * p->src_pitch, src + row * p->src_pitch, p->row_bytes);
-            p->src = pinned;
-        }
+        for (size_t row = 0; row < p->rows; row++)
+            memcpy(r->host_in[k][b] + row * p->src_pitch, (const uint8_t *)r->host[b] + row * p->src_pitch,
+                   p->row_bytes);
     }
-    if (r->kernel_copies) return be->ops->copy_pieces(be, pieces, n);
-    for (int32_t i = 0; i < n; i++) {
-        const nl_copy_piece *p = &pieces[i];
-        if (p->rows == 1) NL_TRY(be->ops->upload(be, p->dst, p->src, p->row_bytes));
-        else NL_TRY(be->ops->upload_rows(be, p->dst, p->dst_pitch, p->src, p->src_pitch,
-                                         p->row_bytes, p->rows));
-    }
-    return NL_OK;
+    return r->be->ops->copy_pieces(r->be, pieces, n);
 }
 
 /* Queues the sampler outputs the shape uses into launch slot k's host
@@ -469,13 +454,12 @@ static nl_status download_samples(model_runner *r, const step_shape *shape, int 
     int32_t n = 0;
     for (int b = 0; b < BUF_COUNT; b++) {
         size_t bytes = step_count_of(step_bufs[b].count, shape) * step_bufs[b].elem;
-        if (step_bufs[b].phase != PHASE_SAMPLE_OUT || bytes == 0) continue;
-        if (!r->kernel_copies)
-            NL_TRY(r->be->ops->download_async(r->be, r->host_out[k][b], r->dev[b], bytes));
-        pieces[n++] = (nl_copy_piece){.dst = r->host_out[k][b], .src = r->dev[b], .dst_pitch = bytes,
-                                      .src_pitch = bytes, .row_bytes = bytes, .rows = 1};
+        if (step_bufs[b].phase == PHASE_SAMPLE_OUT && bytes > 0)
+            pieces[n++] = (nl_copy_piece){.dst = r->host_out[k][b], .src = r->dev[b],
+                                          .dst_pitch = bytes, .src_pitch = bytes,
+                                          .row_bytes = bytes, .rows = 1};
     }
-    return r->kernel_copies ? r->be->ops->copy_pieces(r->be, pieces, n) : NL_OK;
+    return r->be->ops->copy_pieces(r->be, pieces, n);
 }
 
 void model_runner_destroy(model_runner *r)
@@ -810,9 +794,6 @@ nl_status model_runner_create(const engine_settings *params, int32_t rank, nl_ba
     r->profile_ops = profile && strcmp(profile, "ops") == 0 && be->ops->timer_mark;
     r->profile_stream = profile && strcmp(profile, "stream") == 0 && be->ops->timer_mark;
     r->profile = r->profile_ops || (profile && strcmp(profile, "1") == 0);
-    r->pinned_inputs = !(getenv("NANOLLM_PINNED_INPUTS") && strcmp(getenv("NANOLLM_PINNED_INPUTS"), "0") == 0);
-    r->kernel_copies = r->pinned_inputs && be->ops->copy_pieces &&
-                       !(getenv("NANOLLM_KERNEL_COPIES") && strcmp(getenv("NANOLLM_KERNEL_COPIES"), "0") == 0);
     r->be = be;
     r->comm = comm;
     st = runner_init(r);

@@ -67,15 +67,6 @@ static nl_status cuda_upload(nl_backend *b, void *dst, const void *src, size_t b
     return NL_OK;
 }
 
-static nl_status cuda_upload_rows(nl_backend *b, void *dst, size_t dst_pitch, const void *src,
-                                  size_t src_pitch, size_t row_bytes, size_t rows)
-{
-    if (rows == 0 || row_bytes == 0) return NL_OK;
-    NL_CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, row_bytes, rows,
-                                    cudaMemcpyHostToDevice, cuda_be(b)->stream));
-    return NL_OK;
-}
-
 static nl_status cuda_memset_zero(nl_backend *b, void *dst, size_t bytes)
 {
     NL_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, cuda_be(b)->stream));
@@ -101,17 +92,10 @@ static void cuda_host_free(nl_backend *b, void *ptr)
     if (ptr) cudaFreeHost(ptr);
 }
 
-/* Into pinned memory (host_alloc): the call returns at once. */
-static nl_status cuda_download_async(nl_backend *b, void *dst, const void *src, size_t bytes)
-{
-    NL_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cuda_be(b)->stream));
-    return NL_OK;
-}
-
 /* Into any host memory: the copy, then a wait for it. */
 static nl_status cuda_download(nl_backend *b, void *dst, const void *src, size_t bytes)
 {
-    NL_TRY(cuda_download_async(b, dst, src, bytes));
+    NL_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cuda_be(b)->stream));
     return cuda_synchronize(b);
 }
 
@@ -374,14 +358,12 @@ static const nl_backend_ops cuda_ops = {
     .free = cuda_free,
     .upload = cuda_upload,
     .download = cuda_download,
-    .upload_rows = cuda_upload_rows,
     .memset_zero = cuda_memset_zero,
     .synchronize = cuda_synchronize,
     .memory_info = cuda_memory_info,
     .host_alloc = cuda_host_alloc,
     .copy_pieces = cuda_copy_pieces,
     .host_free = cuda_host_free,
-    .download_async = cuda_download_async,
     .fence_record = cuda_fence_record,
     .fence_passed = cuda_fence_passed,
     .fence_wait = cuda_fence_wait,
