@@ -176,10 +176,11 @@ typedef struct launched_step {
 } launched_step;
 
 /* The stream phases of NANOLLM_PROFILE=stream. */
-enum { STREAM_INPUTS, STREAM_TAKE, STREAM_FORWARD, STREAM_SAMPLE, STREAM_DOWNLOAD, STREAM_NEXT,
-       STREAM_COUNT };
+enum { STREAM_INPUTS, STREAM_TAKE, STREAM_FORWARD, STREAM_SAMPLE, STREAM_DOWNLOAD, STREAM_EMPTY,
+       STREAM_NEXT, STREAM_COUNT };
+/* "two marks": an interval with nothing in it, what a mark itself costs */
 static const char *const stream_names[STREAM_COUNT] = {"inputs", "takes", "forward", "sampler",
-                                                       "downloads", "until next step"};
+                                                       "downloads", "two marks", "until next step"};
 
 typedef struct model_runner {
     engine_settings p;
@@ -1063,6 +1064,7 @@ nl_status model_runner_launch(model_runner *r, const wire_run *cmd)
     NL_TRY(stream_mark(r, marks, STREAM_SAMPLE));
     if (r->launched[k].sampled) NL_TRY(launch_sampler(r, &plan, k, marks));
     NL_TRY(r->be->ops->fence_record(r->be, k));
+    NL_TRY(stream_mark(r, marks, STREAM_EMPTY));
     NL_TRY(stream_mark(r, marks, STREAM_NEXT));
     if (marks) {
         r->launch_host_s += now_s() - host_start;
