@@ -109,9 +109,6 @@ static nl_status cuda_fence_record(nl_backend *b, int slot)
 {
     NL_TRY(fence_slot(slot));
     NL_CUDA_CHECK(cudaEventRecord(cuda_be(b)->fences[slot], cuda_be(b)->stream));
-    static int flush = -1;
-    if (flush < 0) flush = getenv("NANOLLM_FENCE_FLUSH") && strcmp(getenv("NANOLLM_FENCE_FLUSH"), "1") == 0;
-    if (flush) (void)cudaStreamQuery(cuda_be(b)->stream);
     return NL_OK;
 }
 
@@ -309,8 +306,6 @@ static nl_status cuda_capture_end(nl_backend *b, nl_graph **out)
     }
     cudaError_t e = cudaGraphInstantiate(&g->exec, graph, 0);
     cudaGraphDestroy(graph);
-    if (e == cudaSuccess && getenv("NANOLLM_GRAPH_UPLOAD") && strcmp(getenv("NANOLLM_GRAPH_UPLOAD"), "1") == 0)
-        e = cudaGraphUpload(g->exec, cuda_be(b)->stream);
     if (e != cudaSuccess) {
         free(g);
         return NL_CUDA_FAIL("cudaGraphInstantiate", cudaGetErrorString(e));
