@@ -3,6 +3,7 @@
  * alignment, ring headers) and, when it accepts, reading a message from the
  * command ring must end in a message or an error, never a crash or a hang. */
 #define _GNU_SOURCE
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -19,8 +20,15 @@ static nl_status no_wait(void *ctx)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    /* the fuzzer's bytes overlay the start of a segment of a plausible size */
+    /* the fuzzer's bytes overlay the start of a segment: of the size its
+     * header claims when that is plausible (a real segment, as in the seed
+     * corpus, is then attached whole), else of a fixed plausible size */
     size_t bytes = sizeof(shm_header) + 3 * 4096 + 2 * 8192;
+    uint64_t claimed = 0;
+    if (size >= offsetof(shm_header, total_bytes) + sizeof claimed) {
+        memcpy(&claimed, data + offsetof(shm_header, total_bytes), sizeof claimed);
+        if (claimed >= sizeof(shm_header) && claimed <= ((uint64_t)1 << 20)) bytes = (size_t)claimed;
+    }
     int fd = memfd_create("nl-fuzz-shm", 0);
     if (fd < 0) return 0;
     if (ftruncate(fd, (off_t)bytes) != 0) {
