@@ -115,8 +115,9 @@ typedef struct nl_backend_ops {
 
     /* Running ahead of the device (a worker launches step N + 1 before it
      * reads step N's samples).  host_alloc gives host memory that
-     * copy_pieces may read or write (pinned and mapped on CUDA).  fence_record marks the current point of
-     * the work as fence `slot` (0 .. NL_FENCES - 1); fence_passed says
+     * copy_pieces may read or write (pinned and mapped on CUDA).
+     * fence_record marks the current point of the work as fence `slot`
+     * (0 .. NL_FENCES - 1); fence_passed says
      * without blocking whether the work before that mark is done, and
      * fence_wait blocks until it is.  A backend whose ops finish before
      * they return (the CPU) passes every fence at once. */
