@@ -71,49 +71,41 @@ size_t ring_max_message(const ring *r)
     return (size_t)(r->capacity - 8);
 }
 
-/* What a wait's condition finds: not yet, ready, or a segment whose
- * positions contradict the handle's own (ring_corrupt has said how). */
-typedef enum ring_state { RING_NOT_YET, RING_READY, RING_CORRUPT } ring_state;
+/* What a wait's condition finds (a futex_cond_fn's value): not yet, ready,
+ * or a segment whose positions contradict the handle's own (ring_corrupt
+ * has said how). */
+enum { RING_NOT_YET, RING_READY, RING_CORRUPT };
 
-static ring_state ring_corrupt(const char *what, uint64_t seen, uint64_t lo, uint64_t hi)
+static int ring_corrupt(const char *what, uint64_t seen, uint64_t lo, uint64_t hi)
 {
     nl_error(NL_ERR_RUNTIME, "ring: corrupt shared memory: %s is %llu, outside [%llu, %llu]", what,
              (unsigned long long)seen, (unsigned long long)lo, (unsigned long long)hi);
     return RING_CORRUPT;
 }
 
-/* Waits until ready(r, arg) holds: a short spin for the busy case, then
- * futex sleeps of one slice each with the liveness check in between. */
-static nl_status ring_wait(ring *r, ring_state (*ready)(const ring *, const void *), const void *arg,
-                           _Atomic uint32_t *seq, _Atomic uint32_t *waiters, ring_check_fn check,
-                           void *ctx)
+/* What a wait's condition looks at: the ring, and the bytes of room it
+ * needs or the position it reads from. */
+typedef struct wait_arg {
+    const ring *r;
+    uint64_t value;
+} wait_arg;
+
+/* Waits until ready(arg) holds (futex_await_counted). */
+static nl_status ring_wait(futex_cond_fn ready, const wait_arg *arg, _Atomic uint32_t *seq,
+                           _Atomic uint32_t *waiters, ring_check_fn check, void *ctx)
 {
-    ring_state rs;
-    for (int i = 0; i < RING_SPINS; i++) {
-        if ((rs = ready(r, arg)) != RING_NOT_YET) return rs == RING_READY ? NL_OK : NL_ERR_RUNTIME;
-        cpu_relax();
-    }
-    for (;;) {
-        uint32_t s = atomic_load(seq);
-        atomic_fetch_add(waiters, 1);
-        rs = ready(r, arg);
-        if (rs != RING_NOT_YET) {
-            atomic_fetch_sub(waiters, 1);
-            return rs == RING_READY ? NL_OK : NL_ERR_RUNTIME;
-        }
-        futex_wait_shared(seq, s, RING_WAIT_SLICE_MS);
-        atomic_fetch_sub(waiters, 1);
-        if ((rs = ready(r, arg)) != RING_NOT_YET) return rs == RING_READY ? NL_OK : NL_ERR_RUNTIME;
-        if (check) NL_TRY(check(ctx));
-    }
+    int rs;
+    NL_TRY(futex_await_counted(seq, waiters, ready, arg, RING_SPINS, RING_WAIT_SLICE_MS, check, ctx, &rs));
+    return rs == RING_READY ? NL_OK : NL_ERR_RUNTIME;
 }
 
 /* Room for need bytes once every reader has consumed enough.  A reader's
  * position can only lie between the oldest byte still held and the
  * writer's own position; anything else is a scribbled segment. */
-static ring_state has_room(const ring *r, const void *arg)
+static int has_room(const void *arg)
 {
-    uint64_t need = *(const uint64_t *)arg;
+    const ring *r = ((const wait_arg *)arg)->r;
+    uint64_t need = ((const wait_arg *)arg)->value;
     uint64_t lo = r->write_pos > r->capacity ? r->write_pos - r->capacity : 0;
     uint64_t slowest = r->write_pos;
     for (uint32_t i = 0; i < r->n_readers; i++) {
@@ -147,7 +139,8 @@ nl_status ring_write(ring *r, const void *msg, size_t len, ring_check_fn check, 
                         "ring: message of %zu bytes exceeds the ring's limit of %zu bytes", len,
                         ring_max_message(r));
     uint64_t need = 8 + pad8(len);
-    NL_TRY(ring_wait(r, has_room, &need, &r->sh->space_seq, &r->sh->space_waiters, check, ctx));
+    const wait_arg room = {r, need};
+    NL_TRY(ring_wait(has_room, &room, &r->sh->space_seq, &r->sh->space_waiters, check, ctx));
 
     uint64_t wp = r->write_pos;
     uint64_t header = len;
@@ -156,19 +149,16 @@ nl_status ring_write(ring *r, const void *msg, size_t len, ring_check_fn check, 
     r->write_pos = wp + need;
     atomic_store(&r->sh->write_pos, wp + need);
     atomic_fetch_add(&r->sh->data_seq, 1);
-    if (atomic_load(&r->sh->data_waiters) > 0) futex_wake_shared(&r->sh->data_seq);
+    futex_wake_counted(&r->sh->data_seq, &r->sh->data_waiters);
     return NL_OK;
 }
 
-typedef struct read_arg {
-    uint64_t pos;
-} read_arg;
-
 /* A message is there once the writer's position passes ours; it can never
  * be more than a ring's capacity ahead. */
-static ring_state has_message(const ring *r, const void *arg)
+static int has_message(const void *arg)
 {
-    uint64_t pos = ((const read_arg *)arg)->pos;
+    const ring *r = ((const wait_arg *)arg)->r;
+    uint64_t pos = ((const wait_arg *)arg)->value;
     uint64_t wp = atomic_load(&r->sh->write_pos);
     if (wp < pos || wp - pos > r->capacity)
         return ring_corrupt("the writer's position", wp, pos, pos + r->capacity);
@@ -180,16 +170,17 @@ nl_status ring_read(ring *r, int reader, ring_buf *buf, ring_check_fn check, voi
     if (reader < 0 || (uint32_t)reader >= r->n_readers)
         return nl_error(NL_ERR_INVALID_ARG, "ring: reader %d of %u", reader, r->n_readers);
     _Atomic uint64_t *mine = &r->sh->readers[reader].pos;
-    read_arg arg = {.pos = r->read_pos[reader]};
-    NL_TRY(ring_wait(r, has_message, &arg, &r->sh->data_seq, &r->sh->data_waiters, check, ctx));
+    const uint64_t pos = r->read_pos[reader];
+    const wait_arg at = {r, pos};
+    NL_TRY(ring_wait(has_message, &at, &r->sh->data_seq, &r->sh->data_waiters, check, ctx));
 
     /* the message must lie wholly inside what the writer has published */
     uint64_t len;
-    uint64_t avail = atomic_load(&r->sh->write_pos) - arg.pos;
-    copy_out(r, arg.pos, &len, sizeof len);
+    uint64_t avail = atomic_load(&r->sh->write_pos) - pos;
+    copy_out(r, pos, &len, sizeof len);
     if (len > ring_max_message(r) || 8 + pad8(len) > avail)
         return nl_error(NL_ERR_RUNTIME, "ring: corrupt message length %llu at position %llu",
-                        (unsigned long long)len, (unsigned long long)arg.pos);
+                        (unsigned long long)len, (unsigned long long)pos);
     if (buf->cap < len || !buf->data) {
         size_t cap = len > 4096 ? (size_t)len : 4096;
         uint8_t *p = realloc(buf->data, cap);
@@ -197,20 +188,20 @@ nl_status ring_read(ring *r, int reader, ring_buf *buf, ring_check_fn check, voi
         buf->data = p;
         buf->cap = cap;
     }
-    copy_out(r, arg.pos + 8, buf->data, (size_t)len);
+    copy_out(r, pos + 8, buf->data, (size_t)len);
     buf->len = (size_t)len;
-    r->read_pos[reader] = arg.pos + 8 + pad8(len);
+    r->read_pos[reader] = pos + 8 + pad8(len);
     atomic_store(mine, r->read_pos[reader]);
     atomic_fetch_add(&r->sh->space_seq, 1);
-    if (atomic_load(&r->sh->space_waiters) > 0) futex_wake_shared(&r->sh->space_seq);
+    futex_wake_counted(&r->sh->space_seq, &r->sh->space_waiters);
     return NL_OK;
 }
 
 bool ring_ready(const ring *r, int reader)
 {
     if (reader < 0 || (uint32_t)reader >= r->n_readers) return true; /* ring_read says why */
-    read_arg arg = {.pos = r->read_pos[reader]};
-    return has_message(r, &arg) != RING_NOT_YET;
+    const wait_arg at = {r, r->read_pos[reader]};
+    return has_message(&at) != RING_NOT_YET;
 }
 
 void ring_buf_free(ring_buf *buf)

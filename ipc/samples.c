@@ -62,7 +62,7 @@ void samples_publish(samples_area *a, uint64_t step_id, nl_status status, const 
     slot->status = (int32_t)status;
     slot->n = n;
     atomic_store(&a->hdr->published, (uint32_t)step_id + 1);
-    if (atomic_load(&a->hdr->waiters) > 0) futex_wake_shared(&a->hdr->published);
+    futex_wake_counted(&a->hdr->published, &a->hdr->waiters);
 }
 
 static bool has_placeholder(const wire_run *cmd)
@@ -83,6 +83,17 @@ static bool published_by(const samples_area *a, uint64_t step_id)
     return reaches(atomic_load(&a->hdr->published), step_id);
 }
 
+typedef struct publish_wait {
+    const samples_area *a;
+    uint64_t step_id;
+} publish_wait;
+
+static int step_published(const void *arg)
+{
+    const publish_wait *w = arg;
+    return published_by(w->a, w->step_id);
+}
+
 /* Rank 0 has published every step it ran before this one; another rank
  * waits until rank 0 has published step_id, or a later step (then step_id
  * was never run and the lookup below fails). */
@@ -90,19 +101,10 @@ static nl_status wait_published(samples_area *a, uint64_t step_id, bool may_wait
                                 void *arg)
 {
     if (!may_wait || published_by(a, step_id)) return NL_OK;
-    for (int i = 0; i < SAMPLES_SPINS; i++) {
-        if (published_by(a, step_id)) return NL_OK;
-        cpu_relax();
-    }
-    for (;;) {
-        if (alive) NL_TRY(alive(arg));
-        /* counted before the last look, so a publish after it wakes us */
-        atomic_fetch_add(&a->hdr->waiters, 1);
-        uint32_t got = atomic_load(&a->hdr->published);
-        if (!reaches(got, step_id)) futex_wait_shared(&a->hdr->published, got, RING_WAIT_SLICE_MS);
-        atomic_fetch_sub(&a->hdr->waiters, 1);
-        if (published_by(a, step_id)) return NL_OK;
-    }
+    const publish_wait w = {a, step_id};
+    int done;
+    return futex_await_counted(&a->hdr->published, &a->hdr->waiters, step_published, &w, SAMPLES_SPINS,
+                               RING_WAIT_SLICE_MS, alive, arg, &done);
 }
 
 nl_status samples_resolve(samples_area *a, wire_run *cmd, bool may_wait, nl_status (*alive)(void *), void *arg)

@@ -4,6 +4,7 @@
  * slot and a corrupted count are refused with messages, never read past the
  * area. */
 #include <check.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -112,6 +113,50 @@ START_TEST(test_refusals)
 }
 END_TEST
 
+/* Publishes step 10 once the waiter has counted itself as asleep (or
+ * after 5 s, when the test then fails on the count). */
+static void *publish_later(void *arg)
+{
+    bool *saw_sleeper = arg;
+    for (int i = 0; i < 5000 && !*saw_sleeper; i++) {
+        *saw_sleeper = atomic_load(&area.hdr->waiters) > 0;
+        struct timespec pause = {0, 1000000L};
+        nanosleep(&pause, NULL);
+    }
+    publish(10, NL_OK, 1, (uint64_t[]){3}, (int32_t[]){33});
+    return NULL;
+}
+
+static nl_status leader_gone(void *ctx)
+{
+    (void)ctx;
+    return nl_error(NL_ERR_WORKER, "the leader is gone");
+}
+
+/* Another rank sleeps until rank 0 publishes the step before its command
+ * and is woken by it; a failing liveness check ends the wait instead. */
+START_TEST(test_waits_for_publish)
+{
+    pthread_t t;
+    bool saw_sleeper = false;
+    ck_assert_int_eq(pthread_create(&t, NULL, publish_later, &saw_sleeper), 0);
+    int32_t tok = WIRE_TOKEN_PREVIOUS;
+    wire_seq q[1];
+    wire_run cmd = command(11, q, 1, (uint64_t[]){3}, &tok);
+    ck_assert_int_eq(samples_resolve(&area, &cmd, true, NULL, NULL), NL_OK);
+    pthread_join(t, NULL);
+    ck_assert(saw_sleeper);
+    ck_assert_int_eq(tok, 33);
+    ck_assert_int_eq(area.hdr->waiters, 0);
+
+    tok = WIRE_TOKEN_PREVIOUS;
+    cmd = command(12, q, 1, (uint64_t[]){3}, &tok); /* step 11 is never published */
+    ck_assert_int_eq(samples_resolve(&area, &cmd, true, leader_gone, NULL), NL_ERR_WORKER);
+    ck_assert_ptr_nonnull(strstr(nl_last_error(), "leader is gone"));
+    ck_assert_int_eq(area.hdr->waiters, 0);
+}
+END_TEST
+
 START_TEST(test_attach_checks_size)
 {
     samples_area other;
@@ -130,6 +175,7 @@ int main(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_resolve);
     tcase_add_test(tc, test_refusals);
+    tcase_add_test(tc, test_waits_for_publish);
     tcase_add_test(tc, test_attach_checks_size);
     suite_add_tcase(s, tc);
     return check_run(s);
