@@ -104,9 +104,9 @@ typedef enum step_count {
 } step_count;
 
 /* When a buffer moves: the step's inputs (the forward's and the sampler's)
- * go up before the forward pass, sampler outputs come down after sampling
- * (into one of NL_FENCES host copies, one a step in flight); a host-only
- * buffer has no device side. */
+ * go up before the forward pass, sampler outputs come down after sampling;
+ * both through the host copies of the step's launch slot (one of
+ * NL_FENCES, one a step in flight).  A host-only buffer has no device side. */
 typedef enum step_phase {
     PHASE_IN,
     PHASE_SAMPLE_OUT,
@@ -195,9 +195,14 @@ typedef struct model_runner {
     int32_t max_blocks_per_seq; /* ceil(max_model_len / block_size) */
 
     void *dev[BUF_COUNT];  /* step buffers on the backend, NULL if host only */
-    void *host[BUF_COUNT]; /* their host mirrors (sampler outputs: host_out) */
-    void *host_out[NL_FENCES][BUF_COUNT]; /* each launch slot's sampler outputs */
-    uint8_t *host_in[NL_FENCES][BUF_COUNT]; /* each launch slot's inputs, as uploaded */
+    /* Each launch slot's host side of the buffers that cross (host_alloc
+     * memory), untouched from its launch until its fence has passed: the
+     * inputs are written there and read by copy_pieces, the sampler
+     * outputs land there. */
+    void *slot_host[NL_FENCES][BUF_COUNT];
+    /* The host side the step being prepared uses: a host-only buffer's own
+     * memory, an input's the slot's (use_slot). */
+    void *host[BUF_COUNT];
 
     /* Steps in flight, by slot (which is also their fence): the oldest is
      * launched[oldest], then the next n_launched - 1 slots in turn.  last:
@@ -231,8 +236,8 @@ typedef struct model_runner {
     int32_t stream_marks;
     int64_t stream_steps;
     double stream_s[STREAM_COUNT];
-    int64_t launched_idle, launched_behind; /* no step in flight; one still running */
-    int64_t launched_late;                  /* behind one that had ended by the launch's end */
+    int64_t launched_behind; /* graph steps launched while the one before ran */
+    int64_t launched_late;   /* ... of which it had ended by the launch's end */
     double launch_host_s;                   /* host time of model_runner_launch */
 } model_runner;
 
@@ -271,6 +276,14 @@ static void profile_report_ops(const model_runner *r, const struct step_profile 
     }
 }
 
+/* Whether the step launched last is still running on the backend. */
+static bool last_running(model_runner *r)
+{
+    bool passed = true;
+    if (r->n_launched > 0) (void)r->be->ops->fence_passed(r->be, r->last, &passed);
+    return !passed;
+}
+
 /* Starts stream phase `phase` of a graph decode step (profile_stream). */
 static nl_status stream_mark(model_runner *r, bool on, int phase)
 {
@@ -297,8 +310,8 @@ static void profile_report_stream(model_runner *r)
                (long long)r->stream_steps);
     nl_log(NL_LOG_WARN, "profile stream launches: %lld with the device idle, %lld behind a running "
            "step (%lld of them ended before the launch did); host %.1f us a launch",
-           (long long)r->launched_idle, (long long)r->launched_behind, (long long)r->launched_late,
-           1e6 * r->launch_host_s / (double)r->stream_steps);
+           (long long)(r->stream_steps - r->launched_behind), (long long)r->launched_behind,
+           (long long)r->launched_late, 1e6 * r->launch_host_s / (double)r->stream_steps);
 }
 
 static void profile_report(model_runner *r)
@@ -342,10 +355,7 @@ static void step_buffer_bytes(const model_runner *r, size_t *dev, size_t *host)
     *dev = *host = 0;
     for (int b = 0; b < BUF_COUNT; b++) {
         size_t bytes = step_count_of(step_bufs[b].count, &max) * step_bufs[b].elem;
-        const step_phase ph = step_bufs[b].phase;
-        *host += ph == PHASE_SAMPLE_OUT ? NL_FENCES * bytes
-                 : ph == PHASE_IN       ? (1 + NL_FENCES) * bytes /* + the pinned copies */
-                                        : bytes;
+        *host += step_bufs[b].phase == PHASE_HOST_ONLY ? bytes : NL_FENCES * bytes;
         if (step_bufs[b].phase != PHASE_HOST_ONLY) *dev += bytes;
     }
 }
@@ -391,18 +401,18 @@ static nl_status alloc_step_buffers(model_runner *r)
     for (int b = 0; b < BUF_COUNT; b++) {
         const struct step_buf_desc *d = &step_bufs[b];
         size_t n = step_count_of(d->count, &max), bytes = n * d->elem;
-        if (d->phase == PHASE_SAMPLE_OUT) {
-            for (int k = 0; k < NL_FENCES; k++) NL_TRY(r->be->ops->host_alloc(r->be, bytes, &r->host_out[k][b]));
-        } else {
+        if (d->phase == PHASE_HOST_ONLY) {
             r->host[b] = calloc(n ? n : 1, d->elem);
             if (!r->host[b])
                 return nl_error(NL_ERR_NOMEM, "model runner: no host memory for %zu bytes of %s", bytes,
                                 d->name);
+            continue;
         }
-        if (d->phase == PHASE_IN)
-            for (int k = 0; k < NL_FENCES; k++)
-                NL_TRY(r->be->ops->host_alloc(r->be, bytes, (void **)&r->host_in[k][b]));
-        if (d->phase != PHASE_HOST_ONLY) NL_TRY(r->be->ops->alloc(r->be, bytes, &r->dev[b]));
+        for (int k = 0; k < NL_FENCES; k++) {
+            NL_TRY(r->be->ops->host_alloc(r->be, bytes, &r->slot_host[k][b]));
+            memset(r->slot_host[k][b], 0, bytes);
+        }
+        NL_TRY(r->be->ops->alloc(r->be, bytes, &r->dev[b]));
     }
     size_t seqs = (size_t)r->p.max_num_seqs;
     for (int k = 0; k < NL_FENCES; k++) {
@@ -416,13 +426,20 @@ static nl_status alloc_step_buffers(model_runner *r)
     return NL_OK;
 }
 
-/* Moves up the first entries of every input buffer that the shape uses:
- * each goes into launch slot k's pinned copy (host_in), untouched until
- * slot k's fence has passed, and one copy_pieces kernel reads them all
- * across the bus.  (A transfer a buffer cost a copy-engine hand-off each
- * between two steps' kernels, and one from pageable memory may wait for
- * the queue to drain.) */
-static nl_status upload_step_inputs(model_runner *r, const step_shape *shape, int k)
+/* Makes launch slot k's host copies the ones the next step's inputs are
+ * written in. */
+static void use_slot(model_runner *r, int k)
+{
+    for (int b = 0; b < BUF_COUNT; b++)
+        if (step_bufs[b].phase == PHASE_IN) r->host[b] = r->slot_host[k][b];
+}
+
+/* Moves up the first entries of every input buffer that the shape uses,
+ * from the slot's host copies they were written in, by one copy_pieces
+ * kernel that reads them across the bus.  (A transfer a buffer cost a
+ * copy-engine hand-off each between two steps' kernels, and one from
+ * pageable memory may wait for the queue to drain.) */
+static nl_status upload_step_inputs(model_runner *r, const step_shape *shape)
 {
     nl_copy_piece pieces[BUF_COUNT];
     int32_t n = 0;
@@ -431,7 +448,7 @@ static nl_status upload_step_inputs(model_runner *r, const step_shape *shape, in
         size_t bytes = step_count_of(d->count, shape) * d->elem;
         if (d->phase != PHASE_IN || bytes == 0) continue;
         nl_copy_piece *p = &pieces[n++];
-        *p = (nl_copy_piece){.dst = r->dev[b], .src = r->host_in[k][b], .dst_pitch = bytes,
+        *p = (nl_copy_piece){.dst = r->dev[b], .src = r->host[b], .dst_pitch = bytes,
                              .src_pitch = bytes, .row_bytes = bytes, .rows = 1};
         if (b == BUF_TABLES && shape->table_width < shape->stride) {
             /* a graph's rows are max_model_len wide; only the columns the
@@ -440,9 +457,6 @@ static nl_status upload_step_inputs(model_runner *r, const step_shape *shape, in
             p->row_bytes = (size_t)shape->table_width * d->elem;
             p->rows = (size_t)shape->n_seqs;
         }
-        for (size_t row = 0; row < p->rows; row++)
-            memcpy(r->host_in[k][b] + row * p->src_pitch, (const uint8_t *)r->host[b] + row * p->src_pitch,
-                   p->row_bytes);
     }
     return r->be->ops->copy_pieces(r->be, pieces, n);
 }
@@ -456,7 +470,7 @@ static nl_status download_samples(model_runner *r, const step_shape *shape, int 
     for (int b = 0; b < BUF_COUNT; b++) {
         size_t bytes = step_count_of(step_bufs[b].count, shape) * step_bufs[b].elem;
         if (step_bufs[b].phase == PHASE_SAMPLE_OUT && bytes > 0)
-            pieces[n++] = (nl_copy_piece){.dst = r->host_out[k][b], .src = r->dev[b],
+            pieces[n++] = (nl_copy_piece){.dst = r->slot_host[k][b], .src = r->dev[b],
                                           .dst_pitch = bytes, .src_pitch = bytes,
                                           .row_bytes = bytes, .rows = 1};
     }
@@ -472,11 +486,9 @@ void model_runner_destroy(model_runner *r)
     if (r->n_launched > 0) r->be->ops->synchronize(r->be); /* nothing copies into freed memory */
     for (int b = 0; b < BUF_COUNT; b++) {
         if (r->dev[b]) r->be->ops->free(r->be, r->dev[b]);
-        free(r->host[b]);
+        if (step_bufs[b].phase == PHASE_HOST_ONLY) free(r->host[b]);
         for (int k = 0; k < NL_FENCES; k++)
-            if (r->host_out[k][b]) r->be->ops->host_free(r->be, r->host_out[k][b]);
-        for (int k = 0; k < NL_FENCES; k++)
-            if (r->host_in[k][b]) r->be->ops->host_free(r->be, r->host_in[k][b]);
+            if (r->slot_host[k][b]) r->be->ops->host_free(r->be, r->slot_host[k][b]);
     }
     for (int k = 0; k < NL_FENCES; k++) {
         free(r->launched[k].seq_ids);
@@ -620,7 +632,7 @@ static void fill_decode_order(model_runner *r, const step_plan *plan)
 
 /* Uploads the forward inputs the plan's shape uses and describes them in
  * *in. */
-static nl_status upload_inputs(model_runner *r, const step_plan *plan, int k, qwen_inputs *in)
+static nl_status upload_inputs(model_runner *r, const step_plan *plan, qwen_inputs *in)
 {
     const step_shape *sh = &plan->shape;
     fill_decode_order(r, plan);
@@ -629,9 +641,8 @@ static nl_status upload_inputs(model_runner *r, const step_plan *plan, int k, qw
         for (int32_t i = 0; i < sh->n_logits; i++)
             for (int32_t k = 0; k < tp; k++) perm[i * tp + k] = k * sh->n_logits + i;
     }
-    /* the sampler's inputs too: the next launch rewrites their host rows
-     * before this step's sampler runs */
-    NL_TRY(upload_step_inputs(r, sh, k));
+    /* the sampler's inputs too: one copy for the whole step */
+    NL_TRY(upload_step_inputs(r, sh));
     *in = (qwen_inputs){
         .n_tokens = sh->n_tokens,
         .ids = r->dev[BUF_IDS],
@@ -702,9 +713,10 @@ static nl_status capture_graphs(model_runner *r)
         const int32_t n = sizes[i];
         step_plan plan = {.graph = -1};
         qwen_inputs in;
+        use_slot(r, 0); /* nothing is in flight while graphs are captured */
         ((int32_t *)r->host[BUF_CU])[0] = 0;
         pad_decode(r, 0, n, &plan);
-        NL_TRY(upload_inputs(r, &plan, 0, &in));
+        NL_TRY(upload_inputs(r, &plan, &in));
         /* one eager run first: libraries choose algorithms and allocate
          * workspaces outside the capture */
         NL_TRY(qwen_forward(be, r->comm, r->w, r->s, &in));
@@ -997,8 +1009,8 @@ static void fill_reply(model_runner *r, int k, wire_reply *reply)
     const launched_step *l = &r->launched[k];
     *reply = (wire_reply){.step_id = l->step_id, .status = NL_OK, .sampled = r->host[BUF_REPLY]};
     if (!l->sampled) return;
-    const int32_t *out_ids = r->host_out[k][BUF_OUT_IDS], *top_ids = r->host_out[k][BUF_TOP_IDS];
-    const float *out_lp = r->host_out[k][BUF_OUT_LP], *top_lp = r->host_out[k][BUF_TOP_LP];
+    const int32_t *out_ids = r->slot_host[k][BUF_OUT_IDS], *top_ids = r->slot_host[k][BUF_TOP_IDS];
+    const float *out_lp = r->slot_host[k][BUF_OUT_LP], *top_lp = r->slot_host[k][BUF_TOP_LP];
     wire_sampled *sampled = r->host[BUF_REPLY];
     for (int32_t s = 0; s < l->n_seqs; s++) {
         int32_t row = l->rows[s];
@@ -1023,9 +1035,10 @@ nl_status model_runner_launch(model_runner *r, const wire_run *cmd)
     if (r->n_launched == NL_FENCES)
         return nl_error(NL_ERR_INVALID_ARG, "step %llu: %d steps already launched",
                         (unsigned long long)cmd->step_id, NL_FENCES);
+    const int k = (r->oldest + r->n_launched) % NL_FENCES;
+    use_slot(r, k);
     step_plan plan;
     NL_TRY(prepare_inputs(r, cmd, &plan));
-    const int k = (r->oldest + r->n_launched) % NL_FENCES;
 
     double mark = r->profile ? now_s() : 0;
     struct step_profile *prof = &r->prof[!plan.all_decode ? PROFILE_PREFILL
@@ -1034,16 +1047,13 @@ nl_status model_runner_launch(model_runner *r, const wire_run *cmd)
     prof->steps++;
     prof->tokens += plan.n_tokens;
     const bool marks = r->profile_stream && plan.graph >= 0;
-    double host_start = marks ? now_s() : 0;
-    if (marks) {
-        r->stream_steps++;
-        bool passed = true;
-        if (r->n_launched > 0) (void)r->be->ops->fence_passed(r->be, r->last, &passed);
-        if (passed) r->launched_idle++; else r->launched_behind++;
-    }
+    const double host_start = marks ? now_s() : 0;
+    const bool behind = marks && last_running(r);
+    r->stream_steps += marks;
+    r->launched_behind += behind;
     qwen_inputs in;
     NL_TRY(stream_mark(r, marks, STREAM_INPUTS));
-    NL_TRY(upload_inputs(r, &plan, k, &in));
+    NL_TRY(upload_inputs(r, &plan, &in));
     NL_TRY(stream_mark(r, marks, STREAM_TAKE));
     if (plan.shape.n_take > 0) /* the ids the last step sampled, still in the sampler's buffer */
         NL_TRY(r->be->ops->take_ids(r->be, r->dev[BUF_IDS], r->dev[BUF_OUT_IDS], r->dev[BUF_TAKE],
@@ -1066,12 +1076,8 @@ nl_status model_runner_launch(model_runner *r, const wire_run *cmd)
     NL_TRY(r->be->ops->fence_record(r->be, k));
     NL_TRY(stream_mark(r, marks, STREAM_EMPTY));
     NL_TRY(stream_mark(r, marks, STREAM_NEXT));
-    if (marks) {
-        r->launch_host_s += now_s() - host_start;
-        bool passed = false;
-        if (r->n_launched > 0) (void)r->be->ops->fence_passed(r->be, r->last, &passed);
-        r->launched_late += passed;
-    }
+    if (marks) r->launch_host_s += now_s() - host_start;
+    r->launched_late += behind && !last_running(r);
     NL_TRY(stream_collect(r, false));
     if (r->profile) prof->sample_s += profile_lap(r, &mark);
     r->n_launched++;
