@@ -140,8 +140,8 @@ typedef struct nl_engine_config {
                                        (default false: mixed steps)           */
     bool async_scheduling;          /* default true: step N + 1 is sent before
                                        step N's reply is read, so the workers
-                                       never wait for the leader; false: one
-                                       step at a time                         */
+                                       need not wait for the leader's handling
+                                       of it; false: one step at a time       */
 } nl_engine_config;
 
 void nl_engine_config_init(nl_engine_config *config);

@@ -117,11 +117,12 @@ typedef struct nl_backend_ops {
      * reads step N's samples).  host_alloc gives host memory that
      * copy_pieces may read or write (pinned and mapped on CUDA).
      * fence_record marks the current point of the work as fence `slot`
-     * (0 .. NL_FENCES - 1); fence_passed says
-     * without blocking whether the work before that mark is done, and
-     * fence_wait blocks until it is.  A backend whose ops finish before
-     * they return (the CPU) passes every fence at once. */
+     * (0 .. NL_FENCES - 1); fence_passed says without blocking whether the
+     * work before that mark is done, and fence_wait blocks until it is.  A
+     * backend whose ops finish before they return (the CPU) passes every
+     * fence at once. */
     nl_status (*host_alloc)(nl_backend *be, size_t bytes, void **out);
+    void (*host_free)(nl_backend *be, void *ptr);
     /* Copies each piece (nl_copy_piece), ordered with the ops, on the
      * backend's compute units: either side may be host_alloc memory, which
      * the device reads or writes over the bus, so a step's inputs go up and
@@ -129,7 +130,6 @@ typedef struct nl_backend_ops {
      * kernels.  Host memory it reads or writes must stay untouched until a
      * fence recorded after it has passed. */
     nl_status (*copy_pieces)(nl_backend *be, const nl_copy_piece *pieces, int32_t n);
-    void (*host_free)(nl_backend *be, void *ptr);
     nl_status (*fence_record)(nl_backend *be, int slot);
     nl_status (*fence_passed)(nl_backend *be, int slot, bool *passed);
     nl_status (*fence_wait)(nl_backend *be, int slot);

@@ -131,13 +131,18 @@ static nl_status real_init(void *ctx, worker_env *env, int32_t *num_kv_blocks)
     return NL_OK;
 }
 
+/* A step's outcome: a collective the group abandoned leaves garbage, not
+ * an answer. */
+static nl_status checked(real_worker *w, nl_status st)
+{
+    nl_status cs = nl_comm_check(w->comm);
+    return st != NL_OK ? st : cs;
+}
+
 static nl_status real_execute(void *ctx, const wire_run *cmd, wire_reply *reply)
 {
     real_worker *w = ctx;
-    nl_status st = model_runner_execute(w->runner, cmd, reply);
-    /* a collective the group abandoned leaves garbage, not an answer */
-    nl_status cs = nl_comm_check(w->comm);
-    return st != NL_OK ? st : cs;
+    return checked(w, model_runner_execute(w->runner, cmd, reply));
 }
 
 static nl_status real_launch(void *ctx, const wire_run *cmd)
@@ -148,9 +153,7 @@ static nl_status real_launch(void *ctx, const wire_run *cmd)
 static nl_status real_finish(void *ctx, wire_reply *reply)
 {
     real_worker *w = ctx;
-    nl_status st = model_runner_finish(w->runner, reply);
-    nl_status cs = nl_comm_check(w->comm);
-    return st != NL_OK ? st : cs;
+    return checked(w, model_runner_finish(w->runner, reply));
 }
 
 static bool real_oldest_done(void *ctx)

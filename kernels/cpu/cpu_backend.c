@@ -156,7 +156,7 @@ static nl_status cpu_synchronize(nl_backend *be)
     return NL_OK;
 }
 
-/* Every CPU op has finished when it returns: downloads are copies and
+/* Every CPU op has finished when it returns: pieces are plain copies and
  * fences pass at once. */
 static nl_status cpu_copy_pieces(nl_backend *be, const nl_copy_piece *pieces, int32_t n)
 {
@@ -311,8 +311,8 @@ static const nl_backend_ops cpu_ops = {
     .memset_zero = cpu_memset_zero,
     .synchronize = cpu_synchronize,
     .host_alloc = cpu_host_alloc,
-    .copy_pieces = cpu_copy_pieces,
     .host_free = cpu_host_free,
+    .copy_pieces = cpu_copy_pieces,
     .fence_record = cpu_fence_record,
     .fence_passed = cpu_fence_passed,
     .fence_wait = cpu_fence_wait,

@@ -20,8 +20,8 @@
 enum {
     G_MODEL = 500, G_TP, G_DEVICE, G_THREADS, G_MAX_NUM_SEQS, G_MAX_NUM_BATCHED_TOKENS, G_MAX_MODEL_LEN,
     G_GPU_MEMORY_UTILIZATION, G_BLOCK_SIZE, G_NUM_KV_BLOCKS, G_ENFORCE_EAGER, G_NO_PREFIX_CACHING,
-    G_PREFIX_CACHING, G_DEVICES, G_ALL_REDUCE, G_KV_CACHE_DTYPE, G_PREFILL_FIRST, G_NO_ASYNC, G_ASYNC, G_HELP, G_VERSION,
-    G_END,
+    G_PREFIX_CACHING, G_DEVICES, G_ALL_REDUCE, G_KV_CACHE_DTYPE, G_PREFILL_FIRST, G_NO_ASYNC, G_ASYNC,
+    G_HELP, G_VERSION, G_END,
 };
 
 /* vLLM's names are aliases: --tensor-parallel-size, --num-gpu-blocks-override,
@@ -87,7 +87,8 @@ static const char global_help[] =
     "                              every step carries the running decodes plus prompt chunks)\n"
     "  --no-async-scheduling       one step at a time: the next step is scheduled after the\n"
     "                              last one's reply (default: step N + 1 is sent before step\n"
-    "                              N's reply is read, so the GPU never waits for the leader)\n"
+    "                              N's reply is read, so the workers need not wait for the\n"
+    "                              leader's handling of it)\n"
     "\n"
     "exit codes: 0 success, 1 runtime failure, 2 bad usage or bad input, 130 interrupted\n";
 

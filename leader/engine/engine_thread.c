@@ -103,13 +103,16 @@ void engine_take_inbox(nl_engine *e)
     pthread_mutex_lock(&e->lock);
     request_ptrs frees = e->frees;
     e->frees = (request_ptrs){0};
-    /* A step in flight still names the seq: it waits for that reply. */
+    /* A step in flight still names the seq: it waits for that reply.  The
+     * rest are kept at the front of frees and destroyed after the lock. */
+    int32_t n_free = 0;
     for (int32_t i = 0; i < frees.n; i++) {
         request *r = frees.items[i];
-        if (r->seq.in_flight == 0) request_destroy(r);
+        if (r->seq.in_flight == 0) frees.items[n_free++] = r;
         else (void)request_ptrs_push(&e->frees, r); /* out of memory: leaked, not freed under the step */
     }
     pthread_mutex_unlock(&e->lock);
+    for (int32_t i = 0; i < n_free; i++) request_destroy(frees.items[i]);
     free(frees.items);
     engine_publish_stats(e);
 }
