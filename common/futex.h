@@ -38,43 +38,6 @@ static inline void cpu_relax(void)
     __builtin_ia32_pause();
 #elif defined(__aarch64__)
     __asm__ __volatile__("yield");
-/* Waiting with a sleeper count (the rings, the samples area).  The side
- * that makes a condition true changes *word, then calls futex_wake_counted,
- * which makes the wake syscall only when someone sleeps.  A waiter counts
- * itself in *waiters before its last look at the condition, so a change
- * made after that look finds it counted and wakes it. */
-static inline void futex_wake_counted(_Atomic uint32_t *word, _Atomic uint32_t *waiters)
-{
-    if (atomic_load(waiters) > 0) futex_wake_shared(word);
-}
-
-/* A condition another process makes true: 0 while it does not hold. */
-typedef int (*futex_cond_fn)(const void *arg);
-
-/* Waits until cond(arg) is nonzero and stores that value in *result: spins
- * tries with a pause between them for the busy case, then sleeps on *word
- * of slice_ms each, asking alive(ctx) (when given) between them; its error
- * ends the wait and is returned. */
-static inline nl_status futex_await_counted(_Atomic uint32_t *word, _Atomic uint32_t *waiters,
-                                            futex_cond_fn cond, const void *arg, int spins,
-                                            int slice_ms, nl_status (*alive)(void *), void *ctx,
-                                            int *result)
-{
-    for (int i = 0; i < spins; i++) {
-        if ((*result = cond(arg)) != 0) return NL_OK;
-        cpu_relax();
-    }
-    for (;;) {
-        uint32_t seen = atomic_load(word);
-        atomic_fetch_add(waiters, 1);
-        *result = cond(arg);
-        if (*result == 0) futex_wait_shared(word, seen, slice_ms);
-        atomic_fetch_sub(waiters, 1);
-        if (*result != 0 || (*result = cond(arg)) != 0) return NL_OK;
-        if (alive) NL_TRY(alive(ctx));
-    }
-}
-
 #endif
 }
 
