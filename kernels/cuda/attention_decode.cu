@@ -96,6 +96,28 @@ static __device__ __forceinline__ void dec_unpack_kv(const RAW &v, float *f)
     }
 }
 
+/* An e4m3 cache's products are taken in fp16 pairs (HFMA2): the
+ * conversion yields fp16 pairs anyway, and a float product per element
+ * made the kernel bound by instructions, not bytes (at 256 sequences of
+ * 1,000 keys it moved half of bf16's bytes in 73% of its time).  q is
+ * held as fp16 scaled by 1 / DEC_FP8_Q_DOWN so that a lane's 8-term sums
+ * stay far inside fp16's range (an overflow needs |q| * scale above ~100
+ * against keys at e4m3's 448); each score is widened to fp32 and scaled
+ * back before the softmax.  Probabilities meet V as fp16 pairs over one
+ * iteration's U keys, then add into fp32 o.  fp16's 11-bit rounding of
+ * these sums is far below the 4-bit precision of the e4m3 values. */
+#define DEC_FP8_Q_DOWN 16.0f
+
+/* e4m3 pairs to fp16 pairs, exactly: every e4m3 value is an fp16 value. */
+template <typename RAW>
+static __device__ __forceinline__ void dec_fp8_to_half2(const RAW &v, __half2 *h)
+{
+    const __nv_fp8x2_storage_t *p = (const __nv_fp8x2_storage_t *)&v;
+#pragma unroll
+    for (int i = 0; i < (int)(sizeof(RAW) / 2); i++)
+        h[i] = __half2(__nv_cvt_fp8x2_to_halfraw2(p[i], __NV_E4M3));
+}
+
 /* EPL: elements of a row each lane loads (8 for bf16; 8 or 16 for fp8, whose
  * 16 fill a 16-byte load and halve the lanes, shuffles and softmax work per
  * key).  EARLY: the block's first K/V loads go out before the wait for the
@@ -109,6 +131,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) kernel_decode(dec_params p)
     constexpr int TPW = 32 / LPT;           /* tokens per warp per load      */
     constexpr int PARTS = DEC_WARPS * TPW;  /* softmax states per block      */
     constexpr int STEP = PARTS * U;         /* keys per loop iteration       */
+    constexpr bool FP8 = sizeof(KV) == 1;   /* products in fp16 pairs      */
     static_assert(HD % EPL == 0, "a row splits into whole pieces");
     __shared__ float sh_o[PARTS][G][HD];
     __shared__ float sh_m[PARTS][G], sh_l[PARTS][G];
@@ -186,6 +209,13 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) kernel_decode(dec_params p)
             for (int i = 0; i < EPL; i++) q[gi][i] = 0.0f;
         }
     }
+    __half2 qh[G][EPL / 2]; /* FP8: q * scale_log2 / DEC_FP8_Q_DOWN */
+#pragma unroll
+    for (int gi = 0; gi < G; gi++)
+#pragma unroll
+        for (int i = 0; i < EPL / 2; i++)
+            qh[gi][i] = __floats2half2_rn(q[gi][2 * i] * (1.0f / DEC_FP8_Q_DOWN),
+                                          q[gi][2 * i + 1] * (1.0f / DEC_FP8_Q_DOWN));
 
     float m[G], l[G], o[G][EPL];
 #pragma unroll
@@ -211,14 +241,27 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) kernel_decode(dec_params p)
         float s[U][G];
 #pragma unroll
         for (int u = 0; u < U; u++) {
-            float kf[EPL];
-            dec_unpack_kv<KV>(kr[u], kf);
+            if constexpr (FP8) {
+                __half2 kh[EPL / 2];
+                dec_fp8_to_half2(kr[u], kh);
 #pragma unroll
-            for (int gi = 0; gi < G; gi++) {
-                float acc = 0.0f;
+                for (int gi = 0; gi < G; gi++) {
+                    __half2 acc = __hmul2(qh[gi][0], kh[0]);
 #pragma unroll
-                for (int i = 0; i < EPL; i++) acc = fmaf(q[gi][i], kf[i], acc);
-                s[u][gi] = acc;
+                    for (int i = 1; i < EPL / 2; i++) acc = __hfma2(qh[gi][i], kh[i], acc);
+                    const float2 f = __half22float2(acc);
+                    s[u][gi] = (f.x + f.y) * DEC_FP8_Q_DOWN;
+                }
+            } else {
+                float kf[EPL];
+                dec_unpack_kv<KV>(kr[u], kf);
+#pragma unroll
+                for (int gi = 0; gi < G; gi++) {
+                    float acc = 0.0f;
+#pragma unroll
+                    for (int i = 0; i < EPL; i++) acc = fmaf(q[gi][i], kf[i], acc);
+                    s[u][gi] = acc;
+                }
             }
         }
         /* Sum over the token's lanes; xor offsets below LPT stay inside it. */
@@ -248,16 +291,42 @@ __global__ void __launch_bounds__(DEC_WARPS * 32) kernel_decode(dec_params p)
 #pragma unroll
             for (int i = 0; i < EPL; i++) o[gi][i] *= alpha;
         }
+        if constexpr (FP8) {
+            __half2 pv[G][EPL / 2];
 #pragma unroll
-        for (int u = 0; u < U; u++) {
-            float vf[EPL];
-            dec_unpack_kv<KV>(vr[u], vf);
+            for (int u = 0; u < U; u++) {
+                __half2 vh[EPL / 2];
+                dec_fp8_to_half2(vr[u], vh);
 #pragma unroll
-            for (int gi = 0; gi < G; gi++) {
-                const float pr = exp2f(s[u][gi] - m_use[gi]);
-                l[gi] += pr;
+                for (int gi = 0; gi < G; gi++) {
+                    const float pr = exp2f(s[u][gi] - m_use[gi]);
+                    l[gi] += pr;
+                    const __half2 p2 = __float2half2_rn(pr);
 #pragma unroll
-                for (int i = 0; i < EPL; i++) o[gi][i] = fmaf(pr, vf[i], o[gi][i]);
+                    for (int i = 0; i < EPL / 2; i++)
+                        pv[gi][i] = u == 0 ? __hmul2(p2, vh[i]) : __hfma2(p2, vh[i], pv[gi][i]);
+                }
+            }
+#pragma unroll
+            for (int gi = 0; gi < G; gi++)
+#pragma unroll
+                for (int i = 0; i < EPL / 2; i++) {
+                    const float2 f = __half22float2(pv[gi][i]);
+                    o[gi][2 * i] += f.x;
+                    o[gi][2 * i + 1] += f.y;
+                }
+        } else {
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                float vf[EPL];
+                dec_unpack_kv<KV>(vr[u], vf);
+#pragma unroll
+                for (int gi = 0; gi < G; gi++) {
+                    const float pr = exp2f(s[u][gi] - m_use[gi]);
+                    l[gi] += pr;
+#pragma unroll
+                    for (int i = 0; i < EPL; i++) o[gi][i] = fmaf(pr, vf[i], o[gi][i]);
+                }
             }
         }
     }
