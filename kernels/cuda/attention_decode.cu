@@ -118,12 +118,24 @@ static __device__ __forceinline__ void dec_fp8_to_half2(const RAW &v, __half2 *h
         h[i] = __half2(__nv_cvt_fp8x2_to_halfraw2(p[i], __NV_E4M3));
 }
 
+/* Resident blocks an SM that the register budget must allow (0: as the
+ * compiler likes).  The e4m3 kernel of groups up to 2 fits 4 blocks in
+ * 128 registers with a 28-byte spill and ran 16% faster there than at the
+ * 3 its 152 registers allowed (256 sequences x 1,000 keys); groups of 4
+ * fit 3 instead of 2.  Wider groups would spill hundreds of bytes, and
+ * the bf16 kernels already fit 4 (128 registers) where it matters. */
+template <typename KV, int G, bool EARLY>
+static __host__ __device__ constexpr int dec_min_blocks()
+{
+    return sizeof(KV) != 1 || EARLY ? 0 : G <= 2 ? 4 : G == 4 ? 3 : 0;
+}
+
 /* EPL: elements of a row each lane loads (8 for bf16; 8 or 16 for fp8, whose
  * 16 fill a 16-byte load and halve the lanes, shuffles and softmax work per
  * key).  EARLY: the block's first K/V loads go out before the wait for the
  * kernel before it (dec_launch says when that pays). */
 template <int HD, int G, int U, typename KV, int EPL, bool EARLY>
-__global__ void __launch_bounds__(DEC_WARPS * 32) kernel_decode(dec_params p)
+__global__ void __launch_bounds__(DEC_WARPS * 32, dec_min_blocks<KV, G, EARLY>()) kernel_decode(dec_params p)
 {
     typedef typename dec_raw<EPL * (int)sizeof(KV)>::type raw;
     constexpr int LIVE = HD / EPL;          /* lanes that load a token's row */
