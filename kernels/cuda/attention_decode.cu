@@ -100,12 +100,13 @@ static __device__ __forceinline__ void dec_unpack_kv(const RAW &v, float *f)
  * conversion yields fp16 pairs anyway, and a float product per element
  * made the kernel bound by instructions, not bytes (at 256 sequences of
  * 1,000 keys it moved half of bf16's bytes in 73% of its time).  q is
- * held as fp16 scaled by 1 / DEC_FP8_Q_DOWN so that a lane's 8-term sums
- * stay far inside fp16's range (an overflow needs |q| * scale above ~100
- * against keys at e4m3's 448); each score is widened to fp32 and scaled
- * back before the softmax.  Probabilities meet V as fp16 pairs over one
- * iteration's U keys, then add into fp32 o.  fp16's 11-bit rounding of
- * these sums is far below the 4-bit precision of the e4m3 values. */
+ * held as fp16 scaled by 1 / DEC_FP8_Q_DOWN so that a lane's sums of at
+ * most 8 products stay inside fp16's range (65,504) unless |q| * scale_log2
+ * exceeds ~290 against keys at e4m3's largest value, 448; each score is
+ * widened to fp32 and scaled back before the softmax.  Probabilities (at
+ * most 1) meet V as fp16 pairs over one iteration's U keys, then add into
+ * fp32 o.  fp16's 11-bit rounding of these sums is far below the 4-bit
+ * significand of the e4m3 values themselves. */
 #define DEC_FP8_Q_DOWN 16.0f
 
 /* e4m3 pairs to fp16 pairs, exactly: every e4m3 value is an fp16 value. */
