@@ -71,16 +71,39 @@ def top_ids(r):
     return [[t for t, _ in lp["top"]] for lp in r["logprobs"]]
 
 
+LOGPROB_STEPS = 8  # the steps whose log-probabilities the summary compares
+
+
+def logprob_error(a, b, steps=LOGPROB_STEPS):
+    """The largest |difference| between the two sides' log-probabilities of
+    the same token, over the top-5 ids both list, in the first `steps`
+    steps while the tokens so far agree; (error, step), or (0.0, None)."""
+    worst, at = 0.0, None
+    for k in range(min(steps, len(a["token_ids"]), len(b["token_ids"]))):
+        if a["token_ids"][:k] != b["token_ids"][:k]:
+            break
+        theirs = dict((t, v) for t, v in b["logprobs"][k]["top"])
+        for t, v in a["logprobs"][k]["top"]:
+            if t in theirs and abs(v - theirs[t]) > worst:
+                worst, at = abs(v - theirs[t]), k
+    return worst, at
+
+
 def check_against(ref, ours, label):
     """Applies the rule to every prompt of ref (id -> batch output line);
-    prints the differences and a summary, returns the number failing."""
+    prints the differences and a summary (with the largest logprob error of
+    the first LOGPROB_STEPS tokens), returns the number failing."""
     failures, exact = 0, 0
+    worst = (0.0, None, None)  # error, prompt, step
     for pid, a in ref.items():
         b = ours.get(pid)
         if b is None or "error" in b or "error" in a:
             print(f"{label}: {pid}: missing or error: {b and b.get('error')}")
             failures += 1
             continue
+        err, step = logprob_error(a, b)
+        if err > worst[0]:
+            worst = (err, pid, step)
         d = first_difference(a["token_ids"], top_ids(a), b["token_ids"], top_ids(b))
         if d is None:
             exact += 1
@@ -90,7 +113,9 @@ def check_against(ref, ours, label):
         print(f"{label}: {pid}: first difference at step {step}: ref {at(a)} ours {at(b)} -> "
               f"{'within top-5 both ways' if ok else 'FAIL'}")
         failures += 0 if ok else 1
-    print(f"parity {label}: {len(ref)} prompts, {exact} identical, {failures} failing")
+    where = f" ({worst[1]}, step {worst[2]})" if worst[1] is not None else ""
+    print(f"parity {label}: {len(ref)} prompts, {exact} identical, {failures} failing, "
+          f"largest logprob error in the first {LOGPROB_STEPS} tokens {worst[0]:.4f}{where}")
     return failures
 
 
