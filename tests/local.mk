@@ -14,6 +14,9 @@ tests_test_status_SOURCES = tests/test_status.c
 tests_test_status_CFLAGS = $(TEST_CFLAGS)
 tests_test_status_LDADD = libnlcommon.la $(TEST_LIBS)
 endif
+# the parity rule the GPU runs apply (tests/golden/gpu_parity.py)
+TESTS += tests/check_gpu_parity.sh
+EXTRA_DIST += tests/check_gpu_parity.sh
 include tests/cpumodel.mk
 include tests/ipc.mk
 include tests/leader.mk
