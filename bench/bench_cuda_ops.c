@@ -304,7 +304,7 @@ int main(int argc, char **argv)
         bench_decode_kv(256, 1000, 16, 8, 128, 16, 0, NL_DTYPE_F8_E4M3);
         bench_decode_kv(64, 1000, 16, 8, 128, 16, 0, NL_DTYPE_F8_E4M3);
         /* Qwen3-8B's heads (groups of 4) */
-        bench_decode_kv(128, 1000, 32, 8, 128, 16, 0, NL_DTYPE_BF16);
+        bench_decode(128, 1000, 32, 8, 128, 16, 0);
         bench_decode_kv(128, 1000, 32, 8, 128, 16, 0, NL_DTYPE_F8_E4M3);
         nl_backend_destroy(be);
         return 0;

@@ -434,6 +434,13 @@ static void use_slot(model_runner *r, int k)
         if (step_bufs[b].phase == PHASE_IN) r->host[b] = r->slot_host[k][b];
 }
 
+/* A copy_pieces piece of one contiguous run of bytes. */
+static nl_copy_piece flat_piece(void *dst, const void *src, size_t bytes)
+{
+    return (nl_copy_piece){.dst = dst, .src = src, .dst_pitch = bytes, .src_pitch = bytes,
+                           .row_bytes = bytes, .rows = 1};
+}
+
 /* Moves up the first entries of every input buffer that the shape uses,
  * from the slot's host copies they were written in, by one copy_pieces
  * kernel that reads them across the bus.  (A transfer a buffer cost a
@@ -448,8 +455,7 @@ static nl_status upload_step_inputs(model_runner *r, const step_shape *shape)
         size_t bytes = step_count_of(d->count, shape) * d->elem;
         if (d->phase != PHASE_IN || bytes == 0) continue;
         nl_copy_piece *p = &pieces[n++];
-        *p = (nl_copy_piece){.dst = r->dev[b], .src = r->host[b], .dst_pitch = bytes,
-                             .src_pitch = bytes, .row_bytes = bytes, .rows = 1};
+        *p = flat_piece(r->dev[b], r->host[b], bytes);
         if (b == BUF_TABLES && shape->table_width < shape->stride) {
             /* a graph's rows are max_model_len wide; only the columns the
              * step's seqs use move (a few % of them in a typical step) */
@@ -470,9 +476,7 @@ static nl_status download_samples(model_runner *r, const step_shape *shape, int 
     for (int b = 0; b < BUF_COUNT; b++) {
         size_t bytes = step_count_of(step_bufs[b].count, shape) * step_bufs[b].elem;
         if (step_bufs[b].phase == PHASE_SAMPLE_OUT && bytes > 0)
-            pieces[n++] = (nl_copy_piece){.dst = r->slot_host[k][b], .src = r->dev[b],
-                                          .dst_pitch = bytes, .src_pitch = bytes,
-                                          .row_bytes = bytes, .rows = 1};
+            pieces[n++] = flat_piece(r->slot_host[k][b], r->dev[b], bytes);
     }
     return r->be->ops->copy_pieces(r->be, pieces, n);
 }

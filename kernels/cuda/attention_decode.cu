@@ -83,19 +83,6 @@ static __device__ __forceinline__ uint4 dec_load(const bf16 *p, uint4)
 template <int BYTES> struct dec_raw { typedef uint4 type; };
 template <> struct dec_raw<8> { typedef uint2 type; };
 
-/* The loaded elements as floats: 8 bf16, or 8 or 16 fp8. */
-template <typename KV, typename RAW>
-static __device__ __forceinline__ void dec_unpack_kv(const RAW &v, float *f)
-{
-    if constexpr (sizeof(KV) == 2) {
-        bf16x8_to_float(v, f);
-    } else {
-        const uint2 *h = (const uint2 *)&v;
-#pragma unroll
-        for (int c = 0; c < (int)(sizeof(RAW) / 8); c++) fp8x8_to_float(h[c], f + 8 * c);
-    }
-}
-
 /* An e4m3 cache's products are taken in fp16 pairs (HFMA2): the
  * conversion yields fp16 pairs anyway, and a float product per element
  * made the kernel bound by instructions, not bytes (at 256 sequences of
@@ -267,7 +254,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, dec_min_blocks<KV, G, EARLY>()
                 }
             } else {
                 float kf[EPL];
-                dec_unpack_kv<KV>(kr[u], kf);
+                bf16x8_to_float(kr[u], kf);
 #pragma unroll
                 for (int gi = 0; gi < G; gi++) {
                     float acc = 0.0f;
@@ -332,7 +319,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, dec_min_blocks<KV, G, EARLY>()
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 float vf[EPL];
-                dec_unpack_kv<KV>(vr[u], vf);
+                bf16x8_to_float(vr[u], vf);
 #pragma unroll
                 for (int gi = 0; gi < G; gi++) {
                     const float pr = exp2f(s[u][gi] - m_use[gi]);
