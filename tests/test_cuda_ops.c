@@ -317,6 +317,13 @@ START_TEST(test_linear)
     check_linear(4, 4096, 2048, true, false);
     check_linear(1, 151936 / 8, 1024, false, true);
     check_linear(4, 3000, 1024, false, true);
+    /* rows whose pieces end a few lanes into a warp's round (k / 8 = 133:
+     * every lane must leave the row together), and rows split across warps:
+     * 0.6B's down projection (4 parts), ragged parts (603 pieces in 4) */
+    check_linear(1, 1000, 8 * 133, true, false);
+    check_linear(1, 1024, 3072, false, false);
+    check_linear(1, 100, 8 * 603, true, false);
+    check_linear(1, 100, 8 * 603, false, true);
     /* the same shape again reuses the cached plan */
     check_linear(7, 1024, 896, true, false);
 }
@@ -527,6 +534,7 @@ START_TEST(test_norm_linear_add)
         check_norm_linear(1, 2 * 1000, 8 * 37, with_x, silu, true); /* ragged rows */
         check_norm_linear(1, 2 * 512, 4096, with_x, silu, false); /* long rows: 8 in flight */
         check_norm_linear(7, 2 * 300, 896, with_x, silu, true);
+        check_norm_linear(1, 2 * 1024, 8 * 273, with_x, silu, true); /* split, ragged round */
     }
     /* the widest row the GEMV normalises itself, and one past it (the
      * RMSNorm kernel, then the GEMV) */

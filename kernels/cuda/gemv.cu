@@ -12,7 +12,10 @@
  * weight stream starts while the kernel that writes x is still finishing,
  * and the loop keeps the next pieces in flight while it multiplies the
  * current ones, across rows too: the grid is one wave of resident blocks
- * and each warp strides over the rows.
+ * and each warp strides over the rows.  When a matrix has too few rows to
+ * keep every warp busy to the end (0.6B's o and down projections, 8B's
+ * qkv), each row is split over 2 or 4 warps of a block, whose sums meet in
+ * shared memory.
  *
  * On an H200 one token took 5.2-5.8 us on 0.6B shapes against cuBLASLt's
  * 8.3-13.7 us, and equalled it on 8B shapes; with 4 tokens the kernel
@@ -120,28 +123,42 @@ static __device__ __forceinline__ void gemv_finish(OUT *out, const bf16 *bias, i
 
 /* out[m] = w[m, k] @ x[k] (+ bias[m]), or its fused forms (the file's
  * comment); k % 8 == 0, rows 16-byte aligned.  With NORM the block holds
- * the normalised x in k * 2 bytes of dynamic shared memory.  The grid holds
- * at most the blocks that fit on the device at once and each warp strides
- * over the rows (row, row + all warps, ...), loading the next row's first
- * pieces before it reduces the current one, so a warp's stream of weight
- * loads never drains between rows and no block waits for a second wave. */
-template <typename OUT, int EPI, bool NORM>
+ * the normalised x in k * 2 bytes of dynamic shared memory.
+ *
+ * The grid holds at most the blocks that fit on the device at once and the
+ * warps stride over the rows, loading the next row's first pieces before
+ * they reduce the current one, so a warp's stream of weight loads never
+ * drains between rows and no block waits for a second wave.  With KS > 1
+ * each row is split into KS parts of its columns, one warp each (the KS
+ * warps of a block's row slot), whose sums meet in shared memory: a matrix
+ * of fewer rows than the device has warps (0.6B's o and down projections:
+ * 1,024 rows against ~4,200 warps) then keeps every warp streaming, and a
+ * row count just past a multiple of the warps (8B's qkv: 6,144 rows, 1.45
+ * a warp) ends in a shorter last round.  A warp's rounds are counted from
+ * its part's start, the same for every lane, so the warp moves to its next
+ * row together whatever k is. */
+template <typename OUT, int EPI, bool NORM, int KS>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
     kernel_gemv(OUT *out, const bf16 *x, const bf16 *w, const bf16 *bias, int m, int k,
                 const bf16 *norm_w, float eps)
 {
     constexpr int R = EPI == GEMV_SILU_MUL ? 2 : 1; /* weight rows per output */
+    constexpr int SLOTS = GEMV_WARPS / KS;          /* rows a block works on at once */
+    constexpr int ROUND = 32 * GEMV_UNROLL;         /* pieces a warp loads at once */
     extern __shared__ uint4 xs[];
-    const int lane = threadIdx.x & 31, stride = gridDim.x * GEMV_WARPS;
-    const int kv = k / 8; /* 16-byte pieces per row */
-    int row = blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5), base = lane;
+    __shared__ float parts[2][GEMV_WARPS][R]; /* by row parity: see the exchange below */
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int sub = warp % KS, slot = warp / KS, stride = gridDim.x * SLOTS;
+    const int kv = k / 8, span = (kv + KS - 1) / KS; /* 16-byte pieces per row, per part */
+    const int lo = min(kv, sub * span), hi = min(kv, lo + span);
+    int row = blockIdx.x * SLOTS + slot, round = lo, parity = 0;
     uint4 wv[R][GEMV_UNROLL];
     auto load = [&](int r0, int b0) {
 #pragma unroll
         for (int r = 0; r < R; r++)
-            gemv_load_pieces(wv[r], (const uint4 *)(w + ((size_t)r * m + r0) * k), b0, kv);
+            gemv_load_pieces(wv[r], (const uint4 *)(w + ((size_t)r * m + r0) * k), b0, hi);
     };
-    if (row < m) load(row, base);
+    if (row < m) load(row, round + lane);
     pdl_wait();
     pdl_release();
     const uint4 *xr = (const uint4 *)x;
@@ -158,13 +175,13 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
         for (int r = 0; r < R; r++)
 #pragma unroll
             for (int u = 0; u < GEMV_UNROLL; u++) cur[r][u] = wv[r][u];
-        int next_row = row, next_base = base + 32 * GEMV_UNROLL;
-        if (next_base >= kv) next_row = row + stride, next_base = lane;
-        if (next_row < m) load(next_row, next_base);
+        int next_row = row, next_round = round + ROUND;
+        if (next_round >= hi) next_row = row + stride, next_round = lo;
+        if (next_row < m) load(next_row, next_round + lane);
 #pragma unroll
         for (int u = 0; u < GEMV_UNROLL; u++) {
-            const int i = base + u * 32;
-            if (i < kv) {
+            const int i = round + lane + u * 32;
+            if (i < hi) {
                 const uint4 xv = xr[i];
 #pragma unroll
                 for (int r = 0; r < R; r++) acc[r] += gemv_dot8(cur[r][u], xv);
@@ -177,12 +194,34 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
                 for (int off = 16; off > 0; off >>= 1)
                     acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], off);
             }
-            if (lane == 0) gemv_finish<OUT, EPI>(out, bias, m, row, acc);
+            if constexpr (KS > 1) {
+                /* the slot's warps meet at a barrier of their own; the
+                 * buffer alternates by row, so a warp a row ahead writes the
+                 * other one while the first warp still reads this one, and
+                 * it cannot get two rows ahead past the next barrier */
+                if (lane == 0) {
+#pragma unroll
+                    for (int r = 0; r < R; r++) parts[parity][warp][r] = acc[r];
+                }
+                asm volatile("bar.sync %0, %1;" ::"r"(1 + slot), "r"(KS * 32) : "memory");
+                if (sub == 0 && lane == 0) {
+#pragma unroll
+                    for (int r = 0; r < R; r++) {
+                        acc[r] = 0.0f;
+#pragma unroll
+                        for (int s = 0; s < KS; s++) acc[r] += parts[parity][warp + s][r];
+                    }
+                    gemv_finish<OUT, EPI>(out, bias, m, row, acc);
+                }
+                parity ^= 1;
+            } else if (lane == 0) {
+                gemv_finish<OUT, EPI>(out, bias, m, row, acc);
+            }
 #pragma unroll
             for (int r = 0; r < R; r++) acc[r] = 0.0f;
         }
         row = next_row;
-        base = next_base;
+        round = next_round;
     }
 }
 
@@ -203,20 +242,49 @@ bool cuda_gemv_fits(const void *x, const nl_weight *w, int32_t n)
            ((uintptr_t)x & 15) == 0 && ((uintptr_t)w->data & 15) == 0;
 }
 
+/* Rows the busiest of `warps` warps works through when each of m rows is
+ * split into ks parts. */
+static double gemv_rounds(int m, long long warps, int ks)
+{
+    return (double)(((long long)m * ks + warps - 1) / warps) / ks;
+}
+
+template <typename OUT, int EPI, bool NORM, int KS>
+static nl_status gemv_launch_split(cuda_backend *be, OUT *out, const bf16 *x, const nl_weight *w,
+                                   const bf16 *bias, const bf16 *norm_w, float eps, int m)
+{
+    constexpr int SLOTS = GEMV_WARPS / KS;
+    const int k = (int)w->cols;
+    const size_t smem = NORM ? (size_t)k * sizeof(bf16) : 0;
+    const int most = cuda_blocks_per_sm(kernel_gemv<OUT, EPI, NORM, KS>, GEMV_WARPS * 32, smem) *
+                     be->num_sms;
+    const int need = (m + SLOTS - 1) / SLOTS;
+    const unsigned blocks = (unsigned)(need < most ? need : most);
+    NL_CUDA_CHECK(cuda_launch(be, kernel_gemv<OUT, EPI, NORM, KS>, blocks, GEMV_WARPS * 32, smem,
+                              out, x, w->data, bias, m, k, norm_w, eps));
+    return NL_OK;
+}
+
+/* Splits the rows when that shortens the busiest warp's work (parts of at
+ * least one piece a lane). */
 template <typename OUT, int EPI, bool NORM>
 static nl_status gemv_launch(cuda_backend *be, OUT *out, const bf16 *x, const nl_weight *w,
                              const nl_weight *bias, const nl_weight *norm_w, float eps)
 {
-    const int m = (int)(EPI == GEMV_SILU_MUL ? w->rows / 2 : w->rows), k = (int)w->cols;
-    const size_t smem = NORM ? (size_t)k * sizeof(bf16) : 0;
-    const int most = cuda_blocks_per_sm(kernel_gemv<OUT, EPI, NORM>, GEMV_WARPS * 32, smem) *
-                     be->num_sms;
-    const int need = (m + GEMV_WARPS - 1) / GEMV_WARPS;
-    const unsigned blocks = (unsigned)(need < most ? need : most);
+    const int m = (int)(EPI == GEMV_SILU_MUL ? w->rows / 2 : w->rows), kv = (int)(w->cols / 8);
+    const size_t smem = NORM ? (size_t)w->cols * sizeof(bf16) : 0;
+    const long long warps = (long long)cuda_blocks_per_sm(kernel_gemv<OUT, EPI, NORM, 1>,
+                                                          GEMV_WARPS * 32, smem) *
+                            be->num_sms * GEMV_WARPS;
+    int ks = 1;
+    for (int c = 2; c <= 4; c *= 2)
+        if (kv >= 32 * c && gemv_rounds(m, warps, c) < gemv_rounds(m, warps, ks)) ks = c;
     const bf16 *b = bias ? bias->data : NULL, *nw = norm_w ? norm_w->data : NULL;
-    NL_CUDA_CHECK(cuda_launch(be, kernel_gemv<OUT, EPI, NORM>, blocks, GEMV_WARPS * 32, smem, out, x,
-                              w->data, b, m, k, nw, eps));
-    return NL_OK;
+    switch (ks) {
+    case 4: return gemv_launch_split<OUT, EPI, NORM, 4>(be, out, x, w, b, nw, eps, m);
+    case 2: return gemv_launch_split<OUT, EPI, NORM, 2>(be, out, x, w, b, nw, eps, m);
+    default: return gemv_launch_split<OUT, EPI, NORM, 1>(be, out, x, w, b, nw, eps, m);
+    }
 }
 
 nl_status cuda_gemv(cuda_backend *be, void *out, bool out_f32, int epilogue, const void *x,
