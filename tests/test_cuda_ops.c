@@ -635,7 +635,14 @@ START_TEST(test_qk_norm_rope)
     check_rope(9, 4, 2, 32, true, 1000000.0f);
     check_rope(5, 10, 2, 80, true, 10000.0f);
     check_rope(5, 12, 4, 96, false, 1000000.0f);
+    check_rope(5, 8, 2, 256, true, 1000000.0f);
+    /* steps of more than 4 tokens take the vector kernel where hd % 16 == 0
+     * (elementwise.cu): above, both kinds; here a warp holding k heads and
+     * v heads (hd 64: 8 heads a warp), and a head dim that is not a
+     * multiple of 16 (the per-warp kernel) */
     check_rope(4, 8, 2, 256, true, 1000000.0f);
+    check_rope(6, 12, 2, 64, true, 1000000.0f);
+    check_rope(6, 6, 2, 40, true, 10000.0f);
 }
 END_TEST
 
@@ -889,7 +896,7 @@ END_TEST
  * with a rotation, the rotated k. */
 START_TEST(test_store_kv_fp8)
 {
-    static const int shapes[][3] = {{16, 8, 128}, {4, 2, 32}, {10, 2, 80}};
+    static const int shapes[][3] = {{16, 8, 128}, {4, 2, 32}, {10, 2, 80}, {6, 2, 40}};
     for (size_t c = 0; c < 2 * sizeof shapes / sizeof shapes[0]; c++) {
         int hq = shapes[c / 2][0], hk = shapes[c / 2][1], hd = shapes[c / 2][2];
         bool rotate = c % 2;

@@ -253,6 +253,102 @@ __global__ void kernel_qk_norm_rope_store(bf16 *qkv, const int32_t *positions, c
     }
 }
 
+/* The same op, a block per token (and group of heads), when hd % 16 == 0:
+ * the token's rotary angles are computed once into shared memory (before
+ * the wait: positions are uploaded with the step) instead of once per head,
+ * and a head is LPH lanes, lane j owning elements [8j, 8j + 8) of each half,
+ * so every access is a 16-byte vector (8 bytes for an e4m3 cache row).  The
+ * arithmetic and its roundings are the per-warp kernel's. */
+#define ROPE_VEC_THREADS 256
+/* Steps of at most this many tokens keep the per-warp kernel: there a
+ * token's heads spread over several SMs, where the vector kernel holds them
+ * in one block (batch 1 measured 0.3% slower with it, the bench 1% faster). */
+#define ROPE_VEC_MIN_TOKENS 4
+
+static __device__ __forceinline__ void kv_put8(bf16 *p, const bf16x8 &v) { *(bf16x8 *)p = v; }
+static __device__ __forceinline__ void kv_put8(fp8 *p, const bf16x8 &v)
+{
+    uint2 out;
+    __nv_fp8x2_storage_t *o = (__nv_fp8x2_storage_t *)&out;
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        o[i] = __nv_cvt_float2_to_fp8x2(__bfloat1622float2(v.h[i]), __NV_SATFINITE, __NV_E4M3);
+    *(uint2 *)p = out;
+}
+
+template <typename KV>
+__global__ void __launch_bounds__(ROPE_VEC_THREADS)
+    kernel_qk_norm_rope_store_vec(bf16 *qkv, const int32_t *positions, const bf16 *q_norm,
+                                  const bf16 *k_norm, const float *inv_freq, KV *k_cache,
+                                  KV *v_cache, const int32_t *slots, int hq, int hk, int hd,
+                                  float eps, int lph)
+{
+    extern __shared__ float angles[]; /* cos of the half's pairs, then sin */
+    const int t = blockIdx.x, half = hd / 2;
+    const int head = blockIdx.y * (blockDim.x / lph) + threadIdx.x / lph;
+    const int j = threadIdx.x % lph, i0 = 8 * j;
+    float *cs = angles, *sn = angles + half;
+    const float pos = (float)positions[t];
+    const int32_t slot = slots[t];
+    for (int i = threadIdx.x; i < half; i += blockDim.x) sincosf(pos * inv_freq[i], &sn[i], &cs[i]);
+    __syncthreads();
+    pdl_wait();
+    pdl_release();
+    if (head >= hq + 2 * hk) return;
+    const bool live = i0 < half; /* hd 80, 96: lanes past the half idle */
+    bf16 *x = qkv + ((size_t)t * (hq + 2 * hk) + head) * hd;
+    if (head >= hq + hk) { /* a v head: the store alone */
+        if (slot >= 0 && live) {
+            KV *dst = v_cache + ((size_t)slot * hk + (head - hq - hk)) * hd;
+            kv_put8(dst + i0, *(const bf16x8 *)(x + i0));
+            kv_put8(dst + half + i0, *(const bf16x8 *)(x + half + i0));
+        }
+        return;
+    }
+    float a[VEC] = {}, b[VEC] = {};
+    if (live) {
+        unpack8(*(const bf16x8 *)(x + i0), a);
+        unpack8(*(const bf16x8 *)(x + half + i0), b);
+    }
+    const bf16 *w = head < hq ? q_norm : k_norm;
+    if (w) {
+        float ss = 0.0f;
+#pragma unroll
+        for (int e = 0; e < VEC; e++) ss += a[e] * a[e] + b[e] * b[e];
+        /* the head's lanes only: a warp may end in v heads, which left */
+        const unsigned lanes = (lph == 32 ? 0xffffffffu : (1u << lph) - 1u)
+                               << ((threadIdx.x & 31) & ~(lph - 1));
+        for (int o = lph / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(lanes, ss, o);
+        const float inv = rsqrtf(ss / hd + eps);
+        if (live) {
+            float wa[VEC], wb[VEC];
+            unpack8(*(const bf16x8 *)(w + i0), wa);
+            unpack8(*(const bf16x8 *)(w + half + i0), wb);
+#pragma unroll
+            for (int e = 0; e < VEC; e++) {
+                a[e] = round_bf16(wa[e] * round_bf16(a[e] * inv));
+                b[e] = round_bf16(wb[e] * round_bf16(b[e] * inv));
+            }
+        }
+    }
+    if (!live) return;
+    float lo[VEC], hi[VEC];
+#pragma unroll
+    for (int e = 0; e < VEC; e++) {
+        const float c = cs[i0 + e], s = sn[i0 + e];
+        lo[e] = a[e] * c - b[e] * s;
+        hi[e] = b[e] * c + a[e] * s;
+    }
+    const bf16x8 vlo = pack8(lo), vhi = pack8(hi);
+    *(bf16x8 *)(x + i0) = vlo;
+    *(bf16x8 *)(x + half + i0) = vhi;
+    if (head >= hq && slot >= 0) {
+        KV *dst = k_cache + ((size_t)slot * hk + (head - hq)) * hd;
+        kv_put8(dst + i0, vlo);
+        kv_put8(dst + half + i0, vhi);
+    }
+}
+
 nl_status cuda_qk_norm_rope_store(nl_backend *b, void *qkv, const int32_t *positions,
                                   const nl_weight *q_norm, const nl_weight *k_norm,
                                   const float *inv_freq, void *k_cache, void *v_cache,
@@ -271,9 +367,28 @@ nl_status cuda_qk_norm_rope_store(nl_backend *b, void *qkv, const int32_t *posit
         return nl_error(NL_ERR_INVALID_ARG, "cuda: q/k norm weights must have head_dim %d values",
                         hd);
     if (!inv_freq) return nl_error(NL_ERR_INVALID_ARG, "cuda: rope has no inv_freq table");
+    const bf16 *qn = q_norm ? q_norm->data : NULL, *kn = k_norm ? k_norm->data : NULL;
+    if (n > ROPE_VEC_MIN_TOKENS && hd % 16 == 0 && hd <= 512 && aligned16(qkv) &&
+        aligned16(qn) && aligned16(kn)) {
+        int lph = 1; /* lanes a head: a power of two covering hd / 16 */
+        while (lph < hd / 16) lph *= 2;
+        const int per_block = ROPE_VEC_THREADS / lph;
+        const dim3 vgrid(n, (hq + 2 * hk + per_block - 1) / per_block);
+        const size_t smem = (size_t)hd * sizeof(float);
+        if (kv_dtype == NL_DTYPE_BF16)
+            NL_CUDA_CHECK(cuda_launch(be, kernel_qk_norm_rope_store_vec<bf16>, vgrid,
+                                      ROPE_VEC_THREADS, smem, (bf16 *)qkv, positions, qn, kn,
+                                      inv_freq, (bf16 *)k_cache, (bf16 *)v_cache, slots, hq, hk,
+                                      hd, eps, lph));
+        else
+            NL_CUDA_CHECK(cuda_launch(be, kernel_qk_norm_rope_store_vec<fp8>, vgrid,
+                                      ROPE_VEC_THREADS, smem, (bf16 *)qkv, positions, qn, kn,
+                                      inv_freq, (fp8 *)k_cache, (fp8 *)v_cache, slots, hq, hk,
+                                      hd, eps, lph));
+        return NL_OK;
+    }
     const int warps = 8;
     dim3 grid(n, (hq + 2 * hk + warps - 1) / warps);
-    const bf16 *qn = q_norm ? q_norm->data : NULL, *kn = k_norm ? k_norm->data : NULL;
     if (kv_dtype == NL_DTYPE_BF16)
         NL_CUDA_CHECK(cuda_launch(be, kernel_qk_norm_rope_store<bf16>, grid, warps * 32, 0,
                                   (bf16 *)qkv, positions, qn, kn, inv_freq, (bf16 *)k_cache,
