@@ -212,18 +212,19 @@ nl_status qwen_forward(nl_backend *be, nl_comm *comm, const qwen_weights *w, qwe
     const int32_t n = in->n_tokens, hidden = cfg->hidden_size;
     const int32_t hq = sh->hq, hk = sh->hk, hd = sh->hd;
     const float eps = cfg->rms_norm_eps, scale = 1.0f / sqrtf((float)hd);
-    if (n <= 0 || n > s->max_tokens || in->n_logits < 0 || in->n_logits > s->max_logits)
+    if (n <= 0 || n > s->max_tokens || in->n_logits < 0 || in->n_logits > s->max_logits ||
+        in->n_logits > n)
         return nl_error(NL_ERR_INVALID_ARG, "forward: %d tokens (max %d), %d logits rows (max %d)", n,
                         s->max_tokens, in->n_logits, s->max_logits);
 
     /* token embeddings: each rank looks up its vocab rows, the sum is the
-     * full lookup.  The residual stream starts at zero and the embedding is
-     * the first sublayer output still to be added (pending). */
+     * full lookup and the residual stream's start, complete, with nothing
+     * pending: so the first projection can normalise it itself as every
+     * later one does (one token: no RMSNorm kernel, no zeroing). */
     NL_TRY(mark(be, s, QWEN_OP_EMBEDDING));
-    NL_TRY(op->embedding(be, s->x, w->embed, in->ids, n, sh->vocab_start));
-    NL_TRY(op->memset_zero(be, s->residual, (size_t)n * hidden * s->act_size));
-    NL_TRY(all_reduce(comm, be, s, s->x, (size_t)n * hidden));
-    const void *pending = s->x;
+    NL_TRY(op->embedding(be, s->residual, w->embed, in->ids, n, sh->vocab_start));
+    NL_TRY(all_reduce(comm, be, s, s->residual, (size_t)n * hidden));
+    const void *pending = NULL;
 
     for (int32_t l = 0; l < cfg->num_hidden_layers; l++) {
         const qwen_layer *L = &w->layers[l];
@@ -258,8 +259,12 @@ nl_status qwen_forward(nl_backend *be, nl_comm *comm, const qwen_weights *w, qwe
     int32_t m = in->n_logits;
     if (m == 0) return NL_OK;
     NL_TRY(mark(be, s, QWEN_OP_LM_HEAD));
-    NL_TRY(op->gather_rows(be, s->last, s->xn, in->logit_rows, m, hidden));
-    NL_TRY(op->linear_f32(be, s->logits_shard, s->last, w->lm_head, m)); /* [m, vocab / tp] */
+    const void *rows = s->xn; /* every row (a decode step): no gather */
+    if (m < n) {
+        NL_TRY(op->gather_rows(be, s->last, s->xn, in->logit_rows, m, hidden));
+        rows = s->last;
+    }
+    NL_TRY(op->linear_f32(be, s->logits_shard, rows, w->lm_head, m)); /* [m, vocab / tp] */
     if (sh->tp == 1) return NL_OK;
 
     /* rank 0 receives [tp, m, vocab / tp] and interleaves it into [m, vocab];

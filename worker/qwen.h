@@ -20,7 +20,8 @@ typedef struct qwen_inputs {
     const int32_t *slots;       /* [n_tokens] KV slot, -1 for padding        */
     nl_attn_batch attn;
     int32_t n_logits;           /* rows whose logits are computed            */
-    const int32_t *logit_rows;  /* [n_logits] token index of each            */
+    const int32_t *logit_rows;  /* [n_logits] token index of each, ascending
+                                   (so n_logits == n_tokens means all rows) */
     const int32_t *gather_perm; /* [tp n_logits], rank 0 with tp > 1: row
                                    i tp + r of the result is row r n + i of
                                    the gathered [tp, n_logits, vocab/tp]     */
