@@ -107,15 +107,17 @@ static __device__ __forceinline__ void dec_fp8_to_half2(const RAW &v, __half2 *h
 }
 
 /* Resident blocks an SM that the register budget must allow (0: as the
- * compiler likes).  The e4m3 kernel of groups up to 2 fits 4 blocks in
- * 128 registers with a 28-byte spill and ran 16% faster there than at the
- * 3 its 152 registers allowed (256 sequences x 1,000 keys); groups of 4
- * fit 3 instead of 2.  Wider groups would spill hundreds of bytes, and
- * the bf16 kernels already fit 4 (128 registers) where it matters. */
+ * compiler likes).  The e4m3 batch kernel of groups up to 2 (4 loads in
+ * flight, launch_decode) fits 5 blocks in 96 registers with an 8-byte
+ * spill: nano-vllm's workload 33.9k tok/s, against 32.9k at the 117
+ * registers (4 blocks) it takes unbounded and 30.2k at 6 blocks (a
+ * 124-byte spill).  Groups of 4 fit 3 instead of 2.  Wider groups would
+ * spill hundreds of bytes, and the bf16 kernels fit 6 (groups up to 2) and
+ * 4 (groups of 4) unbounded. */
 template <typename KV, int G, bool EARLY>
 static __host__ __device__ constexpr int dec_min_blocks()
 {
-    return sizeof(KV) != 1 || EARLY ? 0 : G <= 2 ? 4 : G == 4 ? 3 : 0;
+    return sizeof(KV) != 1 || EARLY ? 0 : G <= 2 ? 5 : G == 4 ? 3 : 0;
 }
 
 /* EPL: elements of a row each lane loads (8 for bf16; 8 or 16 for fp8, whose
@@ -459,12 +461,20 @@ static nl_status dec_launch(cuda_backend *be, dec_params *p, const nl_attn_batch
 template <int HD, int G>
 static nl_status launch_decode(cuda_backend *be, dec_params *p, const nl_attn_batch *b)
 {
-    /* Fewer loads in flight for wide groups keeps q and o in registers.
-     * The early kernel (tiny batches, whose step is one chain of loads)
-     * keeps 8 for groups of 4 all the same: one sequence at 8B shapes
-     * 221.5 -> 224.7 tok/s, where at 128 sequences the registers it takes
-     * (3 blocks an SM instead of 4) cost the late kernel 11%. */
+    /* Loads in flight a lane: fewer for wide groups keeps q and o in
+     * registers.  The batch (late) kernels of groups up to 2 take 4, not 8:
+     * the bf16 one then holds 80 registers and fits 6 blocks an SM instead
+     * of 4, the e4m3 one 96 and 5 (dec_min_blocks), and over the spread of
+     * batch sizes and contexts of nano-vllm's workload resident blocks
+     * count for more than loads a lane (25.0k -> 25.7k tok/s, e4m3 33.3k ->
+     * 33.9k), though 128 sequences of 1,000 keys alone slow from 127 to
+     * 142 us (1.9 waves of blocks become 1.3).  The early kernel (tiny
+     * batches, whose step is one chain of loads) keeps 8, and bf16 8 for
+     * groups of 4 too: one sequence at 8B shapes 221.5 -> 224.7 tok/s,
+     * where at 128 sequences the registers it takes (3 blocks an SM
+     * instead of 4) cost the late kernel 11%. */
     constexpr int U = G <= 2 ? 8 : G == 4 ? 4 : 2;
+    constexpr int U_LATE = G <= 2 ? 4 : U;
     constexpr int U_EARLY_BF16 = G <= 4 ? 8 : U;
     /* fp8 lanes take 16 elements (one 16-byte load, as bf16 lanes do) where
      * the block's merge buffer, larger with more lane groups, still fits
@@ -472,13 +482,14 @@ static nl_status launch_decode(cuda_backend *be, dec_params *p, const nl_attn_ba
     constexpr int PARTS16 = DEC_WARPS * 32 / dec_pow2_ceil(HD / 16);
     constexpr bool WIDE = (size_t)PARTS16 * G * HD * sizeof(float) <= 32768;
     if (!p->kv_fp8)
-        return dec_launch(be, p, b, kernel_decode<HD, G, U, bf16, 8, false>,
+        return dec_launch(be, p, b, kernel_decode<HD, G, U_LATE, bf16, 8, false>,
                           kernel_decode<HD, G, U_EARLY_BF16, bf16, 8, true>);
-    if (WIDE)
-        return dec_launch(be, p, b, kernel_decode<HD, G, U, fp8, 16, false>,
+    if constexpr (WIDE)
+        return dec_launch(be, p, b, kernel_decode<HD, G, U_LATE, fp8, 16, false>,
                           kernel_decode<HD, G, U, fp8, 16, true>);
-    return dec_launch(be, p, b, kernel_decode<HD, G, 2 * U, fp8, 8, false>,
-                      kernel_decode<HD, G, 2 * U, fp8, 8, true>);
+    else
+        return dec_launch(be, p, b, kernel_decode<HD, G, 2 * U, fp8, 8, false>,
+                          kernel_decode<HD, G, 2 * U, fp8, 8, true>);
 }
 
 template <int HD>
