@@ -55,11 +55,6 @@ static __device__ __forceinline__ int dec_chunk(int ctx, int n_splits, int min_c
     return c > min_chunk ? c : min_chunk;
 }
 
-static __host__ __device__ constexpr int dec_pow2_ceil(int x)
-{
-    return x <= 1 ? 1 : 2 * dec_pow2_ceil((x + 1) / 2);
-}
-
 static __device__ __forceinline__ uint2 dec_load(const fp8 *p, uint2)
 {
     uint2 v;
@@ -129,7 +124,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, dec_min_blocks<KV, G, EARLY>()
 {
     typedef typename dec_raw<EPL * (int)sizeof(KV)>::type raw;
     constexpr int LIVE = HD / EPL;          /* lanes that load a token's row */
-    constexpr int LPT = dec_pow2_ceil(LIVE); /* lanes per token              */
+    constexpr int LPT = pow2_ceil(LIVE); /* lanes per token              */
     constexpr int TPW = 32 / LPT;           /* tokens per warp per load      */
     constexpr int PARTS = DEC_WARPS * TPW;  /* softmax states per block      */
     constexpr int STEP = PARTS * U;         /* keys per loop iteration       */
@@ -474,12 +469,12 @@ static nl_status launch_decode(cuda_backend *be, dec_params *p, const nl_attn_ba
      * where at 128 sequences the registers it takes (3 blocks an SM
      * instead of 4) cost the late kernel 11%. */
     constexpr int U = G <= 2 ? 8 : G == 4 ? 4 : 2;
-    constexpr int U_LATE = G <= 2 ? 4 : U;
+    constexpr int U_LATE = G <= 4 ? 4 : 2;
     constexpr int U_EARLY_BF16 = G <= 4 ? 8 : U;
     /* fp8 lanes take 16 elements (one 16-byte load, as bf16 lanes do) where
      * the block's merge buffer, larger with more lane groups, still fits
      * 32 KiB; otherwise 8 (an 8-byte load) with twice the loads in flight. */
-    constexpr int PARTS16 = DEC_WARPS * 32 / dec_pow2_ceil(HD / 16);
+    constexpr int PARTS16 = DEC_WARPS * 32 / pow2_ceil(HD / 16);
     constexpr bool WIDE = (size_t)PARTS16 * G * HD * sizeof(float) <= 32768;
     if (!p->kv_fp8)
         return dec_launch(be, p, b, kernel_decode<HD, G, U_LATE, bf16, 8, false>,

@@ -112,9 +112,24 @@ static __device__ __forceinline__ void pdl_release(void)
 #endif
 }
 
+/* The least power of two >= x (1 for x <= 1): lane groups whose xor
+ * reductions stay inside them. */
+static __host__ __device__ constexpr int pow2_ceil(int x)
+{
+    return x <= 1 ? 1 : 2 * pow2_ceil((x + 1) / 2);
+}
+
 static __device__ __forceinline__ float round_bf16(float x)
 {
     return __bfloat162float(__float2bfloat16(x));
+}
+
+/* One element of an RMSNorm as the reference rounds it: x / rms (inv is
+ * 1 / rms) is rounded to bf16 before its weight w multiplies it; the
+ * caller rounds the product. */
+static __device__ __forceinline__ float rms_weighted1(float x, float inv, float w)
+{
+    return w * round_bf16(x * inv);
 }
 
 /* One element of SiLU-and-multiply as the reference rounds it: silu(gate)

@@ -117,7 +117,7 @@ __global__ void kernel_rmsnorm_vec(bf16 *out, const bf16 *x, bf16 *residual, con
         unpack8(src[i], f);
         unpack8(wv[i], g);
 #pragma unroll
-        for (int j = 0; j < VEC; j++) f[j] = g[j] * round_bf16(f[j] * inv);
+        for (int j = 0; j < VEC; j++) f[j] = rms_weighted1(f[j], inv, g[j]);
         ov[i] = pack8(f);
     }
 }
@@ -142,7 +142,7 @@ __global__ void kernel_rmsnorm(bf16 *out, const bf16 *x, bf16 *residual, const b
     const bf16 *src = residual ? residual : x;
     for (int i = threadIdx.x; i < dim; i += blockDim.x) {
         float f = __bfloat162float(src[base + i]);
-        out[base + i] = __float2bfloat16(__bfloat162float(w[i]) * round_bf16(f * inv));
+        out[base + i] = __float2bfloat16(rms_weighted1(f, inv, __bfloat162float(w[i])));
     }
 }
 
@@ -175,6 +175,13 @@ static __device__ __forceinline__ void kv_put(fp8 *p, float v)
     /* round to nearest even, saturating at +-448: the bytes of the host's
      * nl_f32_to_f8e4m3 */
     *(__nv_fp8_storage_t *)p = __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
+}
+
+/* NeoX rotary embedding of one pair (a, b) = (x[i], x[i + hd/2]) by the
+ * angle whose cosine and sine are c and s; the caller rounds. */
+static __device__ __forceinline__ float2 rope_turn(float a, float b, float c, float s)
+{
+    return make_float2(a * c - b * s, b * c + a * s);
 }
 
 #define ROPE_PAIRS 4 /* a lane's rotary pairs whose angles come before the wait: hd <= 256 */
@@ -232,10 +239,11 @@ __global__ void kernel_qk_norm_rope_store(bf16 *qkv, const int32_t *positions, c
     auto rotate = [&](int i, float s, float c) {
         float a = __bfloat162float(x[i]), b = __bfloat162float(x[i + half]);
         if (w) {
-            a = round_bf16(__bfloat162float(w[i]) * round_bf16(a * inv));
-            b = round_bf16(__bfloat162float(w[i + half]) * round_bf16(b * inv));
+            a = round_bf16(rms_weighted1(a, inv, __bfloat162float(w[i])));
+            b = round_bf16(rms_weighted1(b, inv, __bfloat162float(w[i + half])));
         }
-        const bf16 lo = __float2bfloat16(a * c - b * s), hi = __float2bfloat16(b * c + a * s);
+        const float2 t = rope_turn(a, b, c, s);
+        const bf16 lo = __float2bfloat16(t.x), hi = __float2bfloat16(t.y);
         x[i] = lo;
         x[i + half] = hi;
         if (dst) {
@@ -326,8 +334,8 @@ __global__ void __launch_bounds__(ROPE_VEC_THREADS)
             unpack8(*(const bf16x8 *)(w + half + i0), wb);
 #pragma unroll
             for (int e = 0; e < VEC; e++) {
-                a[e] = round_bf16(wa[e] * round_bf16(a[e] * inv));
-                b[e] = round_bf16(wb[e] * round_bf16(b[e] * inv));
+                a[e] = round_bf16(rms_weighted1(a[e], inv, wa[e]));
+                b[e] = round_bf16(rms_weighted1(b[e], inv, wb[e]));
             }
         }
     }
@@ -335,9 +343,9 @@ __global__ void __launch_bounds__(ROPE_VEC_THREADS)
     float lo[VEC], hi[VEC];
 #pragma unroll
     for (int e = 0; e < VEC; e++) {
-        const float c = cs[i0 + e], s = sn[i0 + e];
-        lo[e] = a[e] * c - b[e] * s;
-        hi[e] = b[e] * c + a[e] * s;
+        const float2 t = rope_turn(a[e], b[e], cs[i0 + e], sn[i0 + e]);
+        lo[e] = t.x;
+        hi[e] = t.y;
     }
     const bf16x8 vlo = pack8(lo), vhi = pack8(hi);
     *(bf16x8 *)(x + i0) = vlo;
@@ -370,8 +378,7 @@ nl_status cuda_qk_norm_rope_store(nl_backend *b, void *qkv, const int32_t *posit
     const bf16 *qn = q_norm ? q_norm->data : NULL, *kn = k_norm ? k_norm->data : NULL;
     if (n > ROPE_VEC_MIN_TOKENS && hd % 16 == 0 && hd <= 512 && aligned16(qkv) &&
         aligned16(qn) && aligned16(kn)) {
-        int lph = 1; /* lanes a head: a power of two covering hd / 16 */
-        while (lph < hd / 16) lph *= 2;
+        const int lph = pow2_ceil(hd / 16); /* lanes a head */
         const int per_block = ROPE_VEC_THREADS / lph;
         const dim3 vgrid(n, (hq + 2 * hk + per_block - 1) / per_block);
         const size_t smem = (size_t)hd * sizeof(float);

@@ -98,8 +98,8 @@ static __device__ void gemv_norm_prologue(uint4 *xs, const uint4 *x, const uint4
         __nv_bfloat162 *h = (__nv_bfloat162 *)&o;
 #pragma unroll
         for (int j = 0; j < 4; j++)
-            h[j] = __floats2bfloat162_rn(g[2 * j] * round_bf16(f[2 * j] * inv),
-                                         g[2 * j + 1] * round_bf16(f[2 * j + 1] * inv));
+            h[j] = __floats2bfloat162_rn(rms_weighted1(f[2 * j], inv, g[2 * j]),
+                                         rms_weighted1(f[2 * j + 1], inv, g[2 * j + 1]));
         xs[i] = o;
     }
     __syncthreads();
