@@ -50,7 +50,9 @@ typedef struct nl_attn_batch {
     int32_t n_seqs;
     int32_t n_tokens;            /* cu_seqlens_q[n_seqs]                     */
     int32_t max_q_len;           /* host copies of maxima, for launch shapes */
-    int32_t max_context_len;
+    int32_t max_context_len;     /* at least every context_lens[s]: a bound
+                                    (a graph's, for every step it replays),
+                                    which kernels may plan their work from  */
     int32_t max_blocks_per_seq;  /* row stride of block_tables               */
     int32_t block_size;
     bool all_decode;             /* every q_len == 1                         */

@@ -820,6 +820,41 @@ START_TEST(test_attention_decode)
 }
 END_TEST
 
+/* Batches of up to 4 sequences whose bound on contexts is at most 1,024
+ * keys: the splits of a (sequence, kv head) run as one cluster of blocks
+ * and merge in its shared memory.  Contexts from one key (every split but
+ * the first empty) to the bound, at split edges (64 keys), exact bounds
+ * and a graph's (1,024) with padding rows, every head layout. */
+START_TEST(test_attention_decode_clusters)
+{
+    int q[4] = {1, 1, 1, 1};
+    int one[] = {639}, edges[] = {0, 63, 64, 1000}, two[] = {1023, 127};
+    check_attention(1, q, one, 16, 8, 128, 16, "decode cluster, one seq");
+    check_attention(4, q, edges, 16, 8, 128, 16, "decode cluster, split edges");
+    check_attention(2, q, two, 32, 8, 128, 16, "decode cluster, at the bound");
+    check_attention(4, q, edges, 32, 8, 128, 16, "decode cluster, groups of 4");
+    check_attention(4, q, edges, 16, 1, 128, 16, "decode cluster, MQA slices");
+    check_attention(4, q, edges, 14, 2, 64, 16, "decode cluster, partial slice");
+    check_attention(4, q, edges, 4, 2, 32, 16, "decode cluster");
+    check_attention(4, q, edges, 10, 2, 80, 16, "decode cluster");
+    check_attention(4, q, edges, 12, 4, 96, 16, "decode cluster");
+    check_attention(4, q, edges, 8, 2, 256, 16, "decode cluster");
+    attn_kv_fp8 = true;
+    check_attention(4, q, edges, 16, 8, 128, 16, "decode cluster");
+    check_attention(4, q, edges, 32, 8, 128, 16, "decode cluster, groups of 4");
+    check_attention(4, q, edges, 64, 8, 128, 16, "decode cluster, groups of 8");
+    attn_kv_fp8 = false;
+    /* a graph's bound: 1,024 keys, padding rows after the first two */
+    int pad[] = {700, 40, 0, 0};
+    attn_extra_blocks = 1024 / 16 - 701 / 16 - 1;
+    attn_pad_from = 2;
+    check_attention(4, q, pad, 16, 8, 128, 16, "decode cluster, graph bound + padding");
+    check_attention(4, q, pad, 32, 8, 128, 16, "decode cluster, graph bound + padding");
+    attn_pad_from = -1;
+    attn_extra_blocks = 0;
+}
+END_TEST
+
 /* Small batches under a graph captured at max_model_len: the host says
  * 40960, the device contexts are ~1000 (several splits live) or 1 (padding
  * rows), and a longer one (3000) must still merge every live split; 40
@@ -1303,6 +1338,7 @@ int main(void)
     tcase_add_test(tc, test_attention_prefill);
     tcase_add_test(tc, test_attention_decode);
     tcase_add_test(tc, test_attention_decode_graph_small);
+    tcase_add_test(tc, test_attention_decode_clusters);
     tcase_add_test(tc, test_attention_head_dim_refused);
     tcase_add_test(tc, test_graph_replay);
     tcase_add_test(tc, test_sample);

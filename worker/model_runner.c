@@ -49,6 +49,15 @@
  * coarser step loses little. */
 #define GRAPH_MAX_SIZES 128
 
+/* Decode batches of at most GRAPH_SHORT_SEQS seqs are captured twice: with
+ * their contexts bounded by GRAPH_SHORT_CONTEXT tokens and by
+ * max_model_len.  A backend may plan a step's attention from that bound
+ * (nl_attn_batch.max_context_len), and a tiny batch's plan is all about
+ * its contexts: under the short bound the CUDA backend merges a sequence's
+ * context splits inside one cluster of blocks, a kernel fewer a layer. */
+#define GRAPH_SHORT_SEQS 4
+#define GRAPH_SHORT_CONTEXT 1024
+
 /* ---- the step buffers ---------------------------------------------------
  *
  * Each buffer a step moves between host and device (a device buffer and
@@ -213,6 +222,7 @@ typedef struct model_runner {
 
     int32_t n_graphs;
     int32_t graph_size[GRAPH_MAX_SIZES];
+    int32_t graph_ctx[GRAPH_MAX_SIZES];  /* the bound on contexts it was captured at */
     nl_graph *graph[GRAPH_MAX_SIZES];
 
     /* NANOLLM_PROFILE=1: where a worker's time goes, per kind of step.  The
@@ -601,8 +611,10 @@ static step_shape shape_of(const model_runner *r, int32_t n_tokens, int32_t n_se
 /* Pads a decode batch with rows from..size-1 to the graph size `size`:
  * each writes no KV (slot -1), reads one token of block 0 and is sampled
  * greedily, and its sample is dropped.  Rows [0, from) are the step's own,
- * one token and one logits row each. */
-static void pad_decode(model_runner *r, int32_t from, int32_t size, step_plan *plan)
+ * one token and one logits row each, none with more than max_ctx tokens
+ * of context (the graph's bound). */
+static void pad_decode(model_runner *r, int32_t from, int32_t size, int32_t max_ctx,
+                       step_plan *plan)
 {
     int32_t *ids = r->host[BUF_IDS], *pos = r->host[BUF_POS], *slots = r->host[BUF_SLOTS];
     int32_t *cu = r->host[BUF_CU], *ctx = r->host[BUF_CTX], *tables = r->host[BUF_TABLES];
@@ -619,10 +631,11 @@ static void pad_decode(model_runner *r, int32_t from, int32_t size, step_plan *p
         rows[s] = s;
         srows[s] = (nl_sample_row){.temperature = 0.0f, .top_p = 1.0f};
     }
-    /* a graph's host maxima are the engine's, since it replays for any step */
+    /* a graph's host maxima are its bounds, since it replays for any step
+     * within them */
     plan->shape = shape_of(r, size, size, stride, size);
     plan->max_q = 1;
-    plan->max_ctx = r->p.max_model_len;
+    plan->max_ctx = max_ctx;
     plan->all_decode = true;
 }
 
@@ -708,31 +721,43 @@ static nl_status warm_graph_linears(model_runner *r)
     return st;
 }
 
-static nl_status capture_graphs(model_runner *r)
+/* Captures the decode step of n seqs whose contexts are at most max_ctx
+ * tokens as the next graph. */
+static nl_status capture_graph(model_runner *r, int32_t n, int32_t max_ctx)
 {
     nl_backend *be = r->be;
+    step_plan plan = {.graph = -1};
+    qwen_inputs in;
+    use_slot(r, 0); /* nothing is in flight while graphs are captured */
+    ((int32_t *)r->host[BUF_CU])[0] = 0;
+    pad_decode(r, 0, n, max_ctx, &plan);
+    NL_TRY(upload_inputs(r, &plan, &in));
+    /* one eager run first: libraries choose algorithms and allocate
+     * workspaces outside the capture */
+    NL_TRY(qwen_forward(be, r->comm, r->w, r->s, &in));
+    NL_TRY(be->ops->synchronize(be));
+    NL_TRY(be->ops->capture_begin(be));
+    nl_status st = qwen_forward(be, r->comm, r->w, r->s, &in);
+    nl_graph *g = NULL;
+    nl_status end = be->ops->capture_end(be, &g);
+    if (st != NL_OK) return nl_error_prefix(st, "capturing decode graph of %d seqs: ", n);
+    if (end != NL_OK) return nl_error_prefix(end, "capturing decode graph of %d seqs: ", n);
+    r->graph_size[r->n_graphs] = n;
+    r->graph_ctx[r->n_graphs] = max_ctx;
+    r->graph[r->n_graphs++] = g;
+    return NL_OK;
+}
+
+/* The graphs in ascending order of size, then of bound, so that the first
+ * that fits a step is the cheapest (pick_graph). */
+static nl_status capture_graphs(model_runner *r)
+{
     int32_t sizes[GRAPH_MAX_SIZES];
-    const int32_t n_sizes = graph_sizes(r, sizes);
-    for (int32_t i = 0; i < n_sizes; i++) {
-        const int32_t n = sizes[i];
-        step_plan plan = {.graph = -1};
-        qwen_inputs in;
-        use_slot(r, 0); /* nothing is in flight while graphs are captured */
-        ((int32_t *)r->host[BUF_CU])[0] = 0;
-        pad_decode(r, 0, n, &plan);
-        NL_TRY(upload_inputs(r, &plan, &in));
-        /* one eager run first: libraries choose algorithms and allocate
-         * workspaces outside the capture */
-        NL_TRY(qwen_forward(be, r->comm, r->w, r->s, &in));
-        NL_TRY(be->ops->synchronize(be));
-        NL_TRY(be->ops->capture_begin(be));
-        nl_status st = qwen_forward(be, r->comm, r->w, r->s, &in);
-        nl_graph *g = NULL;
-        nl_status end = be->ops->capture_end(be, &g);
-        if (st != NL_OK) return nl_error_prefix(st, "capturing decode graph of %d seqs: ", n);
-        if (end != NL_OK) return nl_error_prefix(end, "capturing decode graph of %d seqs: ", n);
-        r->graph_size[r->n_graphs] = n;
-        r->graph[r->n_graphs++] = g;
+    const int32_t n_sizes = graph_sizes(r, sizes), max_ctx = r->p.max_model_len;
+    for (int32_t i = 0; i < n_sizes && r->n_graphs < GRAPH_MAX_SIZES - 1; i++) {
+        if (sizes[i] <= GRAPH_SHORT_SEQS && GRAPH_SHORT_CONTEXT < max_ctx)
+            NL_TRY(capture_graph(r, sizes[i], GRAPH_SHORT_CONTEXT));
+        NL_TRY(capture_graph(r, sizes[i], max_ctx));
     }
     if (r->rank == 0)
         nl_log(NL_LOG_INFO, "captured %d decode graphs (batch sizes up to %d)", r->n_graphs,
@@ -903,6 +928,15 @@ static nl_status previous_row(model_runner *r, uint64_t step_id, uint64_t seq_id
                     "not sample it", step, seq, step - 1);
 }
 
+/* The first captured graph for n_seqs decodes of at most max_ctx tokens of
+ * context, or -1. */
+static int32_t pick_graph(const model_runner *r, int32_t n_seqs, int32_t max_ctx)
+{
+    for (int32_t i = 0; i < r->n_graphs; i++)
+        if (r->graph_size[i] >= n_seqs && r->graph_ctx[i] >= max_ctx) return i;
+    return -1;
+}
+
 /* Stage 1, on the host: checks the command, picks the path (the smallest
  * captured graph that fits an all-decode step, else eager) and fills the
  * host mirrors of the forward and sampler inputs. */
@@ -915,9 +949,14 @@ static nl_status prepare_inputs(model_runner *r, const wire_run *cmd, step_plan 
     while (plan->n_leading_decodes < n_seqs && cmd->seqs[plan->n_leading_decodes].num_new == 1)
         plan->n_leading_decodes++;
     plan->all_decode = plan->n_leading_decodes == n_seqs;
-    if (plan->all_decode)
-        for (int32_t i = 0; i < r->n_graphs && plan->graph < 0; i++)
-            if (r->graph_size[i] >= n_seqs) plan->graph = i;
+    if (plan->all_decode) {
+        int32_t longest = 0;
+        for (int32_t s = 0; s < n_seqs; s++) {
+            const int32_t len = cmd->seqs[s].num_computed + cmd->seqs[s].num_new;
+            if (len > longest) longest = len;
+        }
+        plan->graph = pick_graph(r, n_seqs, longest);
+    }
 
     /* a graph replays with the engine-wide table stride; an eager step
      * uploads only as wide a table as its longest seq needs */
@@ -955,7 +994,7 @@ static nl_status prepare_inputs(model_runner *r, const wire_run *cmd, step_plan 
         }
     }
     if (plan->graph >= 0)
-        pad_decode(r, n_seqs, r->graph_size[plan->graph], plan);
+        pad_decode(r, n_seqs, r->graph_size[plan->graph], r->graph_ctx[plan->graph], plan);
     else
         plan->shape = shape_of(r, n_tokens, n_seqs, stride, n_logits);
     plan->shape.table_width = width;

@@ -23,7 +23,15 @@
  * cost one early exit per split.  With more than one split, blocks write
  * unnormalised partials (o, m, l) and kernel_decode_merge combines the
  * splits that exist for each sequence.
+ *
+ * Tiny batches of short contexts (at most DEC_EARLY_SEQS sequences, the
+ * host's bound on their contexts at most DEC_CLUSTER_MAX splits of
+ * DEC_MIN_CHUNK_EARLY keys) launch the splits of each (sequence, kv head)
+ * as one thread-block cluster instead: the splits merge through each
+ * other's shared memory, and the step loses the merge kernel, a dependent
+ * step of its own on a one-token critical path.
  */
+#include <cooperative_groups.h>
 #include <math.h>
 
 #include "kernels/cuda/attention.cuh"
@@ -34,6 +42,7 @@
 #define DEC_TARGET_WAVES 4   /* waves of resident blocks a split batch aims at */
 #define DEC_MAX_SPLITS 64
 #define DEC_EARLY_SEQS 4     /* batches this small take the early-load kernel */
+#define DEC_CLUSTER_MAX 16   /* splits merged inside one cluster at most    */
 
 struct dec_params : attn_args {
     float *part_o;            /* [n_seqs * hq * n_splits, hd]                */
@@ -115,11 +124,50 @@ static __host__ __device__ constexpr int dec_min_blocks()
     return sizeof(KV) != 1 || EARLY ? 0 : G <= 2 ? 5 : G == 4 ? 3 : 0;
 }
 
+/* The splits of one (sequence, kv head) as one cluster (gridDim.x blocks):
+ * each block has left its split's unnormalised (o, m, l) in its shared
+ * memory; every block then finishes its share of the outputs from all the
+ * splits' (distributed shared memory) and writes them.  Empty splits hold
+ * m = -inf and weigh nothing. */
+template <int G, int HD>
+static __device__ void dec_cluster_merge(const dec_params &p, float (*cl_o)[HD], float (*cl_ml)[2],
+                                         int nh, int h0, int tok)
+{
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync(); /* every split's partial is in its block */
+    const int n = (int)cluster.num_blocks(), total = nh * HD;
+    const int per = (total + n - 1) / n, first = (int)cluster.block_rank() * per;
+    const int last = min(total, first + per);
+    for (int idx = first + (int)threadIdx.x; idx < last; idx += blockDim.x) {
+        const int gi = idx / HD, d = idx % HD;
+        float m[DEC_CLUSTER_MAX], mx = -INFINITY;
+#pragma unroll
+        for (int s = 0; s < DEC_CLUSTER_MAX; s++) {
+            m[s] = s < n ? cluster.map_shared_rank(&cl_ml[gi][0], s)[0] : -INFINITY;
+            mx = fmaxf(mx, m[s]);
+        }
+        float sum_l = 0.0f, sum_o = 0.0f;
+#pragma unroll
+        for (int s = 0; s < DEC_CLUSTER_MAX; s++)
+            if (s < n && m[s] != -INFINITY) {
+                const float w = exp2f(m[s] - mx);
+                sum_l = fmaf(w, cluster.map_shared_rank(&cl_ml[gi][1], s)[0], sum_l);
+                sum_o = fmaf(w, cluster.map_shared_rank(&cl_o[gi][d], s)[0], sum_o);
+            }
+        const float inv = sum_l > 0.0f ? 1.0f / sum_l : 0.0f;
+        p.out[((size_t)tok * p.hq + h0 + gi) * HD + d] = __float2bfloat16(sum_o * inv);
+    }
+    cluster.sync(); /* no block leaves while another reads its memory */
+}
+
 /* EPL: elements of a row each lane loads (8 for bf16; 8 or 16 for fp8, whose
  * 16 fill a 16-byte load and halve the lanes, shuffles and softmax work per
  * key).  EARLY: the block's first K/V loads go out before the wait for the
- * kernel before it (dec_launch says when that pays). */
-template <int HD, int G, int U, typename KV, int EPL, bool EARLY>
+ * kernel before it (dec_launch says when that pays).  CLUSTER: the grid's
+ * splits are clusters and merge in dec_cluster_merge (every block stays to
+ * the end, even one whose split is empty). */
+template <int HD, int G, int U, typename KV, int EPL, bool EARLY, bool CLUSTER = false>
 __global__ void __launch_bounds__(DEC_WARPS * 32, dec_min_blocks<KV, G, EARLY>()) kernel_decode(dec_params p)
 {
     typedef typename dec_raw<EPL * (int)sizeof(KV)>::type raw;
@@ -132,6 +180,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, dec_min_blocks<KV, G, EARLY>()
     static_assert(HD % EPL == 0, "a row splits into whole pieces");
     __shared__ float sh_o[PARTS][G][HD];
     __shared__ float sh_m[PARTS][G], sh_l[PARTS][G];
+    __shared__ float cl_o[CLUSTER ? G : 1][CLUSTER ? HD : 1], cl_ml[CLUSTER ? G : 1][2];
 
     /* The step's inputs (orders, contexts, tables) were uploaded before the
      * kernels before this one ran, so they are read before pdl_wait. */
@@ -141,7 +190,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, dec_min_blocks<KV, G, EARLY>()
     const int chunk = dec_chunk(ctx, p.n_splits, p.min_chunk);
     const int k_begin = split * chunk;
     const int k_end = min(ctx, k_begin + chunk);
-    if (k_begin >= k_end) return;
+    if (k_begin >= k_end && !CLUSTER) return;
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int sub = lane / LPT, li = lane % LPT;
@@ -356,7 +405,13 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, dec_min_blocks<KV, G, EARLY>()
             }
         }
         const int h = h0 + gi;
-        if (p.n_splits == 1) {
+        if constexpr (CLUSTER) {
+            cl_o[gi][d] = sum_o;
+            if (d == 0) {
+                cl_ml[gi][0] = mx;
+                cl_ml[gi][1] = sum_l;
+            }
+        } else if (p.n_splits == 1) {
             const float inv = sum_l > 0.0f ? 1.0f / sum_l : 0.0f;
             p.out[((size_t)tok * p.hq + h) * HD + d] = __float2bfloat16(sum_o * inv);
         } else {
@@ -368,6 +423,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, dec_min_blocks<KV, G, EARLY>()
             }
         }
     }
+    if constexpr (CLUSTER) dec_cluster_merge<G, HD>(p, cl_o, cl_ml, nh, h0, tok);
 }
 
 /* One block per (sequence, query head): rescales the partials of the splits
@@ -434,13 +490,22 @@ static int dec_splits(const cuda_backend *be, const nl_attn_batch *b, const dec_
  * the wait (early).  That kernel holds more registers (fewer resident
  * blocks), so everywhere else it loses more than it hides: in every
  * decode step nano-vllm's workload fell from 23.5k to 15.0k tok/s, in
- * every split one (up to 65 sequences) to 21.5k. */
+ * every split one (up to 65 sequences) to 21.5k.  When such a batch's
+ * bound on its contexts needs no more splits than a cluster holds, the
+ * early kernel's clustered form merges them itself. */
 static nl_status dec_launch(cuda_backend *be, dec_params *p, const nl_attn_batch *b,
-                            dec_kernel late, dec_kernel early)
+                            dec_kernel late, dec_kernel early, dec_kernel clustered)
 {
     const bool tiny = b->n_seqs <= DEC_EARLY_SEQS;
     p->min_chunk = tiny ? DEC_MIN_CHUNK_EARLY : DEC_MIN_CHUNK;
     p->n_splits = dec_splits(be, b, p, late);
+    if (tiny && p->n_splits > 1 && be->clusters &&
+        p->n_splits <= cuda_cluster_max(clustered, DEC_WARPS * 32, 0)) {
+        dim3 grid(p->n_splits, p->hk * p->n_slices, b->n_seqs);
+        NL_CUDA_CHECK(cuda_launch_clusters(be, clustered, grid, DEC_WARPS * 32, 0,
+                                           (unsigned)p->n_splits, *p));
+        return NL_OK;
+    }
     const dec_kernel k = tiny ? early : late;
     p->part_o = attn_scratch(be);
     p->part_ml = attn_scratch(be) + (size_t)b->n_seqs * p->hq * p->n_splits * p->hd;
@@ -478,13 +543,16 @@ static nl_status launch_decode(cuda_backend *be, dec_params *p, const nl_attn_ba
     constexpr bool WIDE = (size_t)PARTS16 * G * HD * sizeof(float) <= 32768;
     if (!p->kv_fp8)
         return dec_launch(be, p, b, kernel_decode<HD, G, U_LATE, bf16, 8, false>,
-                          kernel_decode<HD, G, U_EARLY_BF16, bf16, 8, true>);
+                          kernel_decode<HD, G, U_EARLY_BF16, bf16, 8, true>,
+                          kernel_decode<HD, G, U_EARLY_BF16, bf16, 8, true, true>);
     if constexpr (WIDE)
         return dec_launch(be, p, b, kernel_decode<HD, G, U_LATE, fp8, 16, false>,
-                          kernel_decode<HD, G, U, fp8, 16, true>);
+                          kernel_decode<HD, G, U, fp8, 16, true>,
+                          kernel_decode<HD, G, U, fp8, 16, true, true>);
     else
         return dec_launch(be, p, b, kernel_decode<HD, G, 2 * U, fp8, 8, false>,
-                          kernel_decode<HD, G, 2 * U, fp8, 8, true>);
+                          kernel_decode<HD, G, 2 * U, fp8, 8, true>,
+                          kernel_decode<HD, G, 2 * U, fp8, 8, true, true>);
 }
 
 template <int HD>

@@ -410,6 +410,37 @@ int cuda_blocks_per_sm_of(const void *kernel, int threads, size_t smem)
     return blocks;
 }
 
+int cuda_cluster_max_of(const void *kernel, int threads, size_t smem)
+{
+    static struct { const void *kernel; int threads; size_t smem; int most; } seen[32];
+    static int n_seen;
+    for (int i = 0; i < n_seen; i++)
+        if (seen[i].kernel == kernel && seen[i].threads == threads && seen[i].smem == smem)
+            return seen[i].most;
+    int most = 1;
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) !=
+        cudaSuccess)
+        cudaGetLastError(); /* then only the portable sizes */
+    for (unsigned size = 16; size > 1 && most == 1; size /= 2) {
+        cudaLaunchAttribute attr;
+        attr.id = cudaLaunchAttributeClusterDimension;
+        attr.val.clusterDim = {size, 1, 1};
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3(size);
+        cfg.blockDim = dim3(threads);
+        cfg.dynamicSmemBytes = smem;
+        cfg.attrs = &attr;
+        cfg.numAttrs = 1;
+        int clusters = 0;
+        if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess)
+            cudaGetLastError();
+        else if (clusters >= 1)
+            most = (int)size;
+    }
+    if (n_seen < 32) seen[n_seen++] = {kernel, threads, smem, most};
+    return most;
+}
+
 static nl_status backend_init(cuda_backend *be)
 {
     NL_CUDA_CHECK(cudaSetDevice(be->device));
@@ -420,6 +451,8 @@ static nl_status backend_init(cuda_backend *be)
     NL_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, be->device));
     const char *pdl = getenv("NANOLLM_PDL");
     be->pdl = major >= 9 && !(pdl && strcmp(pdl, "0") == 0);
+    const char *clusters = getenv("NANOLLM_CLUSTERS");
+    be->clusters = major >= 9 && !(clusters && strcmp(clusters, "0") == 0);
     NL_CUBLAS_CHECK(cublasLtCreate(&be->lt));
     be->workspace_bytes = WORKSPACE_BYTES;
     NL_CUDA_CHECK(cudaMalloc(&be->workspace, be->workspace_bytes));

@@ -161,6 +161,8 @@ typedef struct cuda_backend {
     int device;
     int num_sms;
     bool pdl;                  /* programmatic dependent launch (cuda_launch) */
+    bool clusters;             /* kernels may launch in thread-block clusters; */
+                               /* NANOLLM_CLUSTERS=0: never (A/B runs)     */
     cudaStream_t stream;       /* every op is enqueued here, nothing else */
     cublasLtHandle_t lt;
     void *workspace;           /* cuBLASLt workspace, fixed at creation    */
@@ -196,22 +198,40 @@ static inline cuda_backend *cuda_be(nl_backend *be)
 
 /* Launches kernel<<<grid, block, smem>>>(args...) on the backend's stream,
  * allowed to overlap the kernel before it where the device supports it
- * (see pdl_wait): every kernel launched here keeps that rule. */
+ * (see pdl_wait): every kernel launched here keeps that rule.  cluster > 1
+ * groups each run of `cluster` blocks along x into a thread-block cluster
+ * (grid.x a multiple of it), whose blocks run at once and may read each
+ * other's shared memory. */
 template <typename... Params, typename... Args>
-static inline cudaError_t cuda_launch(const cuda_backend *be, void (*kernel)(Params...), dim3 grid,
-                                      dim3 block, size_t smem, Args &&...args)
+static inline cudaError_t cuda_launch_clusters(const cuda_backend *be, void (*kernel)(Params...),
+                                               dim3 grid, dim3 block, size_t smem,
+                                               unsigned cluster, Args &&...args)
 {
-    cudaLaunchAttribute attr;
-    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchAttribute attrs[2];
+    unsigned n = 0;
+    if (be->pdl) {
+        attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attrs[n++].val.programmaticStreamSerializationAllowed = 1;
+    }
+    if (cluster > 1) {
+        attrs[n].id = cudaLaunchAttributeClusterDimension;
+        attrs[n++].val.clusterDim = {cluster, 1, 1};
+    }
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = be->stream;
-    cfg.attrs = &attr;
-    cfg.numAttrs = be->pdl ? 1 : 0;
+    cfg.attrs = attrs;
+    cfg.numAttrs = n;
     return cudaLaunchKernelEx(&cfg, kernel, static_cast<Args &&>(args)...);
+}
+
+template <typename... Params, typename... Args>
+static inline cudaError_t cuda_launch(const cuda_backend *be, void (*kernel)(Params...), dim3 grid,
+                                      dim3 block, size_t smem, Args &&...args)
+{
+    return cuda_launch_clusters(be, kernel, grid, block, smem, 1, static_cast<Args &&>(args)...);
 }
 
 /* Blocks of a kernel resident on one SM at the given block size and dynamic
@@ -223,6 +243,17 @@ template <typename... Params>
 static inline int cuda_blocks_per_sm(void (*kernel)(Params...), int threads, size_t smem)
 {
     return cuda_blocks_per_sm_of((const void *)kernel, threads, smem);
+}
+
+/* The largest thread-block cluster (16, 8, 4 or 2 blocks along x, 1: none)
+ * of which the device can run at least one at a time for this kernel,
+ * block size and dynamic shared memory; sizes past the portable 8 are
+ * allowed for the kernel first.  Asked once per combination. */
+int cuda_cluster_max_of(const void *kernel, int threads, size_t smem);
+template <typename... Params>
+static inline int cuda_cluster_max(void (*kernel)(Params...), int threads, size_t smem)
+{
+    return cuda_cluster_max_of((const void *)kernel, threads, smem);
 }
 
 /* The op entry points, one group per kernel file.  Each has exactly the
