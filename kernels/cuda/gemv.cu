@@ -70,9 +70,10 @@ static __device__ __forceinline__ void gemv_load_pieces(uint4 *wv, const uint4 *
 }
 
 /* Writes rmsnorm(x) * norm_w, as bf16, into xs: the block's copy of the
- * normalised input. */
-static __device__ void gemv_norm_prologue(uint4 *xs, const uint4 *x, const uint4 *norm_w, int k,
-                                          float eps)
+ * normalised input.  w0: the thread's first piece of norm_w, loaded before
+ * the wait for x (the weights are constant). */
+static __device__ void gemv_norm_prologue(uint4 *xs, const uint4 *x, const uint4 *norm_w, uint4 w0,
+                                          int k, float eps)
 {
     __shared__ float red[GEMV_WARPS];
     const int kv = k / 8;
@@ -93,7 +94,7 @@ static __device__ void gemv_norm_prologue(uint4 *xs, const uint4 *x, const uint4
     for (int i = threadIdx.x; i < kv; i += blockDim.x) {
         float f[8], g[8];
         bf16x8_to_float(x[i], f);
-        bf16x8_to_float(norm_w[i], g);
+        bf16x8_to_float(i == (int)threadIdx.x ? w0 : norm_w[i], g);
         uint4 o;
         __nv_bfloat162 *h = (__nv_bfloat162 *)&o;
 #pragma unroll
@@ -105,17 +106,40 @@ static __device__ void gemv_norm_prologue(uint4 *xs, const uint4 *x, const uint4
     __syncthreads();
 }
 
-/* Writes one output row from its warp-reduced dot products (lane 0). */
-template <typename OUT, int EPI>
-static __device__ __forceinline__ void gemv_finish(OUT *out, const bf16 *bias, int m, int row,
-                                                   const float *acc)
+/* What a row's finish adds to its sums besides them: the bias of each of
+ * its weight rows (0 without one) and, with GEMV_ADD, its residual element.
+ * The finishing lane loads them when the row starts, so that the finish
+ * waits for no load: the bias (constant) even before pdl_wait, the
+ * residual (written by earlier kernels) after it. */
+template <int R> struct gemv_addends {
+    float bias[R];
+    float residual;
+};
+
+template <typename OUT, int EPI, int R>
+static __device__ __forceinline__ gemv_addends<R> gemv_addends_of(const OUT *out, const bf16 *bias,
+                                                                  int m, int row, bool residual)
 {
-    const float y = acc[0] + (bias ? __bfloat162float(bias[row]) : 0.0f);
+    gemv_addends<R> a;
+#pragma unroll
+    for (int r = 0; r < R; r++) a.bias[r] = bias ? __bfloat162float(bias[(size_t)r * m + row]) : 0.0f;
+    a.residual = 0.0f;
+    if constexpr (EPI == GEMV_ADD)
+        if (residual) a.residual = (float)out[row];
+    return a;
+}
+
+/* Writes one output row from its warp-reduced dot products (lane 0). */
+template <typename OUT, int EPI, int R>
+static __device__ __forceinline__ void gemv_finish(OUT *out, int row, const float *acc,
+                                                   const gemv_addends<R> &a)
+{
+    const float y = acc[0] + a.bias[0];
     if constexpr (EPI == GEMV_SILU_MUL) {
-        const float u = round_bf16(acc[1] + (bias ? __bfloat162float(bias[m + row]) : 0.0f));
+        const float u = round_bf16(acc[1] + a.bias[1]);
         gemv_store(out + row, silu_mul1(round_bf16(y), u));
     } else if constexpr (EPI == GEMV_ADD) {
-        gemv_store(out + row, round_bf16(y) + (float)out[row]);
+        gemv_store(out + row, round_bf16(y) + a.residual);
     } else {
         gemv_store(out + row, y);
     }
@@ -158,12 +182,20 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
         for (int r = 0; r < R; r++)
             gemv_load_pieces(wv[r], (const uint4 *)(w + ((size_t)r * m + r0) * k), b0, hi);
     };
+    /* the lane that finishes the slot's rows holds their addends */
+    const bool finisher = lane == 0 && sub == 0;
+    gemv_addends<R> add{}, add_next{};
     if (row < m) load(row, round + lane);
+    uint4 norm_w0 = make_uint4(0, 0, 0, 0);
+    if (NORM && (int)threadIdx.x < kv) norm_w0 = ((const uint4 *)norm_w)[threadIdx.x];
+    if (finisher && row < m) add = gemv_addends_of<OUT, EPI, R>(out, bias, m, row, false);
     pdl_wait();
     pdl_release();
+    if constexpr (EPI == GEMV_ADD)
+        if (finisher && row < m) add.residual = (float)out[row];
     const uint4 *xr = (const uint4 *)x;
     if constexpr (NORM) {
-        gemv_norm_prologue(xs, xr, (const uint4 *)norm_w, k, eps);
+        gemv_norm_prologue(xs, xr, (const uint4 *)norm_w, norm_w0, k, eps);
         xr = xs;
     }
     float acc[R];
@@ -178,6 +210,8 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
         int next_row = row, next_round = round + ROUND;
         if (next_round >= hi) next_row = row + stride, next_round = lo;
         if (next_row < m) load(next_row, next_round + lane);
+        if (finisher && next_row != row && next_row < m)
+            add_next = gemv_addends_of<OUT, EPI, R>(out, bias, m, next_row, true);
 #pragma unroll
         for (int u = 0; u < GEMV_UNROLL; u++) {
             const int i = round + lane + u * 32;
@@ -211,12 +245,13 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
 #pragma unroll
                         for (int s = 0; s < KS; s++) acc[r] += parts[parity][warp + s][r];
                     }
-                    gemv_finish<OUT, EPI>(out, bias, m, row, acc);
+                    gemv_finish<OUT, EPI, R>(out, row, acc, add);
                 }
                 parity ^= 1;
             } else if (lane == 0) {
-                gemv_finish<OUT, EPI>(out, bias, m, row, acc);
+                gemv_finish<OUT, EPI, R>(out, row, acc, add);
             }
+            add = add_next;
 #pragma unroll
             for (int r = 0; r < R; r++) acc[r] = 0.0f;
         }
