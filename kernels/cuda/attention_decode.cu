@@ -133,6 +133,9 @@ template <int G, int HD>
 static __device__ void dec_cluster_merge(const dec_params &p, float (*cl_o)[HD], float (*cl_ml)[2],
                                          int nh, int h0, int tok)
 {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+    __trap(); /* clusters are Hopper's; dec_launch takes them only there */
+#else
     namespace cg = cooperative_groups;
     cg::cluster_group cluster = cg::this_cluster();
     cluster.sync(); /* every split's partial is in its block */
@@ -159,6 +162,7 @@ static __device__ void dec_cluster_merge(const dec_params &p, float (*cl_o)[HD],
         p.out[((size_t)tok * p.hq + h0 + gi) * HD + d] = __float2bfloat16(sum_o * inv);
     }
     cluster.sync(); /* no block leaves while another reads its memory */
+#endif
 }
 
 /* EPL: elements of a row each lane loads (8 for bf16; 8 or 16 for fp8, whose
