@@ -70,27 +70,10 @@ typedef struct nl_attn_batch {
     const int32_t *decode_order;
 } nl_attn_batch;
 
-/* What qk_norm_rope_store reads besides qkv and the caches (see that op):
- * for rope_attention, which does its work first. */
-typedef struct nl_rope_store {
-    const int32_t *positions;    /* [n] backend memory                       */
-    const int32_t *slots;        /* [n] backend memory, < 0: not stored      */
-    const nl_weight *q_norm;     /* NULL: no QK-norm                         */
-    const nl_weight *k_norm;
-    const float *inv_freq;       /* [hd / 2] backend memory                  */
-    float eps;
-} nl_rope_store;
-
 /* Fills order[n] for nl_attn_batch.decode_order: seqs [0, n_decodes) by
  * context_lens descending, ties in seq order; the seqs after them keep
  * their places.  keys[n_decodes] is the caller's scratch (the sort runs on
  * every step, so it allocates nothing). */
-/* rope_attention as its two ops, for backends without a fused form. */
-nl_status nl_rope_attention_unfused(nl_backend *be, void *out, void *qkv,
-                                    const nl_rope_store *rope, void *k_cache, void *v_cache,
-                                    const nl_attn_batch *batch, int32_t hq, int32_t hk,
-                                    int32_t hd, float scale, nl_dtype kv_dtype);
-
 void nl_attn_decode_order(const int32_t *context_lens, int32_t n_decodes, int32_t n,
                           int64_t *keys, int32_t *order);
 
@@ -198,15 +181,6 @@ typedef struct nl_backend_ops {
                            const void *k_cache, const void *v_cache,
                            const nl_attn_batch *batch, int32_t hq, int32_t hk,
                            int32_t hd, float scale, nl_dtype kv_dtype);
-    /* Optional (NULL: the caller runs the two ops): qk_norm_rope_store on
-     * the batch's n_tokens new tokens, then attention, for a batch that is
-     * all decodes; a backend may do both in one pass where that pays (the
-     * CUDA backend: batches of a few short contexts, whose step is a chain
-     * of small kernels).  Afterwards qkv's q and k parts are unspecified. */
-    nl_status (*rope_attention)(nl_backend *be, void *out, void *qkv, const nl_rope_store *rope,
-                                void *k_cache, void *v_cache, const nl_attn_batch *batch,
-                                int32_t hq, int32_t hk, int32_t hd, float scale,
-                                nl_dtype kv_dtype);
     /* A projection of the normalised residual stream: with x, residual += x
      * first (x == NULL: residual is complete and stays as it is); then
      * y = rmsnorm(residual) * norm_w @ w^T (+ bias), and out = y, or with

@@ -658,77 +658,6 @@ static int attn_pad_from = -1;
 /* true: the cache is e4m3 on both backends (the same bytes). */
 static bool attn_kv_fp8;
 
-/* true (decodes only): rope_attention instead of attention, the new
- * tokens' q, k and v raw in qkv (QK-norm too with attn_rope_norm); outputs
- * of padding rows are not compared (the CPU reads the key their slot -1
- * did not store, a fused kernel the key it made), the caches are. */
-static bool attn_rope, attn_rope_norm;
-
-/* The e4m3 caches of both backends, decoded, against each other. */
-static void expect_close_fp8(raw r, size_t n, const char *what)
-{
-    uint8_t *bc = malloc(n), *bg = malloc(n);
-    float *fc = malloc(n * 4), *fg = malloc(n * 4);
-    ck_assert_int_eq(cpu->ops->download(cpu, bc, r.c, n), NL_OK);
-    ck_assert_int_eq(gpu->ops->download(gpu, bg, r.g, n), NL_OK);
-    for (size_t i = 0; i < n; i++) {
-        fc[i] = nl_f8e4m3_to_f32(bc[i]);
-        fg[i] = nl_f8e4m3_to_f32(bg[i]);
-    }
-    double e = rel_err(fg, fc, n);
-    printf("  %-58s rel err %.2e\n", what, e);
-    ck_assert_msg(e < TOL, "%s: relative error %g", what, e);
-    free(bc);
-    free(bg);
-    free(fc);
-    free(fg);
-}
-
-/* rope_attention on both backends over check_attention's batch: positions
- * and slots of each decode's new token (padding rows from attn_pad_from:
- * position 0, slot -1), then the outputs of the real rows and both caches
- * compared. */
-static void check_rope_attention(int n_seqs, const int32_t *ctx, const int32_t *table,
-                                 int max_blocks, int hq, int hk, int hd, int bs, pair pq,
-                                 pair out, void *kcc, void *vcc, void *kcg, void *vcg,
-                                 const nl_attn_batch *bc, const nl_attn_batch *bg, nl_dtype kv_c,
-                                 nl_dtype kv_g, const char *what)
-{
-    int32_t pos[64], slots[64];
-    const int real = attn_pad_from >= 0 ? attn_pad_from : n_seqs;
-    for (int s = 0; s < n_seqs; s++) {
-        const int at = ctx[s] - 1;
-        pos[s] = s < real ? at : 0;
-        slots[s] = s < real ? table[s * max_blocks + at / bs] * bs + at % bs : -1;
-    }
-    float *inv = malloc(sizeof(float) * (size_t)(hd / 2));
-    for (int i = 0; i < hd / 2; i++) inv[i] = 1.0f / powf(1000000.0f, (float)(2 * i) / (float)hd);
-    float *qn = rand_bf16(hd, 1.5f), *kn = rand_bf16(hd, 1.5f);
-    wpair wq = weight_from(qn, 1, hd), wk = weight_from(kn, 1, hd);
-    raw pinv = raw_from(inv, sizeof(float) * (size_t)(hd / 2));
-    raw ppos = raw_from(pos, n_seqs * 4), pslots = raw_from(slots, n_seqs * 4);
-    const nl_rope_store rc = {ppos.c, pslots.c, attn_rope_norm ? wq.c : NULL,
-                              attn_rope_norm ? wk.c : NULL, pinv.c, 1e-6f};
-    const nl_rope_store rg = {ppos.g, pslots.g, attn_rope_norm ? wq.g : NULL,
-                              attn_rope_norm ? wk.g : NULL, pinv.g, 1e-6f};
-    const float scale = 1.0f / sqrtf((float)hd);
-    OK_BOTH(cpu->ops->rope_attention(cpu, out.c, pq.c, &rc, kcc, vcc, bc, hq, hk, hd, scale, kv_c),
-            gpu->ops->rope_attention(gpu, out.g, pq.g, &rg, kcg, vcg, bg, hq, hk, hd, scale, kv_g));
-    pair rows = out;
-    rows.n = (size_t)real * hq * hd;
-    char line[160];
-    snprintf(line, sizeof line, "%s%s", what, attn_rope_norm ? " +norm" : "");
-    expect_close(rows, line);
-    free(inv);
-    free(qn);
-    free(kn);
-    weight_free(wq);
-    weight_free(wk);
-    raw_free(pinv);
-    raw_free(ppos);
-    raw_free(pslots);
-}
-
 /* Sequences with q_len new tokens each on top of prefix cached tokens; the
  * cache holds random K/V in randomly placed blocks. */
 static void check_attention(int n_seqs, const int *q_lens, const int *prefix, int hq, int hk,
@@ -800,26 +729,12 @@ static void check_attention(int n_seqs, const int *q_lens, const int *prefix, in
     raw rorder = raw_from(order, n_seqs * 4);
     bg.decode_order = rorder.g;
     float scale = 1.0f / sqrtf((float)hd);
+    OK_BOTH(cpu->ops->attention(cpu, out.c, pq.c, kcc, vcc, &bc, hq, hk, hd, scale, kv_c),
+            gpu->ops->attention(gpu, out.g, pq.g, kcg, vcg, &bg, hq, hk, hd, scale, kv_g));
     char what[128];
-    snprintf(what, sizeof what, "%s %s hq=%d hk=%d hd=%d bs=%d max_ctx=%d%s",
-             attn_rope ? "rope_attention" : "attention", label, hq, hk, hd, bs, max_ctx,
-             attn_kv_fp8 ? " fp8 KV" : "");
-    if (attn_rope) {
-        ck_assert(all_decode);
-        check_rope_attention(n_seqs, ctx, table, max_blocks, hq, hk, hd, bs, pq, out, kcc, vcc,
-                             kcg, vcg, &bc, &bg, kv_c, kv_g, what);
-        if (attn_kv_fp8) {
-            expect_close_fp8(rk8, cache, "  its k cache");
-            expect_close_fp8(rv8, cache, "  its v cache");
-        } else {
-            expect_close(kc, "  its k cache");
-            expect_close(vc, "  its v cache");
-        }
-    } else {
-        OK_BOTH(cpu->ops->attention(cpu, out.c, pq.c, kcc, vcc, &bc, hq, hk, hd, scale, kv_c),
-                gpu->ops->attention(gpu, out.g, pq.g, kcg, vcg, &bg, hq, hk, hd, scale, kv_g));
-        expect_close(out, what);
-    }
+    snprintf(what, sizeof what, "attention %s hq=%d hk=%d hd=%d bs=%d max_ctx=%d%s", label, hq, hk,
+             hd, bs, max_ctx, attn_kv_fp8 ? " fp8 KV" : "");
+    expect_close(out, what);
     raw_free(rk8);
     raw_free(rv8);
     free(k8);
@@ -937,45 +852,6 @@ START_TEST(test_attention_decode_clusters)
     check_attention(4, q, pad, 32, 8, 128, 16, "decode cluster, graph bound + padding");
     attn_pad_from = -1;
     attn_extra_blocks = 0;
-}
-END_TEST
-
-/* rope_attention: the QK-norm, RoPE and K/V store done by the clustered
- * decode kernel itself (a few sequences, a bound of at most 1,024 keys,
- * head_dim 64 or 128), and the two ops everywhere else (longer bounds, more
- * sequences, other head dims), each against the CPU's two ops. */
-START_TEST(test_rope_attention)
-{
-    int q[16], edges[] = {0, 63, 64, 1000}, one[] = {639}, many[16];
-    for (int s = 0; s < 16; s++) {
-        q[s] = 1;
-        many[s] = 30 + 57 * s;
-    }
-    for (int norm = 0; norm < 2; norm++) {
-        attn_rope = true;
-        attn_rope_norm = norm;
-        check_attention(1, q, one, 16, 8, 128, 16, "one seq");
-        check_attention(4, q, edges, 16, 8, 128, 16, "split edges");
-        check_attention(4, q, edges, 32, 8, 128, 16, "groups of 4");
-        check_attention(4, q, edges, 16, 1, 128, 16, "MQA slices");
-        check_attention(4, q, edges, 14, 2, 64, 16, "partial slice");
-        check_attention(4, q, edges, 8, 2, 256, 16, "two ops (head_dim 256)");
-        check_attention(16, q, many, 16, 8, 128, 16, "two ops (16 seqs)");
-        attn_kv_fp8 = true;
-        check_attention(4, q, edges, 16, 8, 128, 16, "split edges");
-        check_attention(4, q, edges, 64, 8, 128, 16, "groups of 8");
-        check_attention(4, q, edges, 16, 2, 64, 16, "head_dim 64");
-        attn_kv_fp8 = false;
-        int pad[] = {700, 40, 0, 0};
-        attn_extra_blocks = 1024 / 16 - 701 / 16 - 1;
-        attn_pad_from = 2;
-        check_attention(4, q, pad, 16, 8, 128, 16, "graph bound + padding");
-        attn_extra_blocks = 3000 / 16;
-        check_attention(4, q, pad, 16, 8, 128, 16, "two ops (long bound) + padding");
-        attn_pad_from = -1;
-        attn_extra_blocks = 0;
-    }
-    attn_rope = attn_rope_norm = false;
 }
 END_TEST
 
@@ -1463,7 +1339,6 @@ int main(void)
     tcase_add_test(tc, test_attention_decode);
     tcase_add_test(tc, test_attention_decode_graph_small);
     tcase_add_test(tc, test_attention_decode_clusters);
-    tcase_add_test(tc, test_rope_attention);
     tcase_add_test(tc, test_attention_head_dim_refused);
     tcase_add_test(tc, test_graph_replay);
     tcase_add_test(tc, test_sample);

@@ -235,21 +235,12 @@ nl_status qwen_forward(nl_backend *be, nl_comm *comm, const qwen_weights *w, qwe
         NL_TRY(op->norm_linear(be, qkv, s->xn, attn, pending, s->residual, L->input_norm, eps,
                                L->qkv, L->qkv_bias, n, false)); /* [n, (hq + 2 hk) hd] */
         NL_TRY(mark(be, s, QWEN_OP_ROPE_STORE));
-        if (in->attn.all_decode && op->rope_attention) { /* both in one pass, where that pays */
-            const nl_rope_store rope = {in->positions, in->slots, L->q_norm, L->k_norm,
-                                        w->rope_inv_freq, eps};
-            NL_TRY(mark(be, s, QWEN_OP_ATTENTION));
-            NL_TRY(op->rope_attention(be, attn, qkv, &rope, s->k_cache[l], s->v_cache[l],
-                                      &in->attn, hq, hk, hd, scale, s->kv_dtype));
-        } else {
-            NL_TRY(op->qk_norm_rope_store(be, qkv, in->positions, L->q_norm, L->k_norm,
-                                          w->rope_inv_freq, s->k_cache[l], s->v_cache[l],
-                                          in->slots, n, hq, hk, hd, eps, s->block_size,
-                                          s->kv_dtype));
-            NL_TRY(mark(be, s, QWEN_OP_ATTENTION));
-            NL_TRY(op->attention(be, attn, qkv, s->k_cache[l], s->v_cache[l], &in->attn, hq, hk,
-                                 hd, scale, s->kv_dtype)); /* [n, hq hd] */
-        }
+        NL_TRY(op->qk_norm_rope_store(be, qkv, in->positions, L->q_norm, L->k_norm,
+                                      w->rope_inv_freq, s->k_cache[l], s->v_cache[l], in->slots,
+                                      n, hq, hk, hd, eps, s->block_size, s->kv_dtype));
+        NL_TRY(mark(be, s, QWEN_OP_ATTENTION));
+        NL_TRY(op->attention(be, attn, qkv, s->k_cache[l], s->v_cache[l], &in->attn, hq, hk, hd,
+                             scale, s->kv_dtype)); /* [n, hq hd] */
         NL_TRY(mark(be, s, QWEN_OP_O_PROJ));
         NL_TRY(project_into_residual(be, comm, w, s, attn, L->o_proj, L->o_bias, n, &pending));
 

@@ -326,7 +326,6 @@ static const nl_backend_ops cpu_ops = {
     .linear_f32 = cpu_linear_f32,
     .qk_norm_rope_store = cpu_qk_norm_rope_store,
     .attention = cpu_attention,
-    .rope_attention = nl_rope_attention_unfused, /* the forward's fused call, as two ops */
     .norm_linear = cpu_norm_linear,
     .linear_add = cpu_linear_add,
     .take_ids = cpu_take_ids,

@@ -350,14 +350,15 @@ static bool use_generic(void)
     return cached != 0;
 }
 
-/* Checks attention's arguments and fills *a from them. */
-static nl_status attn_args_of(attn_args *a, void *out, const void *qkv, const void *k_cache,
-                              const void *v_cache, const nl_attn_batch *b, int32_t hq, int32_t hk,
-                              int32_t hd, float scale, nl_dtype kv_dtype)
+nl_status cuda_attention(nl_backend *backend, void *out, const void *qkv, const void *k_cache,
+                         const void *v_cache, const nl_attn_batch *b, int32_t hq, int32_t hk,
+                         int32_t hd, float scale, nl_dtype kv_dtype)
 {
+    cuda_backend *be = cuda_be(backend);
     if (kv_dtype != NL_DTYPE_BF16 && kv_dtype != NL_DTYPE_F8_E4M3)
         return nl_error(NL_ERR_UNSUPPORTED, "cuda: attention over a %s KV cache (BF16 or F8_E4M3)",
                         nl_dtype_name(kv_dtype));
+    if (b->n_seqs <= 0 || b->n_tokens <= 0) return NL_OK;
     if (hk <= 0 || hq % hk != 0)
         return nl_error(NL_ERR_INVALID_ARG, "cuda: attention heads hq=%d not a multiple of hk=%d",
                         hq, hk);
@@ -366,32 +367,22 @@ static nl_status attn_args_of(attn_args *a, void *out, const void *qkv, const vo
                         "of 8 up to %d)", hd, ATTN_MAX_HD);
     if (b->block_size <= 0)
         return nl_error(NL_ERR_INVALID_ARG, "cuda: attention block_size %d", b->block_size);
-    a->out = (bf16 *)out;
-    a->qkv = (const bf16 *)qkv;
-    a->k_cache = k_cache;
-    a->v_cache = v_cache;
-    a->kv_fp8 = kv_dtype == NL_DTYPE_F8_E4M3;
-    a->cu_seqlens_q = b->cu_seqlens_q;
-    a->context_lens = b->context_lens;
-    a->block_tables = b->block_tables;
-    a->hq = hq;
-    a->hk = hk;
-    a->group = hq / hk;
-    a->hd = hd;
-    a->block_size = b->block_size;
-    a->max_blocks_per_seq = b->max_blocks_per_seq;
-    a->scale_log2 = scale * NL_LOG2E;
-    return NL_OK;
-}
-
-nl_status cuda_attention(nl_backend *backend, void *out, const void *qkv, const void *k_cache,
-                         const void *v_cache, const nl_attn_batch *b, int32_t hq, int32_t hk,
-                         int32_t hd, float scale, nl_dtype kv_dtype)
-{
-    cuda_backend *be = cuda_be(backend);
-    if (b->n_seqs <= 0 || b->n_tokens <= 0) return NL_OK;
     attn_args a;
-    NL_TRY(attn_args_of(&a, out, qkv, k_cache, v_cache, b, hq, hk, hd, scale, kv_dtype));
+    a.out = (bf16 *)out;
+    a.qkv = (const bf16 *)qkv;
+    a.k_cache = k_cache;
+    a.v_cache = v_cache;
+    a.kv_fp8 = kv_dtype == NL_DTYPE_F8_E4M3;
+    a.cu_seqlens_q = b->cu_seqlens_q;
+    a.context_lens = b->context_lens;
+    a.block_tables = b->block_tables;
+    a.hq = hq;
+    a.hk = hk;
+    a.group = hq / hk;
+    a.hd = hd;
+    a.block_size = b->block_size;
+    a.max_blocks_per_seq = b->max_blocks_per_seq;
+    a.scale_log2 = scale * NL_LOG2E;
     if (use_generic() || !has_fast_kernel(hd)) {
         if (a.group > ATTN_WARPS * 8)
             return nl_error(NL_ERR_UNSUPPORTED, "cuda: attention group of %d query heads per kv "
@@ -422,28 +413,4 @@ nl_status cuda_attention(nl_backend *backend, void *out, const void *qkv, const 
     pa.context_lens = prompts.context_lens;
     pa.block_tables = prompts.block_tables;
     return cuda_attention_prefill(be, &pa, &prompts);
-}
-
-/* One pass where the decode kernel has a form with the RoPE store inside
- * (cuda_attention_decode_rope), else the two ops; invalid rope inputs take
- * the two ops, whose checks name them. */
-nl_status cuda_rope_attention(nl_backend *backend, void *out, void *qkv, const nl_rope_store *rope,
-                              void *k_cache, void *v_cache, const nl_attn_batch *b, int32_t hq,
-                              int32_t hk, int32_t hd, float scale, nl_dtype kv_dtype)
-{
-    cuda_backend *be = cuda_be(backend);
-    const nl_weight *qn = rope->q_norm, *kn = rope->k_norm;
-    const bool norms_fit = (!qn || qn->rows * qn->cols == hd) && (!kn || kn->rows * kn->cols == hd);
-    if (b->n_seqs > 0 && b->all_decode && b->n_tokens == b->n_seqs && norms_fit &&
-        rope->inv_freq && !use_generic() && has_fast_kernel(hd)) {
-        attn_args a;
-        NL_TRY(attn_args_of(&a, out, qkv, k_cache, v_cache, b, hq, hk, hd, scale, kv_dtype));
-        const attn_rope r = {rope->positions, rope->slots, qn ? (const bf16 *)qn->data : NULL,
-                             kn ? (const bf16 *)kn->data : NULL, rope->inv_freq, rope->eps};
-        bool done = false;
-        NL_TRY(cuda_attention_decode_rope(be, &a, b, &r, &done));
-        if (done) return NL_OK;
-    }
-    return nl_rope_attention_unfused(backend, out, qkv, rope, k_cache, v_cache, b, hq, hk, hd,
-                                     scale, kv_dtype);
 }

@@ -40,25 +40,10 @@ static inline size_t attn_scratch_floats(const cuda_backend *be)
     return be->step_scratch_bytes / sizeof(float);
 }
 
-/* qk_norm_rope_store's inputs in device form, for a decode kernel that
- * does that op's work on the step's new tokens itself. */
-struct attn_rope {
-    const int32_t *positions, *slots;
-    const bf16 *q_norm, *k_norm; /* NULL: no QK-norm                         */
-    const float *inv_freq;       /* [hd / 2]                                 */
-    float eps;
-};
-
 /* Decode (every q_len == 1), GQA groups of any size, head_dim 32, 64, 80, 96,
  * 128 or 256:
  * one block per (context split, sequence, kv head, group slice). */
 nl_status cuda_attention_decode(cuda_backend *be, const attn_args *a, const nl_attn_batch *b);
-
-/* The same with qk_norm_rope_store's work inside, where the batch's plan
- * has such a form (a few sequences of short contexts, head_dim 64 or 128):
- * launches it and sets *done, or launches nothing and clears *done. */
-nl_status cuda_attention_decode_rope(cuda_backend *be, const attn_args *a, const nl_attn_batch *b,
-                                     const attn_rope *rope, bool *done);
 
 /* Prefill and mixed batches on tensor cores, head_dim 32, 64, 80, 96, 128 or
  * 256. */

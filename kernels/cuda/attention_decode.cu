@@ -29,12 +29,7 @@
  * DEC_MIN_CHUNK_EARLY keys) launch the splits of each (sequence, kv head)
  * as one thread-block cluster instead: the splits merge through each
  * other's shared memory, and the step loses the merge kernel, a dependent
- * step of its own on a one-token critical path.  For head_dim 64 and 128
- * that kernel also has a form that does qk_norm_rope_store's work itself
- * (cuda_rope_attention): every block normalises and rotates its own q
- * heads, and the block whose split holds the newest key makes that key and
- * value from the projection, stores them and reads them from shared memory:
- * the step loses the RoPE kernel too.
+ * step of its own on a one-token critical path.
  */
 #include <cooperative_groups.h>
 #include <math.h>
@@ -57,7 +52,6 @@ struct dec_params : attn_args {
     int n_splits;             /* blocks per (sequence, kv head, slice)      */
     int min_chunk;            /* keys per split at least                     */
     const int32_t *order;     /* [n_seqs] seqs in launch order, or NULL     */
-    attn_rope rope;           /* the ROPE kernels' inputs                    */
 };
 
 /* Keys per split of a sequence of ctx keys: the context spread over the
@@ -130,54 +124,6 @@ static __host__ __device__ constexpr int dec_min_blocks()
     return sizeof(KV) != 1 || EARLY ? 0 : G <= 2 ? 5 : G == 4 ? 3 : 0;
 }
 
-/* EPL values (already bf16 values) as a lane's piece of a cache row. */
-template <typename KV, int EPL, typename RAW>
-static __device__ __forceinline__ RAW dec_pack(const float *f)
-{
-    RAW r;
-    if constexpr (sizeof(KV) == 2) {
-        __nv_bfloat162 *h = (__nv_bfloat162 *)&r;
-#pragma unroll
-        for (int i = 0; i < EPL / 2; i++) h[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
-    } else { /* as qk_norm_rope_store converts: nearest even, saturating */
-        __nv_fp8x2_storage_t *o = (__nv_fp8x2_storage_t *)&r;
-#pragma unroll
-        for (int i = 0; i < EPL / 2; i++)
-            o[i] = __nv_cvt_float2_to_fp8x2(make_float2(f[2 * i], f[2 * i + 1]), __NV_SATFINITE,
-                                            __NV_E4M3);
-    }
-    return r;
-}
-
-/* qk_norm_rope_store's arithmetic on one head held EPL values a lane by a
- * lane group of LIVE lanes (a power of two, so a value's rotary partner,
- * hd / 2 further, sits LIVE / 2 lanes away): the optional RMSNorm with
- * weights w, then the NeoX turn by the lane's angles (c, s), each rounded
- * to bf16 as that op rounds.  Every lane of the warp calls it. */
-template <int EPL, int LIVE>
-static __device__ __forceinline__ void dec_norm_rope(float *x, bool norm, const float *w,
-                                                     const float *c, const float *s, int li,
-                                                     int hd, float eps)
-{
-    if (norm) {
-        float ss = 0.0f;
-#pragma unroll
-        for (int i = 0; i < EPL; i++) ss += x[i] * x[i];
-#pragma unroll
-        for (int off = LIVE / 2; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
-        const float inv = rsqrtf(ss / hd + eps);
-#pragma unroll
-        for (int i = 0; i < EPL; i++) x[i] = round_bf16(rms_weighted1(x[i], inv, w[i]));
-    }
-    const bool first = li < LIVE / 2;
-#pragma unroll
-    for (int i = 0; i < EPL; i++) {
-        const float other = __shfl_xor_sync(0xffffffffu, x[i], LIVE / 2);
-        const float2 t = first ? rope_turn(x[i], other, c[i], s[i]) : rope_turn(other, x[i], c[i], s[i]);
-        x[i] = round_bf16(first ? t.x : t.y);
-    }
-}
-
 /* The splits of one (sequence, kv head) as one cluster (gridDim.x blocks):
  * each block has left its split's unnormalised (o, m, l) in its shared
  * memory; every block then finishes its share of the outputs from all the
@@ -224,11 +170,8 @@ static __device__ void dec_cluster_merge(const dec_params &p, float (*cl_o)[HD],
  * key).  EARLY: the block's first K/V loads go out before the wait for the
  * kernel before it (dec_launch says when that pays).  CLUSTER: the grid's
  * splits are clusters and merge in dec_cluster_merge (every block stays to
- * the end, even one whose split is empty).  ROPE (with CLUSTER, a live
- * lane group of a power of two lanes): qk_norm_rope_store's work on the
- * step's new tokens as the file's comment says. */
-template <int HD, int G, int U, typename KV, int EPL, bool EARLY, bool CLUSTER = false,
-          bool ROPE = false>
+ * the end, even one whose split is empty). */
+template <int HD, int G, int U, typename KV, int EPL, bool EARLY, bool CLUSTER = false>
 __global__ void __launch_bounds__(DEC_WARPS * 32, dec_min_blocks<KV, G, EARLY>()) kernel_decode(dec_params p)
 {
     typedef typename dec_raw<EPL * (int)sizeof(KV)>::type raw;
@@ -239,12 +182,9 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, dec_min_blocks<KV, G, EARLY>()
     constexpr int STEP = PARTS * U;         /* keys per loop iteration       */
     constexpr bool FP8 = sizeof(KV) == 1;   /* products in fp16 pairs      */
     static_assert(HD % EPL == 0, "a row splits into whole pieces");
-    static_assert(!ROPE || (CLUSTER && LIVE == LPT && HD / 2 % EPL == 0),
-                  "a rotary partner is LIVE / 2 lanes away in the same lane group");
     __shared__ float sh_o[PARTS][G][HD];
     __shared__ float sh_m[PARTS][G], sh_l[PARTS][G];
     __shared__ float cl_o[CLUSTER ? G : 1][CLUSTER ? HD : 1], cl_ml[CLUSTER ? G : 1][2];
-    __shared__ raw sh_new[ROPE ? 2 : 1][ROPE ? LIVE : 1]; /* ROPE: the newest K and V rows */
 
     /* The step's inputs (orders, contexts, tables) were uploaded before the
      * kernels before this one ran, so they are read before pdl_wait. */
@@ -281,33 +221,11 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, dec_min_blocks<KV, G, EARLY>()
         k = dec_load((const KV *)p.k_cache + off, raw{});
         v = dec_load((const KV *)p.v_cache + off, raw{});
     };
-    /* ROPE: the newest key was made by this kernel (sh_new), not read. */
-    auto take_key = [&](int key, raw &k, raw &v) {
-        if (ROPE && key == ctx - 1) {
-            k = sh_new[0][li];
-            v = sh_new[1][li];
-        } else {
-            load_key(key, k, v);
-        }
-    };
 
     /* EARLY: the cache holds every key but the newest (ctx - 1), which the
      * kernel before this one stores: the first keys' loads go out before
      * the wait for it, the newest one's after. */
     const int newest = ctx - 1;
-    /* ROPE: the lane's rotary angles and norm weights (constants, and the
-     * uploaded position) before the wait too. */
-    float rc[ROPE ? EPL : 1], rs[ROPE ? EPL : 1], qw[ROPE ? EPL : 1], kw[ROPE ? EPL : 1];
-    if constexpr (ROPE) {
-        const float pos = (float)p.rope.positions[tok];
-        const int pair0 = (li % (LIVE / 2)) * EPL;
-#pragma unroll
-        for (int i = 0; i < EPL; i++) {
-            sincosf(pos * p.rope.inv_freq[pair0 + i], &rs[i], &rc[i]);
-            qw[i] = p.rope.q_norm ? __bfloat162float(p.rope.q_norm[li * EPL + i]) : 1.0f;
-            kw[i] = p.rope.k_norm ? __bfloat162float(p.rope.k_norm[li * EPL + i]) : 1.0f;
-        }
-    }
     raw kr[U], vr[U];
     if constexpr (EARLY) {
 #pragma unroll
@@ -319,7 +237,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, dec_min_blocks<KV, G, EARLY>()
     }
     pdl_wait();
     pdl_release();
-    if constexpr (EARLY && !ROPE) {
+    if constexpr (EARLY) {
 #pragma unroll
         for (int u = 0; u < U; u++)
             if (key_of(k_begin, u) == newest && live) load_key(newest, kr[u], vr[u]);
@@ -334,46 +252,11 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, dec_min_blocks<KV, G, EARLY>()
             for (int c = 0; c < EPL / 8; c++)
                 bf16x8_to_float(*(const uint4 *)(qrow + (size_t)(h0 + gi) * HD + li * EPL + c * 8),
                                 q[gi] + 8 * c);
+#pragma unroll
+            for (int i = 0; i < EPL; i++) q[gi][i] *= p.scale_log2;
         } else {
 #pragma unroll
             for (int i = 0; i < EPL; i++) q[gi][i] = 0.0f;
-        }
-        if constexpr (ROPE)
-            dec_norm_rope<EPL, LIVE>(q[gi], p.rope.q_norm != nullptr, qw, rc, rs, li, HD, p.rope.eps);
-#pragma unroll
-        for (int i = 0; i < EPL; i++) q[gi][i] *= p.scale_log2;
-    }
-    if constexpr (ROPE) {
-        /* The block whose split holds the newest key makes its K and V rows
-         * (warp 0; its lane groups all compute them, the first keeps them),
-         * and the first slice of the kv head's group stores them. */
-        if (k_begin <= newest && newest < k_end && warp == 0) {
-            float kx[EPL], vx[EPL];
-            const bf16 *krow = qrow + (size_t)(p.hq + kvh) * HD + li * EPL;
-            const bf16 *vrow = qrow + (size_t)(p.hq + p.hk + kvh) * HD + li * EPL;
-#pragma unroll
-            for (int c = 0; c < EPL / 8; c++) {
-                bf16x8_to_float(*(const uint4 *)(krow + c * 8), kx + 8 * c);
-                bf16x8_to_float(*(const uint4 *)(vrow + c * 8), vx + 8 * c);
-            }
-            dec_norm_rope<EPL, LIVE>(kx, p.rope.k_norm != nullptr, kw, rc, rs, li, HD, p.rope.eps);
-            const raw kp = dec_pack<KV, EPL, raw>(kx), vp = dec_pack<KV, EPL, raw>(vx);
-            const int32_t slot = p.rope.slots[tok];
-            if (sub == 0) {
-                sh_new[0][li] = kp;
-                sh_new[1][li] = vp;
-                if (slot >= 0 && slice == 0) {
-                    const size_t at = ((size_t)slot * p.hk + kvh) * HD + li * EPL;
-                    *(raw *)((KV *)p.k_cache + at) = kp;
-                    *(raw *)((KV *)p.v_cache + at) = vp;
-                }
-            }
-        }
-        __syncthreads();
-        if constexpr (EARLY) {
-#pragma unroll
-            for (int u = 0; u < U; u++)
-                if (key_of(k_begin, u) == newest && live) take_key(newest, kr[u], vr[u]);
         }
     }
     __half2 qh[G][EPL / 2]; /* FP8: q * scale_log2 / DEC_FP8_Q_DOWN */
@@ -401,7 +284,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, dec_min_blocks<KV, G, EARLY>()
             ok[u] = key < k_end;
             if (!EARLY || base != k_begin) { /* EARLY: the first keys are loaded */
                 kr[u] = vr[u] = raw{};
-                if (ok[u] && live) take_key(key, kr[u], vr[u]);
+                if (ok[u] && live) load_key(key, kr[u], vr[u]);
             }
         }
 
@@ -613,29 +496,20 @@ static int dec_splits(const cuda_backend *be, const nl_attn_batch *b, const dec_
  * decode step nano-vllm's workload fell from 23.5k to 15.0k tok/s, in
  * every split one (up to 65 sequences) to 21.5k.  When such a batch's
  * bound on its contexts needs no more splits than a cluster holds, the
- * early kernel's clustered form merges them itself.
- *
- * rope (non-NULL: cuda_attention_decode_rope): only the clustered form
- * with the RoPE store inside, `roped`, may be launched; *rope says whether
- * it was (NULL kernel: none for this head_dim). */
+ * early kernel's clustered form merges them itself. */
 static nl_status dec_launch(cuda_backend *be, dec_params *p, const nl_attn_batch *b,
-                            dec_kernel late, dec_kernel early, dec_kernel clustered,
-                            dec_kernel roped, bool *rope)
+                            dec_kernel late, dec_kernel early, dec_kernel clustered)
 {
     const bool tiny = b->n_seqs <= DEC_EARLY_SEQS;
     p->min_chunk = tiny ? DEC_MIN_CHUNK_EARLY : DEC_MIN_CHUNK;
     p->n_splits = dec_splits(be, b, p, late);
-    const dec_kernel in_cluster = rope ? roped : clustered;
-    const bool cluster = tiny && p->n_splits > 1 && be->clusters && in_cluster &&
-                         p->n_splits <= cuda_cluster_max(in_cluster, DEC_WARPS * 32, 0);
-    if (rope) *rope = cluster;
-    if (cluster) {
+    if (tiny && p->n_splits > 1 && be->clusters &&
+        p->n_splits <= cuda_cluster_max(clustered, DEC_WARPS * 32, 0)) {
         dim3 grid(p->n_splits, p->hk * p->n_slices, b->n_seqs);
-        NL_CUDA_CHECK(cuda_launch_clusters(be, in_cluster, grid, DEC_WARPS * 32, 0,
+        NL_CUDA_CHECK(cuda_launch_clusters(be, clustered, grid, DEC_WARPS * 32, 0,
                                            (unsigned)p->n_splits, *p));
         return NL_OK;
     }
-    if (rope) return NL_OK;
     const dec_kernel k = tiny ? early : late;
     p->part_o = attn_scratch(be);
     p->part_ml = attn_scratch(be) + (size_t)b->n_seqs * p->hq * p->n_splits * p->hd;
@@ -648,20 +522,8 @@ static nl_status dec_launch(cuda_backend *be, dec_params *p, const nl_attn_batch
     return NL_OK;
 }
 
-/* The clustered early kernel with the RoPE store inside, for the head dims
- * whose lane groups hold a head in a power of two of lanes (64, 128:
- * every Qwen3 and Qwen2 model's), else NULL. */
-template <int HD, int G, int U, typename KV, int EPL>
-static dec_kernel dec_roped(void)
-{
-    if constexpr ((HD == 64 || HD == 128) && HD / 2 % EPL == 0)
-        return kernel_decode<HD, G, U, KV, EPL, true, true, true>;
-    else
-        return nullptr;
-}
-
 template <int HD, int G>
-static nl_status launch_decode(cuda_backend *be, dec_params *p, const nl_attn_batch *b, bool *rope)
+static nl_status launch_decode(cuda_backend *be, dec_params *p, const nl_attn_batch *b)
 {
     /* Loads in flight a lane: fewer for wide groups keeps q and o in
      * registers.  The batch (late) kernels of groups up to 2 take 4, not 8:
@@ -686,35 +548,29 @@ static nl_status launch_decode(cuda_backend *be, dec_params *p, const nl_attn_ba
     if (!p->kv_fp8)
         return dec_launch(be, p, b, kernel_decode<HD, G, U_LATE, bf16, 8, false>,
                           kernel_decode<HD, G, U_EARLY_BF16, bf16, 8, true>,
-                          kernel_decode<HD, G, U_EARLY_BF16, bf16, 8, true, true>,
-                          dec_roped<HD, G, U_EARLY_BF16, bf16, 8>(), rope);
+                          kernel_decode<HD, G, U_EARLY_BF16, bf16, 8, true, true>);
     if constexpr (WIDE)
         return dec_launch(be, p, b, kernel_decode<HD, G, U_LATE, fp8, 16, false>,
                           kernel_decode<HD, G, U, fp8, 16, true>,
-                          kernel_decode<HD, G, U, fp8, 16, true, true>,
-                          dec_roped<HD, G, U, fp8, 16>(), rope);
+                          kernel_decode<HD, G, U, fp8, 16, true, true>);
     else
         return dec_launch(be, p, b, kernel_decode<HD, G, 2 * U, fp8, 8, false>,
                           kernel_decode<HD, G, 2 * U, fp8, 8, true>,
-                          kernel_decode<HD, G, 2 * U, fp8, 8, true, true>,
-                          dec_roped<HD, G, 2 * U, fp8, 8>(), rope);
+                          kernel_decode<HD, G, 2 * U, fp8, 8, true, true>);
 }
 
 template <int HD>
-static nl_status launch_decode_g(cuda_backend *be, dec_params *p, int g, const nl_attn_batch *b,
-                                 bool *rope)
+static nl_status launch_decode_g(cuda_backend *be, dec_params *p, int g, const nl_attn_batch *b)
 {
     switch (g) {
-    case 1: return launch_decode<HD, 1>(be, p, b, rope);
-    case 2: return launch_decode<HD, 2>(be, p, b, rope);
-    case 4: return launch_decode<HD, 4>(be, p, b, rope);
-    default: return launch_decode<HD, 8>(be, p, b, rope);
+    case 1: return launch_decode<HD, 1>(be, p, b);
+    case 2: return launch_decode<HD, 2>(be, p, b);
+    case 4: return launch_decode<HD, 4>(be, p, b);
+    default: return launch_decode<HD, 8>(be, p, b);
     }
 }
 
-/* rope: NULL, or cuda_attention_decode_rope's inputs and *done. */
-static nl_status decode(cuda_backend *be, const attn_args *a, const nl_attn_batch *b,
-                        const attn_rope *rope, bool *done)
+nl_status cuda_attention_decode(cuda_backend *be, const attn_args *a, const nl_attn_batch *b)
 {
     const int hd = a->hd, group = a->group;
     /* A block serves up to 8 query heads; larger groups take slices. */
@@ -730,30 +586,16 @@ static nl_status decode(cuda_backend *be, const attn_args *a, const nl_attn_batc
     for (int s = 0; s < 31; s++)
         if ((1 << s) == b->block_size) p.block_shift = s;
     p.order = b->decode_order;
-    p.rope = rope ? *rope : attn_rope{};
-    bool *r = rope ? done : NULL;
 
     switch (hd) {
-    case 32: return launch_decode_g<32>(be, &p, g, b, r);
-    case 64: return launch_decode_g<64>(be, &p, g, b, r);
-    case 80: return launch_decode_g<80>(be, &p, g, b, r);
-    case 96: return launch_decode_g<96>(be, &p, g, b, r);
-    case 128: return launch_decode_g<128>(be, &p, g, b, r);
-    case 256: return launch_decode_g<256>(be, &p, g, b, r);
+    case 32: return launch_decode_g<32>(be, &p, g, b);
+    case 64: return launch_decode_g<64>(be, &p, g, b);
+    case 80: return launch_decode_g<80>(be, &p, g, b);
+    case 96: return launch_decode_g<96>(be, &p, g, b);
+    case 128: return launch_decode_g<128>(be, &p, g, b);
+    case 256: return launch_decode_g<256>(be, &p, g, b);
     default:
         return nl_error(NL_ERR_UNSUPPORTED, "cuda: decode attention head_dim %d (kernels for "
                         "32, 64, 80, 96, 128, 256)", hd);
     }
-}
-
-nl_status cuda_attention_decode(cuda_backend *be, const attn_args *a, const nl_attn_batch *b)
-{
-    return decode(be, a, b, NULL, NULL);
-}
-
-nl_status cuda_attention_decode_rope(cuda_backend *be, const attn_args *a, const nl_attn_batch *b,
-                                     const attn_rope *rope, bool *done)
-{
-    *done = false;
-    return decode(be, a, b, rope, done);
 }

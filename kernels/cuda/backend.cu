@@ -376,7 +376,6 @@ static const nl_backend_ops cuda_ops = {
     .linear_f32 = cuda_linear_f32,
     .qk_norm_rope_store = cuda_qk_norm_rope_store,
     .attention = cuda_attention,
-    .rope_attention = cuda_rope_attention,
     .norm_linear = cuda_norm_linear,
     .linear_add = cuda_linear_add,
     .take_ids = cuda_take_ids,

@@ -132,13 +132,6 @@ static __device__ __forceinline__ float rms_weighted1(float x, float inv, float 
     return w * round_bf16(x * inv);
 }
 
-/* NeoX rotary embedding of one pair (a, b) = (x[i], x[i + hd/2]) by the
- * angle whose cosine and sine are c and s; the caller rounds. */
-static __device__ __forceinline__ float2 rope_turn(float a, float b, float c, float s)
-{
-    return make_float2(a * c - b * s, b * c + a * s);
-}
-
 /* One element of SiLU-and-multiply as the reference rounds it: silu(gate)
  * is rounded to bf16 before it meets up. */
 static __device__ __forceinline__ float silu_mul1(float g, float u)
@@ -313,9 +306,6 @@ nl_status cuda_gather_rows(nl_backend *b, void *out, const void *x, const int32_
 nl_status cuda_attention(nl_backend *b, void *out, const void *qkv, const void *k_cache,
                          const void *v_cache, const nl_attn_batch *batch, int32_t hq,
                          int32_t hk, int32_t hd, float scale, nl_dtype kv_dtype);
-nl_status cuda_rope_attention(nl_backend *b, void *out, void *qkv, const nl_rope_store *rope,
-                              void *k_cache, void *v_cache, const nl_attn_batch *batch,
-                              int32_t hq, int32_t hk, int32_t hd, float scale, nl_dtype kv_dtype);
 nl_status cuda_sample(nl_backend *b, const float *logits, int32_t m, int32_t vocab,
                       const nl_sample_row *rows, int32_t *ids, float *logprobs,
                       int32_t *top_ids, float *top_logprobs);

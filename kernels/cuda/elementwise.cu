@@ -177,6 +177,13 @@ static __device__ __forceinline__ void kv_put(fp8 *p, float v)
     *(__nv_fp8_storage_t *)p = __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
 }
 
+/* NeoX rotary embedding of one pair (a, b) = (x[i], x[i + hd/2]) by the
+ * angle whose cosine and sine are c and s; the caller rounds. */
+static __device__ __forceinline__ float2 rope_turn(float a, float b, float c, float s)
+{
+    return make_float2(a * c - b * s, b * c + a * s);
+}
+
 #define ROPE_PAIRS 4 /* a lane's rotary pairs whose angles come before the wait: hd <= 256 */
 
 /* Warps of heads [0, hq + hk) normalise and rotate a q or k head in place;
