@@ -657,6 +657,80 @@ START_TEST(test_rejects_tp_not_dividing)
 }
 END_TEST
 
+/* NANOLLM_PROFILE=skip:OPS: the keys parse to the forward's ops (an
+ * unknown one is named in the error), and a forward leaves exactly those
+ * out. */
+static int n_ropes, n_heads;
+
+static nl_status count_rope(nl_backend *be, void *qkv, const int32_t *positions,
+                            const nl_weight *q_norm, const nl_weight *k_norm,
+                            const float *inv_freq, void *k_cache, void *v_cache,
+                            const int32_t *slots, int32_t n, int32_t hq, int32_t hk, int32_t hd,
+                            float eps, int32_t block_size, nl_dtype kv_dtype)
+{
+    n_ropes++;
+    return cpu_ops->qk_norm_rope_store(be, qkv, positions, q_norm, k_norm, inv_freq, k_cache,
+                                       v_cache, slots, n, hq, hk, hd, eps, block_size, kv_dtype);
+}
+
+static nl_status count_head(nl_backend *be, float *out, const void *x, const nl_weight *w,
+                            int32_t n)
+{
+    n_heads++;
+    return cpu_ops->linear_f32(be, out, x, w, n);
+}
+
+START_TEST(test_left_out_ops)
+{
+    uint32_t mask = 0;
+    ck_assert_int_eq(qwen_parse_left_out("rope,lm_head", &mask), NL_OK);
+    ck_assert_uint_eq(mask, (1u << QWEN_OP_ROPE_STORE) | (1u << QWEN_OP_LM_HEAD));
+    ck_assert_int_eq(qwen_parse_left_out("", &mask), NL_OK);
+    ck_assert_uint_eq(mask, 0);
+    ck_assert_int_eq(qwen_parse_left_out("down,ropes", &mask), NL_ERR_INVALID_ARG);
+    ck_assert_msg(strstr(nl_last_error(), "'ropes'"), "%s", nl_last_error());
+
+    const golden_model *gm = &models[0];
+    make_tmp();
+    ck_assert_int_eq(make_model(gm, tmp_root), 0);
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/%s", tmp_root, gm->name);
+    nl_model_config cfg;
+    ck_assert_int_eq(model_config_load(dir, &cfg), NL_OK);
+    st_model *m = NULL;
+    ck_assert_int_eq(st_open(dir, &m), NL_OK);
+    nl_backend *be;
+    ck_assert_int_eq(nl_backend_cpu_create(1, &be), NL_OK);
+    qwen_weights *w = NULL;
+    ck_assert_int_eq(weights_create(be, &cfg, 0, 1, &w), NL_OK);
+    ck_assert_int_eq(weights_fill(be, m, w), NL_OK);
+    st_close(m);
+    qwen_state *s = NULL;
+    ck_assert_int_eq(qwen_state_create(be, w, BLOCK * 4, 1, &s), NL_OK);
+    ck_assert_int_eq(qwen_state_alloc_kv(be, w, s, 4, BLOCK, be->ops->act_dtype), NL_OK);
+    static nl_backend_ops counting;
+    cpu_ops = be->ops;
+    counting = *cpu_ops;
+    counting.qk_norm_rope_store = count_rope;
+    counting.linear_f32 = count_head;
+    be->ops = &counting;
+    n_ropes = n_heads = 0;
+    forward_prompt(be, w, s, 3);
+    ck_assert_int_eq(n_ropes, cfg.num_hidden_layers);
+    ck_assert_int_eq(n_heads, 1);
+    ck_assert_int_eq(qwen_parse_left_out("lm_head,rope", &s->left_out), NL_OK);
+    n_ropes = n_heads = 0;
+    forward_prompt(be, w, s, 3);
+    ck_assert_int_eq(n_ropes, 0);
+    ck_assert_int_eq(n_heads, 0);
+    be->ops = cpu_ops;
+    qwen_state_destroy(be, w, s);
+    weights_destroy(be, w);
+    nl_backend_destroy(be);
+    remove_tree(tmp_root);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
     init_prompts();
@@ -675,6 +749,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, test_rejects_bad_commands);
     tcase_add_test(tc, test_rejects_tp_not_dividing);
     tcase_add_test(tc, test_tiny_temperature_is_greedy);
+    tcase_add_test(tc, test_left_out_ops);
     suite_add_tcase(s, tc);
     return check_run(s);
 }

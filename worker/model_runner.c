@@ -238,6 +238,7 @@ typedef struct model_runner {
      * graph replays as one launch, so run with --enforce-eager to see the
      * decode steps' ops) */
     bool profile_ops;
+    uint32_t left_out;  /* NANOLLM_PROFILE=skip:OPS (qwen_state.left_out) */
     /* NANOLLM_PROFILE=stream: each graph decode step's stream phases
      * (inputs, placeholder takes, forward, sampler, downloads, the wait for
      * the next step), marked with the op timer and read only when its marks
@@ -810,6 +811,7 @@ static nl_status runner_init(model_runner *r)
     r->max_blocks_per_seq = (p->max_model_len + p->block_size - 1) / p->block_size;
     NL_TRY(check_memory_plan(r));
     NL_TRY(qwen_state_create(r->be, r->w, p->max_num_batched_tokens, p->max_num_seqs, &r->s));
+    r->s->left_out = r->left_out;
     NL_TRY(alloc_step_buffers(r));
     profile_startup(r, "activations", &mark);
     NL_TRY(size_kv_cache(r));
@@ -834,8 +836,21 @@ nl_status model_runner_create(const engine_settings *params, int32_t rank, nl_ba
     r->last = -1;
     const char *profile = getenv("NANOLLM_PROFILE");
     r->profile_ops = profile && strcmp(profile, "ops") == 0 && be->ops->timer_mark;
-    r->profile_stream = profile && strcmp(profile, "stream") == 0 && be->ops->timer_mark;
+    /* skip:OPS times the graph steps (as stream does) of a forward without
+     * those ops: what each costs where it sits */
+    const bool skip = profile && strncmp(profile, "skip:", 5) == 0;
+    r->profile_stream = profile && (strcmp(profile, "stream") == 0 || skip) && be->ops->timer_mark;
     r->profile = r->profile_ops || (profile && strcmp(profile, "1") == 0);
+    if (skip) {
+        st = qwen_parse_left_out(profile + 5, &r->left_out);
+        if (st != NL_OK) {
+            free(r);
+            return nl_error_prefix(st, "NANOLLM_PROFILE: ");
+        }
+        if (rank == 0)
+            nl_log(NL_LOG_WARN, "NANOLLM_PROFILE=%s: the forward leaves those ops out, so its "
+                   "results are wrong; for timing only", profile);
+    }
     r->be = be;
     r->comm = comm;
     st = runner_init(r);

@@ -16,6 +16,7 @@
 #include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
 
 size_t qwen_kv_block_bytes(const qwen_weights *w, nl_dtype kv_dtype, int32_t block_size)
 {
@@ -145,6 +146,39 @@ const char *const qwen_op_names[QWEN_OP_COUNT] = {
     [QWEN_OP_LOGITS_GATHER] = "logits gather",
 };
 
+static const char *const qwen_op_keys[QWEN_OP_COUNT] = {
+    [QWEN_OP_EMBEDDING] = "embedding", [QWEN_OP_RMSNORM] = "final_norm",
+    [QWEN_OP_QKV] = "qkv",             [QWEN_OP_ROPE_STORE] = "rope",
+    [QWEN_OP_ATTENTION] = "attention", [QWEN_OP_O_PROJ] = "o_proj",
+    [QWEN_OP_ALL_REDUCE] = "all_reduce", [QWEN_OP_GATE_UP] = "gate_up",
+    [QWEN_OP_DOWN] = "down",           [QWEN_OP_LM_HEAD] = "lm_head",
+    [QWEN_OP_LOGITS_GATHER] = "logits_gather",
+};
+
+nl_status qwen_parse_left_out(const char *list, uint32_t *mask)
+{
+    *mask = 0;
+    for (const char *p = list; *p;) {
+        size_t len = strcspn(p, ",");
+        int op = -1;
+        for (int k = 0; k < QWEN_OP_COUNT && op < 0; k++)
+            if (strlen(qwen_op_keys[k]) == len && strncmp(p, qwen_op_keys[k], len) == 0) op = k;
+        if (op < 0)
+            return nl_error(NL_ERR_INVALID_ARG, "no forward op '%.*s' to leave out (ops: embedding, "
+                            "final_norm, qkv, rope, attention, o_proj, all_reduce, gate_up, down, "
+                            "lm_head, logits_gather)", (int)len, p);
+        *mask |= 1u << op;
+        p += len + (p[len] == ',');
+    }
+    return NL_OK;
+}
+
+/* Whether the forward runs op (qwen_state.left_out). */
+static inline bool runs(const qwen_state *s, qwen_op op)
+{
+    return !(s->left_out >> op & 1u);
+}
+
 /* Starts op's interval for the op timer (NANOLLM_PROFILE=ops). */
 static inline nl_status mark(nl_backend *be, const qwen_state *s, qwen_op op)
 {
@@ -154,7 +188,7 @@ static inline nl_status mark(nl_backend *be, const qwen_state *s, qwen_op op)
 static nl_status all_reduce(nl_comm *comm, nl_backend *be, const qwen_state *s, void *buf,
                             size_t count)
 {
-    if (comm->size == 1) return NL_OK;
+    if (comm->size == 1 || !runs(s, QWEN_OP_ALL_REDUCE)) return NL_OK;
     NL_TRY(mark(be, s, QWEN_OP_ALL_REDUCE));
     return comm->ops->all_reduce_sum(comm, buf, count, be->ops->act_dtype);
 }
@@ -222,7 +256,8 @@ nl_status qwen_forward(nl_backend *be, nl_comm *comm, const qwen_weights *w, qwe
      * pending: so the first projection can normalise it itself as every
      * later one does (one token: no RMSNorm kernel, no zeroing). */
     NL_TRY(mark(be, s, QWEN_OP_EMBEDDING));
-    NL_TRY(op->embedding(be, s->residual, w->embed, in->ids, n, sh->vocab_start));
+    if (runs(s, QWEN_OP_EMBEDDING))
+        NL_TRY(op->embedding(be, s->residual, w->embed, in->ids, n, sh->vocab_start));
     NL_TRY(all_reduce(comm, be, s, s->residual, (size_t)n * hidden));
     const void *pending = NULL;
 
@@ -232,30 +267,38 @@ nl_status qwen_forward(nl_backend *be, nl_comm *comm, const qwen_weights *w, qwe
 
         /* attention block: qkv = norm(residual + pending) @ W_qkv */
         NL_TRY(mark(be, s, QWEN_OP_QKV));
-        NL_TRY(op->norm_linear(be, qkv, s->xn, attn, pending, s->residual, L->input_norm, eps,
-                               L->qkv, L->qkv_bias, n, false)); /* [n, (hq + 2 hk) hd] */
+        if (runs(s, QWEN_OP_QKV))
+            NL_TRY(op->norm_linear(be, qkv, s->xn, attn, pending, s->residual, L->input_norm,
+                                   eps, L->qkv, L->qkv_bias, n, false)); /* [n, (hq + 2 hk) hd] */
         NL_TRY(mark(be, s, QWEN_OP_ROPE_STORE));
-        NL_TRY(op->qk_norm_rope_store(be, qkv, in->positions, L->q_norm, L->k_norm,
-                                      w->rope_inv_freq, s->k_cache[l], s->v_cache[l], in->slots,
-                                      n, hq, hk, hd, eps, s->block_size, s->kv_dtype));
+        if (runs(s, QWEN_OP_ROPE_STORE))
+            NL_TRY(op->qk_norm_rope_store(be, qkv, in->positions, L->q_norm, L->k_norm,
+                                          w->rope_inv_freq, s->k_cache[l], s->v_cache[l],
+                                          in->slots, n, hq, hk, hd, eps, s->block_size,
+                                          s->kv_dtype));
         NL_TRY(mark(be, s, QWEN_OP_ATTENTION));
-        NL_TRY(op->attention(be, attn, qkv, s->k_cache[l], s->v_cache[l], &in->attn, hq, hk, hd,
-                             scale, s->kv_dtype)); /* [n, hq hd] */
+        if (runs(s, QWEN_OP_ATTENTION))
+            NL_TRY(op->attention(be, attn, qkv, s->k_cache[l], s->v_cache[l], &in->attn, hq, hk,
+                                 hd, scale, s->kv_dtype)); /* [n, hq hd] */
         NL_TRY(mark(be, s, QWEN_OP_O_PROJ));
-        NL_TRY(project_into_residual(be, comm, w, s, attn, L->o_proj, L->o_bias, n, &pending));
+        if (runs(s, QWEN_OP_O_PROJ))
+            NL_TRY(project_into_residual(be, comm, w, s, attn, L->o_proj, L->o_bias, n, &pending));
 
         /* MLP block: mlp = silu * mul of norm(residual + pending) @ W_gate_up */
         NL_TRY(mark(be, s, QWEN_OP_GATE_UP));
-        NL_TRY(op->norm_linear(be, mlp, s->xn, gate_up, pending, s->residual, L->post_norm, eps,
-                               L->gate_up, L->gate_up_bias, n, true)); /* [n, inter] */
+        if (runs(s, QWEN_OP_GATE_UP))
+            NL_TRY(op->norm_linear(be, mlp, s->xn, gate_up, pending, s->residual, L->post_norm,
+                                   eps, L->gate_up, L->gate_up_bias, n, true)); /* [n, inter] */
         NL_TRY(mark(be, s, QWEN_OP_DOWN));
-        NL_TRY(project_into_residual(be, comm, w, s, mlp, L->down, L->down_bias, n, &pending));
+        if (runs(s, QWEN_OP_DOWN))
+            NL_TRY(project_into_residual(be, comm, w, s, mlp, L->down, L->down_bias, n, &pending));
     }
 
     /* final norm, then the LM head on the rows that sample only */
     NL_TRY(mark(be, s, QWEN_OP_RMSNORM));
-    NL_TRY(op->rmsnorm(be, s->xn, pending ? pending : s->residual, pending ? s->residual : NULL,
-                       w->final_norm, n, hidden, eps));
+    if (runs(s, QWEN_OP_RMSNORM))
+        NL_TRY(op->rmsnorm(be, s->xn, pending ? pending : s->residual,
+                           pending ? s->residual : NULL, w->final_norm, n, hidden, eps));
     int32_t m = in->n_logits;
     if (m == 0) return NL_OK;
     NL_TRY(mark(be, s, QWEN_OP_LM_HEAD));
@@ -264,7 +307,8 @@ nl_status qwen_forward(nl_backend *be, nl_comm *comm, const qwen_weights *w, qwe
         NL_TRY(op->gather_rows(be, s->last, s->xn, in->logit_rows, m, hidden));
         rows = s->last;
     }
-    NL_TRY(op->linear_f32(be, s->logits_shard, rows, w->lm_head, m)); /* [m, vocab / tp] */
+    if (runs(s, QWEN_OP_LM_HEAD))
+        NL_TRY(op->linear_f32(be, s->logits_shard, rows, w->lm_head, m)); /* [m, vocab / tp] */
     if (sh->tp == 1) return NL_OK;
 
     /* rank 0 receives [tp, m, vocab / tp] and interleaves it into [m, vocab];

@@ -46,6 +46,9 @@ typedef struct qwen_state {
     void **k_cache, **v_cache; /* per layer [num_blocks, block_size, hk, hd] */
     bool time_ops;             /* mark each op for the backend's op timer:
                                   eager steps of NANOLLM_PROFILE=ops only  */
+    uint32_t left_out;         /* bit op: the forward skips that op, for
+                                  timing what it costs (NANOLLM_PROFILE=
+                                  skip:...); the results are then wrong     */
 } qwen_state;
 
 /* The forward's ops as NANOLLM_PROFILE=ops reports them (an op's interval
@@ -65,6 +68,11 @@ typedef enum qwen_op {
     QWEN_OP_COUNT
 } qwen_op;
 extern const char *const qwen_op_names[QWEN_OP_COUNT];
+
+/* The left_out mask of a comma-separated list of op keys (embedding,
+ * final_norm, qkv, rope, attention, o_proj, all_reduce, gate_up, down,
+ * lm_head, logits_gather); an unknown key is an error naming it. */
+nl_status qwen_parse_left_out(const char *list, uint32_t *mask);
 
 /* Bytes of KV cache one block takes over all layers of this shard. */
 size_t qwen_kv_block_bytes(const qwen_weights *w, nl_dtype kv_dtype, int32_t block_size);
