@@ -124,52 +124,108 @@ static __host__ __device__ constexpr int dec_min_blocks()
     return sizeof(KV) != 1 || EARLY ? 0 : G <= 2 ? 5 : G == 4 ? 3 : 0;
 }
 
-/* The splits of one (sequence, kv head) as one cluster (gridDim.x blocks):
- * each block has left its split's unnormalised (o, m, l) in its shared
- * memory; every block then finishes its share of the outputs from all the
- * splits' (distributed shared memory) and writes them.  Empty splits hold
- * m = -inf and weigh nothing. */
-template <int G, int HD>
-static __device__ void dec_cluster_merge(const dec_params &p, float (*cl_o)[HD], float (*cl_ml)[2],
-                                         int nh, int h0, int tok)
+/* The splits of one (sequence, kv head) as one cluster (gridDim.x blocks,
+ * one a split).  The outputs of the kv head's query heads are shared out
+ * in slices of `per`, one a block; each block pushes its split's partial
+ * (o of each output, m and l of each head) into the shared memory of the
+ * block that finishes it, so one cluster barrier hands everything over and
+ * each block then merges its slice from its own memory (no block reads
+ * another's, so none waits for the others to leave).  Empty splits push
+ * m = -inf and weigh nothing.  Hopper only: dec_launch takes clusters
+ * only there. */
+struct dec_cluster {
+    int n, per; /* blocks, outputs a block finishes */
+};
+
+static __device__ __forceinline__ dec_cluster dec_cluster_of(int nh, int hd)
 {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
-    __trap(); /* clusters are Hopper's; dec_launch takes them only there */
+    const int n = (int)gridDim.x;
+    return {n, (nh * hd + n - 1) / n};
+}
+
+/* Barrier phases of the cluster (PTX barrier.cluster): every block arrives
+ * once at its start, and waits for that phase just before its first push,
+ * so that no block writes into one that has not started. */
+static __device__ __forceinline__ void dec_cluster_arrive(bool release)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (release)
+        asm volatile("barrier.cluster.arrive.release;\n" ::: "memory");
+    else
+        asm volatile("barrier.cluster.arrive.relaxed;\n" ::: "memory");
 #else
-    namespace cg = cooperative_groups;
-    cg::cluster_group cluster = cg::this_cluster();
-    cluster.sync(); /* every split's partial is in its block */
-    const int n = (int)cluster.num_blocks(), total = nh * HD;
-    const int per = (total + n - 1) / n, first = (int)cluster.block_rank() * per;
-    const int last = min(total, first + per);
+    __trap();
+#endif
+}
+
+static __device__ __forceinline__ void dec_cluster_wait(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.wait.acquire;\n" ::: "memory");
+#else
+    __trap();
+#endif
+}
+
+/* The address of `local`'s twin in the shared memory of block `rank` of
+ * the cluster. */
+static __device__ __forceinline__ float *dec_cluster_at(float *local, int rank)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    return cooperative_groups::this_cluster().map_shared_rank(local, rank);
+#else
+    __trap();
+    return local;
+#endif
+}
+
+/* Block `split`'s partial of output idx (head gi, element d) to the block
+ * that finishes it; the thread of each head's first element also sends
+ * the head's m and l to every block. */
+template <int G, int HD>
+static __device__ __forceinline__ void dec_cluster_push(float *cl_o, float (*cl_ml)[G][2],
+                                                        dec_cluster c, int split, int idx, int gi,
+                                                        int d, float o, float m, float l)
+{
+    const int rank = idx / c.per;
+    dec_cluster_at(cl_o, rank)[split * c.per + idx - rank * c.per] = o;
+    if (d == 0)
+        for (int r = 0; r < c.n; r++) {
+            float *ml = dec_cluster_at(&cl_ml[split][gi][0], r);
+            ml[0] = m;
+            ml[1] = l;
+        }
+}
+
+/* After the barrier: this block's slice of outputs from every split's
+ * partial, normalised and written. */
+template <int G, int HD>
+static __device__ void dec_cluster_finish(const dec_params &p, const float *cl_o,
+                                          float (*cl_ml)[G][2], dec_cluster c, int split, int nh,
+                                          int h0, int tok)
+{
+    const int first = split * c.per, last = min(nh * HD, first + c.per);
     for (int idx = first + (int)threadIdx.x; idx < last; idx += blockDim.x) {
         const int gi = idx / HD, d = idx % HD;
-        float m[DEC_CLUSTER_MAX], mx = -INFINITY;
-#pragma unroll
-        for (int s = 0; s < DEC_CLUSTER_MAX; s++) {
-            m[s] = s < n ? cluster.map_shared_rank(&cl_ml[gi][0], s)[0] : -INFINITY;
-            mx = fmaxf(mx, m[s]);
-        }
+        float mx = -INFINITY;
+        for (int s = 0; s < c.n; s++) mx = fmaxf(mx, cl_ml[s][gi][0]);
         float sum_l = 0.0f, sum_o = 0.0f;
-#pragma unroll
-        for (int s = 0; s < DEC_CLUSTER_MAX; s++)
-            if (s < n && m[s] != -INFINITY) {
-                const float w = exp2f(m[s] - mx);
-                sum_l = fmaf(w, cluster.map_shared_rank(&cl_ml[gi][1], s)[0], sum_l);
-                sum_o = fmaf(w, cluster.map_shared_rank(&cl_o[gi][d], s)[0], sum_o);
+        for (int s = 0; s < c.n; s++)
+            if (cl_ml[s][gi][0] != -INFINITY) {
+                const float w = exp2f(cl_ml[s][gi][0] - mx);
+                sum_l = fmaf(w, cl_ml[s][gi][1], sum_l);
+                sum_o = fmaf(w, cl_o[s * c.per + idx - first], sum_o);
             }
         const float inv = sum_l > 0.0f ? 1.0f / sum_l : 0.0f;
         p.out[((size_t)tok * p.hq + h0 + gi) * HD + d] = __float2bfloat16(sum_o * inv);
     }
-    cluster.sync(); /* no block leaves while another reads its memory */
-#endif
 }
 
 /* EPL: elements of a row each lane loads (8 for bf16; 8 or 16 for fp8, whose
  * 16 fill a 16-byte load and halve the lanes, shuffles and softmax work per
  * key).  EARLY: the block's first K/V loads go out before the wait for the
  * kernel before it (dec_launch says when that pays).  CLUSTER: the grid's
- * splits are clusters and merge in dec_cluster_merge (every block stays to
+ * splits are clusters and merge as dec_cluster says (every block stays to
  * the end, even one whose split is empty). */
 template <int HD, int G, int U, typename KV, int EPL, bool EARLY, bool CLUSTER = false>
 __global__ void __launch_bounds__(DEC_WARPS * 32, dec_min_blocks<KV, G, EARLY>()) kernel_decode(dec_params p)
@@ -184,7 +240,11 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, dec_min_blocks<KV, G, EARLY>()
     static_assert(HD % EPL == 0, "a row splits into whole pieces");
     __shared__ float sh_o[PARTS][G][HD];
     __shared__ float sh_m[PARTS][G], sh_l[PARTS][G];
-    __shared__ float cl_o[CLUSTER ? G : 1][CLUSTER ? HD : 1], cl_ml[CLUSTER ? G : 1][2];
+    /* CLUSTER: the partials pushed to this block, [split][output of the
+     * slice] (n * per <= G * HD + n - 1 floats) and [split][head][m, l] */
+    __shared__ float cl_o[CLUSTER ? G * HD + DEC_CLUSTER_MAX : 1];
+    __shared__ float cl_ml[CLUSTER ? DEC_CLUSTER_MAX : 1][G][2];
+    if constexpr (CLUSTER) dec_cluster_arrive(false);
 
     /* The step's inputs (orders, contexts, tables) were uploaded before the
      * kernels before this one ran, so they are read before pdl_wait. */
@@ -394,6 +454,11 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, dec_min_blocks<KV, G, EARLY>()
     }
     __syncthreads();
 
+    dec_cluster cl{};
+    if constexpr (CLUSTER) {
+        cl = dec_cluster_of(nh, HD);
+        dec_cluster_wait(); /* every block of the cluster has started */
+    }
     for (int idx = threadIdx.x; idx < nh * HD; idx += blockDim.x) {
         const int gi = idx / HD, d = idx % HD;
         float mx = -INFINITY;
@@ -410,11 +475,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, dec_min_blocks<KV, G, EARLY>()
         }
         const int h = h0 + gi;
         if constexpr (CLUSTER) {
-            cl_o[gi][d] = sum_o;
-            if (d == 0) {
-                cl_ml[gi][0] = mx;
-                cl_ml[gi][1] = sum_l;
-            }
+            dec_cluster_push<G, HD>(cl_o, cl_ml, cl, split, idx, gi, d, sum_o, mx, sum_l);
         } else if (p.n_splits == 1) {
             const float inv = sum_l > 0.0f ? 1.0f / sum_l : 0.0f;
             p.out[((size_t)tok * p.hq + h) * HD + d] = __float2bfloat16(sum_o * inv);
@@ -427,7 +488,11 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, dec_min_blocks<KV, G, EARLY>()
             }
         }
     }
-    if constexpr (CLUSTER) dec_cluster_merge<G, HD>(p, cl_o, cl_ml, nh, h0, tok);
+    if constexpr (CLUSTER) {
+        dec_cluster_arrive(true); /* the pushes, released */
+        dec_cluster_wait();
+        dec_cluster_finish<G, HD>(p, cl_o, cl_ml, cl, split, nh, h0, tok);
+    }
 }
 
 /* One block per (sequence, query head): rescales the partials of the splits
