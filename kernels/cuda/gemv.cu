@@ -271,22 +271,6 @@ static bool gemv_enabled(void)
     return cached != 0;
 }
 
-/* Blocks an SM the GEMV's grid holds: as many as fit, or at most
- * NANOLLM_GEMV_BLOCKS (read once), for measuring a grid that leaves room
- * on each SM for the next kernel's blocks. */
-template <typename K>
-static int gemv_blocks_per_sm(K kernel, size_t smem)
-{
-    static int cap = -1;
-    if (cap < 0) {
-        const char *v = getenv("NANOLLM_GEMV_BLOCKS");
-        cap = v ? atoi(v) : 0;
-        if (cap < 0) cap = 0;
-    }
-    const int fit = cuda_blocks_per_sm(kernel, GEMV_WARPS * 32, smem);
-    return cap > 0 && cap < fit ? cap : fit;
-}
-
 bool cuda_gemv_fits(const void *x, const nl_weight *w, int32_t n)
 {
     return n == 1 && gemv_enabled() && w->cols % 8 == 0 && w->rows <= INT32_MAX &&
@@ -307,7 +291,8 @@ static nl_status gemv_launch_split(cuda_backend *be, OUT *out, const bf16 *x, co
     constexpr int SLOTS = GEMV_WARPS / KS;
     const int k = (int)w->cols;
     const size_t smem = NORM ? (size_t)k * sizeof(bf16) : 0;
-    const int most = gemv_blocks_per_sm(kernel_gemv<OUT, EPI, NORM, KS>, smem) * be->num_sms;
+    const int most = cuda_blocks_per_sm(kernel_gemv<OUT, EPI, NORM, KS>, GEMV_WARPS * 32, smem) *
+                     be->num_sms;
     const int need = (m + SLOTS - 1) / SLOTS;
     const unsigned blocks = (unsigned)(need < most ? need : most);
     NL_CUDA_CHECK(cuda_launch(be, kernel_gemv<OUT, EPI, NORM, KS>, blocks, GEMV_WARPS * 32, smem,
@@ -323,8 +308,9 @@ static nl_status gemv_launch(cuda_backend *be, OUT *out, const bf16 *x, const nl
 {
     const int m = (int)(EPI == GEMV_SILU_MUL ? w->rows / 2 : w->rows), kv = (int)(w->cols / 8);
     const size_t smem = NORM ? (size_t)w->cols * sizeof(bf16) : 0;
-    const long long warps =
-        (long long)gemv_blocks_per_sm(kernel_gemv<OUT, EPI, NORM, 1>, smem) * be->num_sms * GEMV_WARPS;
+    const long long warps = (long long)cuda_blocks_per_sm(kernel_gemv<OUT, EPI, NORM, 1>,
+                                                          GEMV_WARPS * 32, smem) *
+                            be->num_sms * GEMV_WARPS;
     int ks = 1;
     for (int c = 2; c <= 4; c *= 2)
         if (kv >= 32 * c && gemv_rounds(m, warps, c) < gemv_rounds(m, warps, ks)) ks = c;
