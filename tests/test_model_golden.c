@@ -502,26 +502,50 @@ static void forward_prompt(nl_backend *be, const qwen_weights *w, qwen_state *s,
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) be->ops->free(be, bufs[i]);
 }
 
-START_TEST(test_linear_shapes_match_forward)
+/* gm made in a fresh tmp_root and loaded on a one-thread CPU backend, with
+ * a state of BLOCK * 4 tokens and 4 cache blocks: for forwards whose ops
+ * a test watches (close_forward_model undoes it). */
+typedef struct forward_model {
+    nl_model_config cfg;
+    nl_backend *be;
+    qwen_weights *w;
+    qwen_state *s;
+} forward_model;
+
+static forward_model open_forward_model(const golden_model *gm)
 {
-    const golden_model *gm = &models[_i];
+    forward_model f = {0};
     make_tmp();
     ck_assert_int_eq(make_model(gm, tmp_root), 0);
     char dir[512];
     snprintf(dir, sizeof dir, "%s/%s", tmp_root, gm->name);
-    nl_model_config cfg;
-    ck_assert_int_eq(model_config_load(dir, &cfg), NL_OK);
+    ck_assert_int_eq(model_config_load(dir, &f.cfg), NL_OK);
     st_model *m = NULL;
     ck_assert_int_eq(st_open(dir, &m), NL_OK);
-    nl_backend *be;
-    ck_assert_int_eq(nl_backend_cpu_create(1, &be), NL_OK);
-    qwen_weights *w = NULL;
-    ck_assert_int_eq(weights_create(be, &cfg, 0, 1, &w), NL_OK);
-    ck_assert_int_eq(weights_fill(be, m, w), NL_OK);
+    ck_assert_int_eq(nl_backend_cpu_create(1, &f.be), NL_OK);
+    ck_assert_int_eq(weights_create(f.be, &f.cfg, 0, 1, &f.w), NL_OK);
+    ck_assert_int_eq(weights_fill(f.be, m, f.w), NL_OK);
     st_close(m);
-    qwen_state *s = NULL;
-    ck_assert_int_eq(qwen_state_create(be, w, BLOCK * 4, 1, &s), NL_OK);
-    ck_assert_int_eq(qwen_state_alloc_kv(be, w, s, 4, BLOCK, be->ops->act_dtype), NL_OK);
+    ck_assert_int_eq(qwen_state_create(f.be, f.w, BLOCK * 4, 1, &f.s), NL_OK);
+    ck_assert_int_eq(qwen_state_alloc_kv(f.be, f.w, f.s, 4, BLOCK, f.be->ops->act_dtype), NL_OK);
+    return f;
+}
+
+static void close_forward_model(forward_model *f)
+{
+    qwen_state_destroy(f->be, f->w, f->s);
+    weights_destroy(f->be, f->w);
+    nl_backend_destroy(f->be);
+    remove_tree(tmp_root);
+}
+
+START_TEST(test_linear_shapes_match_forward)
+{
+    const golden_model *gm = &models[_i];
+    forward_model f = open_forward_model(gm);
+    nl_backend *be = f.be;
+    qwen_weights *w = f.w;
+    qwen_state *s = f.s;
     static nl_backend_ops rec;
     model = w;
     cpu_ops = be->ops;
@@ -551,10 +575,7 @@ START_TEST(test_linear_shapes_match_forward)
         }
     }
     be->ops = cpu_ops;
-    qwen_state_destroy(be, w, s);
-    weights_destroy(be, w);
-    nl_backend_destroy(be);
-    remove_tree(tmp_root);
+    close_forward_model(&f);
 }
 END_TEST
 
@@ -691,23 +712,10 @@ START_TEST(test_left_out_ops)
     ck_assert_msg(strstr(nl_last_error(), "'ropes'"), "%s", nl_last_error());
 
     const golden_model *gm = &models[0];
-    make_tmp();
-    ck_assert_int_eq(make_model(gm, tmp_root), 0);
-    char dir[512];
-    snprintf(dir, sizeof dir, "%s/%s", tmp_root, gm->name);
-    nl_model_config cfg;
-    ck_assert_int_eq(model_config_load(dir, &cfg), NL_OK);
-    st_model *m = NULL;
-    ck_assert_int_eq(st_open(dir, &m), NL_OK);
-    nl_backend *be;
-    ck_assert_int_eq(nl_backend_cpu_create(1, &be), NL_OK);
-    qwen_weights *w = NULL;
-    ck_assert_int_eq(weights_create(be, &cfg, 0, 1, &w), NL_OK);
-    ck_assert_int_eq(weights_fill(be, m, w), NL_OK);
-    st_close(m);
-    qwen_state *s = NULL;
-    ck_assert_int_eq(qwen_state_create(be, w, BLOCK * 4, 1, &s), NL_OK);
-    ck_assert_int_eq(qwen_state_alloc_kv(be, w, s, 4, BLOCK, be->ops->act_dtype), NL_OK);
+    forward_model f = open_forward_model(gm);
+    nl_backend *be = f.be;
+    qwen_weights *w = f.w;
+    qwen_state *s = f.s;
     static nl_backend_ops counting;
     cpu_ops = be->ops;
     counting = *cpu_ops;
@@ -716,7 +724,7 @@ START_TEST(test_left_out_ops)
     be->ops = &counting;
     n_ropes = n_heads = 0;
     forward_prompt(be, w, s, 3);
-    ck_assert_int_eq(n_ropes, cfg.num_hidden_layers);
+    ck_assert_int_eq(n_ropes, f.cfg.num_hidden_layers);
     ck_assert_int_eq(n_heads, 1);
     ck_assert_int_eq(qwen_parse_left_out("lm_head,rope", &s->left_out), NL_OK);
     n_ropes = n_heads = 0;
@@ -724,10 +732,7 @@ START_TEST(test_left_out_ops)
     ck_assert_int_eq(n_ropes, 0);
     ck_assert_int_eq(n_heads, 0);
     be->ops = cpu_ops;
-    qwen_state_destroy(be, w, s);
-    weights_destroy(be, w);
-    nl_backend_destroy(be);
-    remove_tree(tmp_root);
+    close_forward_model(&f);
 }
 END_TEST
 
