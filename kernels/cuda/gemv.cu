@@ -26,8 +26,7 @@
  * kernel's work, so the GEMV also takes over the steps around it:
  *   - NORM: x is the residual stream and each block first computes
  *     rmsnorm(x) * norm_w into shared memory, rounded as the RMSNorm kernel
- *     rounds it, instead of reading a normalised copy (each warp for
- *     itself, without a block barrier, when rows are not split);
+ *     rounds it, instead of reading a normalised copy;
  *   - GEMV_SILU_MUL: a warp owns a gate row and its up row and writes
  *     silu(g) * u, with g and u rounded to bf16 first, as the linear op and
  *     then silu_mul would;
@@ -130,42 +129,6 @@ static __device__ __forceinline__ gemv_addends<R> gemv_addends_of(const OUT *out
     return a;
 }
 
-/* The same without a block barrier, when rows are not split (KS == 1):
- * a lane then only ever multiplies the pieces i = lane (mod 32), so each
- * warp normalises x for itself.  Its lanes' pieces cover x once for the sum
- * of squares (a warp reduction, bitwise the same in every warp), and each
- * lane writes into xs the normalised pieces it will read back: every warp
- * writes the same values, and a lane reads only what it wrote.  w0: the
- * lane's first piece of norm_w, loaded before the wait. */
-static __device__ void gemv_norm_lanes(uint4 *xs, const uint4 *x, const uint4 *norm_w, uint4 w0,
-                                       int k, float eps, int lane)
-{
-    const int kv = k / 8;
-    float ss = 0.0f;
-#pragma unroll 4
-    for (int i = lane; i < kv; i += 32) {
-        float f[8];
-        bf16x8_to_float(x[i], f);
-#pragma unroll
-        for (int j = 0; j < 8; j++) ss += f[j] * f[j];
-    }
-    for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
-    const float inv = rsqrtf(ss / k + eps);
-#pragma unroll 4
-    for (int i = lane; i < kv; i += 32) {
-        float f[8], g[8];
-        bf16x8_to_float(x[i], f);
-        bf16x8_to_float(i == lane ? w0 : norm_w[i], g);
-        uint4 o;
-        __nv_bfloat162 *h = (__nv_bfloat162 *)&o;
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-            h[j] = __floats2bfloat162_rn(rms_weighted1(f[2 * j], inv, g[2 * j]),
-                                         rms_weighted1(f[2 * j + 1], inv, g[2 * j + 1]));
-        xs[i] = o;
-    }
-}
-
 /* Writes one output row from its warp-reduced dot products (lane 0). */
 template <typename OUT, int EPI, int R>
 static __device__ __forceinline__ void gemv_finish(OUT *out, int row, const float *acc,
@@ -223,9 +186,8 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
     const bool finisher = lane == 0 && sub == 0;
     gemv_addends<R> add{}, add_next{};
     if (row < m) load(row, round + lane);
-    uint4 norm_w0 = make_uint4(0, 0, 0, 0); /* this thread's first norm-weight piece */
-    const int norm_i0 = KS == 1 ? lane : (int)threadIdx.x;
-    if (NORM && norm_i0 < kv) norm_w0 = ((const uint4 *)norm_w)[norm_i0];
+    uint4 norm_w0 = make_uint4(0, 0, 0, 0);
+    if (NORM && (int)threadIdx.x < kv) norm_w0 = ((const uint4 *)norm_w)[threadIdx.x];
     if (finisher && row < m) add = gemv_addends_of<OUT, EPI, R>(out, bias, m, row, false);
     pdl_wait();
     pdl_release();
@@ -233,10 +195,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
         if (finisher && row < m) add.residual = (float)out[row];
     const uint4 *xr = (const uint4 *)x;
     if constexpr (NORM) {
-        if constexpr (KS == 1)
-            gemv_norm_lanes(xs, xr, (const uint4 *)norm_w, norm_w0, k, eps, lane);
-        else
-            gemv_norm_prologue(xs, xr, (const uint4 *)norm_w, norm_w0, k, eps);
+        gemv_norm_prologue(xs, xr, (const uint4 *)norm_w, norm_w0, k, eps);
         xr = xs;
     }
     float acc[R];
