@@ -1,4 +1,4 @@
-# tests/cpumodel.mk: the CPU backend's op test and the model golden test.
+# tests/cpumodel.mk: the CPU backend's op test, the decode graph shapes and the model golden test.
 if HAVE_CHECK
 check_PROGRAMS += tests/test_cpu_ops
 TESTS += tests/test_cpu_ops
@@ -9,6 +9,14 @@ if HAVE_CUDA
 # nl_cuda_device_count() lives in the CUDA backend when it is built.
 tests_test_cpu_ops_LDADD += libnlcuda.a $(CUDA_LIBS) -lstdc++
 endif
+endif
+
+if HAVE_CHECK
+check_PROGRAMS += tests/test_decode_graphs
+TESTS += tests/test_decode_graphs
+tests_test_decode_graphs_SOURCES = tests/test_decode_graphs.c
+tests_test_decode_graphs_CFLAGS = $(TEST_CFLAGS)
+tests_test_decode_graphs_LDADD = libnlworker.la $(TEST_LIBS)
 endif
 
 if HAVE_CHECK

@@ -5,8 +5,9 @@
  * (max_num_batched_tokens tokens, max_num_seqs sequences, block tables of
  * max_model_len / block_size entries), so a step only uploads into fixed
  * addresses.  That is what lets a decode step be captured once as a CUDA
- * graph per batch size and replayed: a batch is padded up to the smallest
- * captured size with rows that write no KV (slot -1) and read one token of
+ * graph per step shape (decode_graphs.h: a batch size and a bound on its
+ * contexts) and replayed: a batch is padded up to the first captured shape
+ * that holds it with rows that write no KV (slot -1) and read one token of
  * block 0, and their samples are dropped.
  *
  * A step is a pipeline: prepare_inputs fills the host mirrors (and picks a
@@ -39,24 +40,8 @@
 #include "common/model_config.h"
 #include "common/model_tensors.h"
 #include "common/safetensors.h"
+#include "worker/decode_graphs.h"
 #include "worker/qwen.h"
-
-/* Decode batch sizes captured as graphs: 1, 2, 4, 8, then steps of 8 to
- * 32, of 16 to 128, of 32 to 256 and of 64 beyond, and max_num_seqs itself:
- * 21 graphs for 512 sequences instead of 68 in steps of 8, since each costs
- * an eager warm-up, a capture and an instantiation at start-up.  Padding
- * rows cost little in a decode step (no KV written, one key read), so a
- * coarser step loses little. */
-#define GRAPH_MAX_SIZES 128
-
-/* Decode batches of at most GRAPH_SHORT_SEQS seqs are captured twice: with
- * their contexts bounded by GRAPH_SHORT_CONTEXT tokens and by
- * max_model_len.  A backend may plan a step's attention from that bound
- * (nl_attn_batch.max_context_len), and a tiny batch's plan is all about
- * its contexts: under the short bound the CUDA backend merges a sequence's
- * context splits inside one cluster of blocks, a kernel fewer a layer. */
-#define GRAPH_SHORT_SEQS 4
-#define GRAPH_SHORT_CONTEXT 1024
 
 /* ---- the step buffers ---------------------------------------------------
  *
@@ -221,9 +206,8 @@ typedef struct model_runner {
     int32_t take_cursor;   /* where the last placeholder's seq was found   */
 
     int32_t n_graphs;
-    int32_t graph_size[GRAPH_MAX_SIZES];
-    int32_t graph_ctx[GRAPH_MAX_SIZES];  /* the bound on contexts it was captured at */
-    nl_graph *graph[GRAPH_MAX_SIZES];
+    decode_graph_shape graph_shape[DECODE_GRAPHS_MAX]; /* of each graph, ascending */
+    nl_graph *graph[DECODE_GRAPHS_MAX];
 
     /* NANOLLM_PROFILE=1: where a worker's time goes, per kind of step.  The
      * phases are separated by synchronisations, so profiling slows steps a
@@ -680,23 +664,13 @@ static nl_status upload_inputs(model_runner *r, const step_plan *plan, qwen_inpu
     return NL_OK;
 }
 
-/* The captured decode batch size after n (see GRAPH_MAX_SIZES). */
-static int32_t graph_size_next(int32_t n)
+/* The decode step shapes captured as graphs (decode_graphs.h). */
+static int32_t graph_shapes(const model_runner *r, decode_graph_shape out[DECODE_GRAPHS_MAX])
 {
-    return n < 8 ? 2 * n : n < 32 ? n + 8 : n < 128 ? n + 16 : n < 256 ? n + 32 : n + 64;
-}
-
-/* The decode batch sizes captured as graphs, ascending; returns how many. */
-static int32_t graph_sizes(const model_runner *r, int32_t sizes[GRAPH_MAX_SIZES])
-{
-    int32_t max = r->p.max_num_seqs < r->p.max_num_batched_tokens ? r->p.max_num_seqs
-                                                                   : r->p.max_num_batched_tokens;
-    int32_t count = 0;
-    for (int32_t n = 1; count < GRAPH_MAX_SIZES; n = graph_size_next(n)) {
-        sizes[count++] = n < max ? n : max;
-        if (n >= max) break;
-    }
-    return count;
+    const engine_settings *p = &r->p;
+    const int32_t max_seqs = p->max_num_seqs < p->max_num_batched_tokens ? p->max_num_seqs
+                                                                         : p->max_num_batched_tokens;
+    return decode_graph_shapes(max_seqs, p->max_model_len, out);
 }
 
 static bool captures_graphs(const model_runner *r)
@@ -710,13 +684,16 @@ static bool captures_graphs(const model_runner *r)
 static nl_status warm_graph_linears(model_runner *r)
 {
     if (!captures_graphs(r) || !r->be->ops->linear_warm_start) return NL_OK;
-    int32_t sizes[GRAPH_MAX_SIZES];
-    const int32_t n_sizes = graph_sizes(r, sizes);
-    nl_linear_shape *shapes = malloc((size_t)n_sizes * QWEN_LINEAR_SHAPES * sizeof *shapes);
+    decode_graph_shape steps[DECODE_GRAPHS_MAX];
+    const int32_t n_steps = graph_shapes(r, steps);
+    nl_linear_shape *shapes = malloc((size_t)n_steps * QWEN_LINEAR_SHAPES * sizeof *shapes);
     if (!shapes) return NL_OK; /* an optimisation only */
     int32_t n = 0;
-    for (int32_t i = 0; i < n_sizes; i++) /* a decode step: one logits row a seq */
-        n += qwen_linear_shapes(r->w, sizes[i], sizes[i], shapes + n);
+    for (int32_t i = 0; i < n_steps; i++) { /* a decode step: one logits row a seq */
+        const int32_t seqs = steps[i].n_seqs;
+        if (i == 0 || seqs != steps[i - 1].n_seqs) /* bounds share the linear shapes */
+            n += qwen_linear_shapes(r->w, seqs, seqs, shapes + n);
+    }
     nl_status st = r->be->ops->linear_warm_start(r->be, shapes, n);
     free(shapes);
     return st;
@@ -743,26 +720,20 @@ static nl_status capture_graph(model_runner *r, int32_t n, int32_t max_ctx)
     nl_status end = be->ops->capture_end(be, &g);
     if (st != NL_OK) return nl_error_prefix(st, "capturing decode graph of %d seqs: ", n);
     if (end != NL_OK) return nl_error_prefix(end, "capturing decode graph of %d seqs: ", n);
-    r->graph_size[r->n_graphs] = n;
-    r->graph_ctx[r->n_graphs] = max_ctx;
+    r->graph_shape[r->n_graphs] = (decode_graph_shape){n, max_ctx};
     r->graph[r->n_graphs++] = g;
     return NL_OK;
 }
 
-/* The graphs in ascending order of size, then of bound, so that the first
- * that fits a step is the cheapest (pick_graph). */
 static nl_status capture_graphs(model_runner *r)
 {
-    int32_t sizes[GRAPH_MAX_SIZES];
-    const int32_t n_sizes = graph_sizes(r, sizes), max_ctx = r->p.max_model_len;
-    for (int32_t i = 0; i < n_sizes && r->n_graphs < GRAPH_MAX_SIZES - 1; i++) {
-        if (sizes[i] <= GRAPH_SHORT_SEQS && GRAPH_SHORT_CONTEXT < max_ctx)
-            NL_TRY(capture_graph(r, sizes[i], GRAPH_SHORT_CONTEXT));
-        NL_TRY(capture_graph(r, sizes[i], max_ctx));
-    }
+    decode_graph_shape shapes[DECODE_GRAPHS_MAX];
+    const int32_t n_shapes = graph_shapes(r, shapes);
+    for (int32_t i = 0; i < n_shapes; i++)
+        NL_TRY(capture_graph(r, shapes[i].n_seqs, shapes[i].max_ctx));
     if (r->rank == 0)
         nl_log(NL_LOG_INFO, "captured %d decode graphs (batch sizes up to %d)", r->n_graphs,
-                r->n_graphs ? r->graph_size[r->n_graphs - 1] : 0);
+                r->n_graphs ? r->graph_shape[r->n_graphs - 1].n_seqs : 0);
     return NL_OK;
 }
 
@@ -943,15 +914,6 @@ static nl_status previous_row(model_runner *r, uint64_t step_id, uint64_t seq_id
                     "not sample it", step, seq, step - 1);
 }
 
-/* The first captured graph for n_seqs decodes of at most max_ctx tokens of
- * context, or -1. */
-static int32_t pick_graph(const model_runner *r, int32_t n_seqs, int32_t max_ctx)
-{
-    for (int32_t i = 0; i < r->n_graphs; i++)
-        if (r->graph_size[i] >= n_seqs && r->graph_ctx[i] >= max_ctx) return i;
-    return -1;
-}
-
 /* Stage 1, on the host: checks the command, picks the path (the smallest
  * captured graph that fits an all-decode step, else eager) and fills the
  * host mirrors of the forward and sampler inputs. */
@@ -970,7 +932,7 @@ static nl_status prepare_inputs(model_runner *r, const wire_run *cmd, step_plan 
             const int32_t len = cmd->seqs[s].num_computed + cmd->seqs[s].num_new;
             if (len > longest) longest = len;
         }
-        plan->graph = pick_graph(r, n_seqs, longest);
+        plan->graph = decode_graph_pick(r->graph_shape, r->n_graphs, n_seqs, longest);
     }
 
     /* a graph replays with the engine-wide table stride; an eager step
@@ -1009,7 +971,8 @@ static nl_status prepare_inputs(model_runner *r, const wire_run *cmd, step_plan 
         }
     }
     if (plan->graph >= 0)
-        pad_decode(r, n_seqs, r->graph_size[plan->graph], r->graph_ctx[plan->graph], plan);
+        pad_decode(r, n_seqs, r->graph_shape[plan->graph].n_seqs,
+                   r->graph_shape[plan->graph].max_ctx, plan);
     else
         plan->shape = shape_of(r, n_tokens, n_seqs, stride, n_logits);
     plan->shape.table_width = width;
