@@ -90,3 +90,4 @@ include leader/server/local.mk
 # The executor includes the generated nl_paths.h: a build of named targets
 # (which skips BUILT_SOURCES) must still make it first.
 leader/engine/executor.lo: nl_paths.h
+leader/cli/cli_bench.lo: nl_build_commit.h

@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "nl_build_commit.h"
 #include "tests/check_run.h"
 
 static char out_path[64], err_path[64];
@@ -312,6 +313,7 @@ START_TEST(test_bench_random_workload_fits)
 {
     if (!have_tokenizer()) return;
     setenv("NANOLLM_CPU_KV_BYTES", "67108864", 1);
+    unsetenv("NANOLLM_COMMIT");
     char json_path[] = "/tmp/nl-bench-json-XXXXXX";
     int fd = mkstemp(json_path);
     close(fd);
@@ -330,6 +332,11 @@ START_TEST(test_bench_random_workload_fits)
     ck_assert_int_eq(json_integer_value(json_object_get(rec, "requests")), 2);
     ck_assert_int_eq(json_integer_value(json_object_get(rec, "tp")), 1);
     ck_assert_str_eq(json_string_value(json_object_get(rec, "device")), "cpu");
+    /* the commit this tree was built from (none outside a git checkout) */
+    if (NL_BUILD_COMMIT[0])
+        ck_assert_str_eq(json_string_value(json_object_get(rec, "commit")), NL_BUILD_COMMIT);
+    else
+        ck_assert(json_is_null(json_object_get(rec, "commit")));
     ck_assert(json_is_true(json_object_get(rec, "demo_model")));
     ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(rec, "model"), "vocab_size")), 151936);
     int64_t out_tokens = json_integer_value(json_object_get(rec, "output_tokens"));
