@@ -27,7 +27,8 @@
  *     callback setters.
  *   - nl_engine_start()/nl_engine_stop(): one thread, not from inside a
  *     callback; nl_engine_close(): once no other thread uses the engine.
- *   - The logging setters, nl_version(), nl_status_name(), nl_last_error():
+ *   - The logging setters, nl_version(), nl_build_commit(), nl_status_name(),
+ *     nl_last_error():
  *     any thread (the error message is the calling thread's own).
  * Callbacks (stream, final) run on the stepping thread, one at a time.
  * They may call any function of the first group, but not step, start, stop
@@ -62,6 +63,11 @@ typedef enum nl_status {
 
 /* "MAJOR.MINOR.PATCH" of the library. */
 const char *nl_version(void);
+
+/* The git commit the library was built from ("-dirty" appended when the
+ * tree had local changes), or NULL when it was not built from a checkout
+ * (a release tarball). */
+const char *nl_build_commit(void);
 
 /* Static strings: never freed. */
 const char *nl_status_name(nl_status status);

@@ -87,7 +87,8 @@ libnlleader_la_SOURCES += \
 # The OpenAI-compatible HTTP server behind `nanollm-launch serve`.
 include leader/server/local.mk
 
-# The executor includes the generated nl_paths.h: a build of named targets
-# (which skips BUILT_SOURCES) must still make it first.
+# The executor and version.c include the generated nl_paths.h and
+# nl_build_commit.h: a build of named targets (which skips BUILT_SOURCES)
+# must still make them first.
 leader/engine/executor.lo: nl_paths.h
-leader/cli/cli_bench.lo: nl_build_commit.h
+leader/engine/version.lo: nl_build_commit.h

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "nanollm.h"
+#include "nl_build_commit.h"
 
 static char qwen_dir[4096];
 
@@ -24,6 +25,18 @@ static void assert_ids(const int32_t *ids, size_t n, const int32_t *want, size_t
     ck_assert_int_eq((int)n, (int)n_want);
     for (size_t i = 0; i < n; i++) ck_assert_int_eq(ids[i], want[i]);
 }
+
+/* The library names its version and the commit it was built from (the
+ * header make wrote for this tree; none outside a checkout). */
+START_TEST(test_version_and_commit)
+{
+    ck_assert_ptr_nonnull(nl_version());
+    if (NL_BUILD_COMMIT[0])
+        ck_assert_str_eq(nl_build_commit(), NL_BUILD_COMMIT);
+    else
+        ck_assert_ptr_null(nl_build_commit());
+}
+END_TEST
 
 START_TEST(test_encode_decode)
 {
@@ -202,6 +215,7 @@ int main(void)
     Suite *s = suite_create("api");
     TCase *tok = tcase_create("tokenizer");
     tcase_set_timeout(tok, 120); /* each open reads the 11 MB tokenizer.json */
+    tcase_add_test(tok, test_version_and_commit);
     tcase_add_test(tok, test_encode_decode);
     tcase_add_test(tok, test_nul_survives);
     tcase_add_test(tok, test_invalid_utf8);

@@ -16,8 +16,8 @@
  * Throughput: ..tok/s") and a summary in the shape of `vllm bench`'s
  * (requests/s, output and total tokens/s, TTFT and TPOT mean, median, p99,
  * the prefill/decode split) on stdout; --json FILE also writes it as one
- * JSON record (date, commit: $NANOLLM_COMMIT when set, else the build's own
- * from git, nl_build_commit.h; device, the model's shape from its
+ * JSON record (date, commit: $NANOLLM_COMMIT when set, else the build's own,
+ * nl_build_commit(); device, the model's shape from its
  * config.json, workload, tp, engine options, figures, peak KV blocks) for
  * bench/RESULTS.md.
  */
@@ -30,7 +30,6 @@
 #include <unistd.h>
 
 #include "leader/cli/cli.h"
-#include "nl_build_commit.h"
 
 typedef struct bench_req {
     int32_t *ids;
@@ -426,7 +425,7 @@ int cli_bench(const nl_engine_config *config, int argc, char **argv)
         time_t now = time(NULL);
         strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
         const char *commit = getenv("NANOLLM_COMMIT");
-        if (!commit && NL_BUILD_COMMIT[0]) commit = NL_BUILD_COMMIT;
+        if (!commit) commit = nl_build_commit();
         json_t *wl = workload ? json_pack("{s:s, s:s, s:i}", "kind", "file", "path", workload, "requests", n)
                               : json_pack("{s:s, s:i, s:I, s:I}", "kind", "random", "requests", n,
                                           "max_input_len", (json_int_t)max_in, "max_output_len", (json_int_t)max_out);
