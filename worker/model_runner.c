@@ -835,7 +835,10 @@ nl_status model_runner_create(const engine_settings *params, int32_t rank, nl_ba
 
 /* ---- execute ------------------------------------------------------------ */
 
-static nl_status validate(const model_runner *r, const wire_run *cmd, int32_t *n_tokens)
+/* Checks a RUN command against the engine's limits; *n_tokens: its new
+ * tokens, *longest: its longest context. */
+static nl_status validate(const model_runner *r, const wire_run *cmd, int32_t *n_tokens,
+                          int32_t *longest)
 {
     const engine_settings *p = &r->p;
     if (cmd->kind != WIRE_RUN) return nl_error(NL_ERR_INVALID_ARG, "step %llu: not a RUN command",
@@ -843,7 +846,7 @@ static nl_status validate(const model_runner *r, const wire_run *cmd, int32_t *n
     if (cmd->n_seqs < 1 || cmd->n_seqs > p->max_num_seqs)
         return nl_error(NL_ERR_INVALID_ARG, "step %llu: %d seqs outside [1, max_num_seqs %d]",
                         (unsigned long long)cmd->step_id, cmd->n_seqs, p->max_num_seqs);
-    int64_t total = 0;
+    int64_t total = 0, most = 0;
     for (int32_t s = 0; s < cmd->n_seqs; s++) {
         const wire_seq *q = &cmd->seqs[s];
         unsigned long long id = (unsigned long long)q->seq_id;
@@ -873,11 +876,13 @@ static nl_status validate(const model_runner *r, const wire_run *cmd, int32_t *n
             return nl_error(NL_ERR_INVALID_ARG, "seq %llu: n_logprobs %d outside [0, %d]", id,
                             q->sampling.n_logprobs, NL_MAX_LOGPROBS);
         total += q->num_new;
+        if (end > most) most = end;
     }
     if (total > p->max_num_batched_tokens)
         return nl_error(NL_ERR_INVALID_ARG, "step %llu: %lld tokens exceed max_num_batched_tokens %d",
                         (unsigned long long)cmd->step_id, (long long)total, p->max_num_batched_tokens);
     *n_tokens = (int32_t)total;
+    *longest = (int32_t)most; /* <= max_model_len */
     return NL_OK;
 }
 
@@ -919,21 +924,15 @@ static nl_status previous_row(model_runner *r, uint64_t step_id, uint64_t seq_id
  * host mirrors of the forward and sampler inputs. */
 static nl_status prepare_inputs(model_runner *r, const wire_run *cmd, step_plan *plan)
 {
-    int32_t n_tokens = 0;
-    NL_TRY(validate(r, cmd, &n_tokens));
+    int32_t n_tokens = 0, longest = 0;
+    NL_TRY(validate(r, cmd, &n_tokens, &longest));
     int32_t n_seqs = cmd->n_seqs, bs = r->p.block_size;
-    *plan = (step_plan){.graph = -1, .n_tokens = n_tokens};
+    *plan = (step_plan){.graph = -1, .n_tokens = n_tokens, .max_ctx = longest};
     while (plan->n_leading_decodes < n_seqs && cmd->seqs[plan->n_leading_decodes].num_new == 1)
         plan->n_leading_decodes++;
     plan->all_decode = plan->n_leading_decodes == n_seqs;
-    if (plan->all_decode) {
-        int32_t longest = 0;
-        for (int32_t s = 0; s < n_seqs; s++) {
-            const int32_t len = cmd->seqs[s].num_computed + cmd->seqs[s].num_new;
-            if (len > longest) longest = len;
-        }
+    if (plan->all_decode)
         plan->graph = decode_graph_pick(r->graph_shape, r->n_graphs, n_seqs, longest);
-    }
 
     /* a graph replays with the engine-wide table stride; an eager step
      * uploads only as wide a table as its longest seq needs */
@@ -964,7 +963,6 @@ static nl_status prepare_inputs(model_runner *r, const wire_run *cmd, step_plan 
         ctx[s] = len;
         memcpy(tables + (size_t)s * stride, q->block_table, sizeof(int32_t) * q->n_blocks);
         if (q->num_new > plan->max_q) plan->max_q = q->num_new;
-        if (len > plan->max_ctx) plan->max_ctx = len;
         if (q->sample || plan->graph >= 0) { /* a graph computes every row's logits */
             rows[n_logits] = t - 1;
             srows[n_logits++] = q->sample ? sample_row_of(q) : (nl_sample_row){.top_p = 1.0f};

@@ -15,6 +15,7 @@
 
 #include <math.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -163,10 +164,14 @@ nl_status qwen_parse_left_out(const char *list, uint32_t *mask)
         int op = -1;
         for (int k = 0; k < QWEN_OP_COUNT && op < 0; k++)
             if (strlen(qwen_op_keys[k]) == len && strncmp(p, qwen_op_keys[k], len) == 0) op = k;
-        if (op < 0)
-            return nl_error(NL_ERR_INVALID_ARG, "no forward op '%.*s' to leave out (ops: embedding, "
-                            "final_norm, qkv, rope, attention, o_proj, all_reduce, gate_up, down, "
-                            "lm_head, logits_gather)", (int)len, p);
+        if (op < 0) {
+            char keys[256] = "";
+            for (int k = 0; k < QWEN_OP_COUNT; k++)
+                snprintf(keys + strlen(keys), sizeof keys - strlen(keys), "%s%s", k ? ", " : "",
+                         qwen_op_keys[k]);
+            return nl_error(NL_ERR_INVALID_ARG, "no forward op '%.*s' to leave out (ops: %s)",
+                            (int)len, p, keys);
+        }
         *mask |= 1u << op;
         p += len + (p[len] == ',');
     }

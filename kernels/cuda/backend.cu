@@ -391,37 +391,42 @@ static const nl_backend_ops cuda_ops = {
     .graph_destroy = cuda_graph_destroy,
 };
 
-int cuda_blocks_per_sm_of(const void *kernel, int threads, size_t smem)
+/* A fact the runtime gives about a kernel at a block size and dynamic
+ * shared memory, asked once per combination: the worker drives its backend
+ * from one thread, and the answers are the device's, the same for every
+ * backend object of the process. */
+typedef int (*kernel_fact)(const void *kernel, int threads, size_t smem);
+
+static int remembered(kernel_fact ask, const void *kernel, int threads, size_t smem)
 {
-    /* The worker drives its backend from one thread; the answers are the
-     * device's, the same for every backend object of the process. */
-    static struct { const void *kernel; int threads; size_t smem; int blocks; } seen[128];
+    static struct { kernel_fact ask; const void *kernel; int threads; size_t smem; int value; } seen[160];
     static int n_seen;
     for (int i = 0; i < n_seen; i++)
-        if (seen[i].kernel == kernel && seen[i].threads == threads && seen[i].smem == smem)
-            return seen[i].blocks;
+        if (seen[i].ask == ask && seen[i].kernel == kernel && seen[i].threads == threads &&
+            seen[i].smem == smem)
+            return seen[i].value;
+    const int value = ask(kernel, threads, smem);
+    if (n_seen < 160) seen[n_seen++] = {ask, kernel, threads, smem, value};
+    return value;
+}
+
+static int ask_blocks_per_sm(const void *kernel, int threads, size_t smem)
+{
     int blocks = 0;
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, smem) !=
             cudaSuccess || blocks < 1) {
         cudaGetLastError(); /* a launch of it would fail and say why */
         blocks = 1;
     }
-    if (n_seen < 128) seen[n_seen++] = {kernel, threads, smem, blocks};
     return blocks;
 }
 
-int cuda_cluster_max_of(const void *kernel, int threads, size_t smem)
+static int ask_cluster_max(const void *kernel, int threads, size_t smem)
 {
-    static struct { const void *kernel; int threads; size_t smem; int most; } seen[32];
-    static int n_seen;
-    for (int i = 0; i < n_seen; i++)
-        if (seen[i].kernel == kernel && seen[i].threads == threads && seen[i].smem == smem)
-            return seen[i].most;
-    int most = 1;
     if (cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) !=
         cudaSuccess)
         cudaGetLastError(); /* then only the portable sizes */
-    for (unsigned size = 16; size > 1 && most == 1; size /= 2) {
+    for (unsigned size = 16; size > 1; size /= 2) {
         cudaLaunchAttribute attr;
         attr.id = cudaLaunchAttributeClusterDimension;
         attr.val.clusterDim = {size, 1, 1};
@@ -435,10 +440,19 @@ int cuda_cluster_max_of(const void *kernel, int threads, size_t smem)
         if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess)
             cudaGetLastError();
         else if (clusters >= 1)
-            most = (int)size;
+            return (int)size;
     }
-    if (n_seen < 32) seen[n_seen++] = {kernel, threads, smem, most};
-    return most;
+    return 1;
+}
+
+int cuda_blocks_per_sm_of(const void *kernel, int threads, size_t smem)
+{
+    return remembered(ask_blocks_per_sm, kernel, threads, smem);
+}
+
+int cuda_cluster_max_of(const void *kernel, int threads, size_t smem)
+{
+    return remembered(ask_cluster_max, kernel, threads, smem);
 }
 
 static nl_status backend_init(cuda_backend *be)
