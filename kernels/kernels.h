@@ -198,13 +198,15 @@ typedef struct nl_backend_ops {
     nl_status (*linear_add)(nl_backend *be, void *residual, void *work, const void *x,
                             const nl_weight *w, const nl_weight *bias, int32_t n);
     /* ids[pairs[2k]] = src[pairs[2k + 1]] for k < n: a step's input tokens
-     * taken from the ids the step before it sampled (backend memory). */
+     * taken from the ids the step before it sampled (src: backend or
+     * host_alloc memory). */
     nl_status (*take_ids)(nl_backend *be, int32_t *ids, const int32_t *src, const int32_t *pairs, int32_t n);
     /* out[m, dim] = x[rows[i], :], to take each sequence's last token. */
     nl_status (*gather_rows)(nl_backend *be, void *out, const void *x, const int32_t *rows,
                              int32_t m, int32_t dim);
     /* Samples each row of logits[m, vocab] as nl_sample_row describes.
-     * Outputs (backend memory): ids[m], logprobs[m] of the chosen ids, and
+     * Outputs (backend or host_alloc memory, written in place with no
+     * copy after the op): ids[m], logprobs[m] of the chosen ids, and
      * top_ids / top_logprobs [m, NL_MAX_LOGPROBS] (first n_logprobs valid). */
     nl_status (*sample)(nl_backend *be, const float *logits, int32_t m, int32_t vocab,
                         const nl_sample_row *rows, int32_t *ids, float *logprobs,

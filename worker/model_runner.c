@@ -97,10 +97,13 @@ typedef enum step_count {
     COUNT_TAKE,
 } step_count;
 
-/* When a buffer moves: the step's inputs (the forward's and the sampler's)
- * go up before the forward pass, sampler outputs come down after sampling;
- * both through the host copies of the step's launch slot (one of
- * NL_FENCES, one a step in flight).  A host-only buffer has no device side. */
+/* Where a buffer lives: the step's inputs (the forward's and the
+ * sampler's) are written in the host copies of the step's launch slot (one
+ * of NL_FENCES, one a step in flight) and go up before the forward pass;
+ * the sampler writes its outputs straight into the slot's host copies
+ * (mapped, so a kernel reaches them across the bus), where the reply reads
+ * them once the slot's fence has passed and the next step's placeholder
+ * takes read its ids.  A host-only buffer has no device side. */
 typedef enum step_phase {
     PHASE_IN,
     PHASE_SAMPLE_OUT,
@@ -170,11 +173,11 @@ typedef struct launched_step {
 } launched_step;
 
 /* The stream phases of NANOLLM_PROFILE=stream. */
-enum { STREAM_INPUTS, STREAM_TAKE, STREAM_FORWARD, STREAM_SAMPLE, STREAM_DOWNLOAD, STREAM_EMPTY,
-       STREAM_NEXT, STREAM_COUNT };
+enum { STREAM_INPUTS, STREAM_TAKE, STREAM_FORWARD, STREAM_SAMPLE, STREAM_EMPTY, STREAM_NEXT,
+       STREAM_COUNT };
 /* "two marks": an interval with nothing in it, what a mark itself costs */
 static const char *const stream_names[STREAM_COUNT] = {"inputs", "takes", "forward", "sampler",
-                                                       "downloads", "two marks", "until next step"};
+                                                       "two marks", "until next step"};
 
 typedef struct model_runner {
     engine_settings p;
@@ -188,7 +191,7 @@ typedef struct model_runner {
     nl_dtype kv_dtype;          /* the KV cache's elements (kernels.h) */
     int32_t max_blocks_per_seq; /* ceil(max_model_len / block_size) */
 
-    void *dev[BUF_COUNT];  /* step buffers on the backend, NULL if host only */
+    void *dev[BUF_COUNT];  /* step inputs on the backend (NULL for the rest) */
     /* Each launch slot's host side of the buffers that cross (host_alloc
      * memory), untouched from its launch until its fence has passed: the
      * inputs are written there and read by copy_pieces, the sampler
@@ -351,7 +354,7 @@ static void step_buffer_bytes(const model_runner *r, size_t *dev, size_t *host)
     for (int b = 0; b < BUF_COUNT; b++) {
         size_t bytes = step_count_of(step_bufs[b].count, &max) * step_bufs[b].elem;
         *host += step_bufs[b].phase == PHASE_HOST_ONLY ? bytes : NL_FENCES * bytes;
-        if (step_bufs[b].phase != PHASE_HOST_ONLY) *dev += bytes;
+        if (step_bufs[b].phase == PHASE_IN) *dev += bytes;
     }
 }
 
@@ -407,7 +410,7 @@ static nl_status alloc_step_buffers(model_runner *r)
             NL_TRY(r->be->ops->host_alloc(r->be, bytes, &r->slot_host[k][b]));
             memset(r->slot_host[k][b], 0, bytes);
         }
-        NL_TRY(r->be->ops->alloc(r->be, bytes, &r->dev[b]));
+        if (d->phase == PHASE_IN) NL_TRY(r->be->ops->alloc(r->be, bytes, &r->dev[b]));
     }
     size_t seqs = (size_t)r->p.max_num_seqs;
     for (int k = 0; k < NL_FENCES; k++) {
@@ -458,20 +461,6 @@ static nl_status upload_step_inputs(model_runner *r, const step_shape *shape)
             p->row_bytes = (size_t)shape->table_width * d->elem;
             p->rows = (size_t)shape->n_seqs;
         }
-    }
-    return r->be->ops->copy_pieces(r->be, pieces, n);
-}
-
-/* Queues the sampler outputs the shape uses into launch slot k's host
- * copy; they have landed once slot k's fence has passed. */
-static nl_status download_samples(model_runner *r, const step_shape *shape, int k)
-{
-    nl_copy_piece pieces[BUF_COUNT];
-    int32_t n = 0;
-    for (int b = 0; b < BUF_COUNT; b++) {
-        size_t bytes = step_count_of(step_bufs[b].count, shape) * step_bufs[b].elem;
-        if (step_bufs[b].phase == PHASE_SAMPLE_OUT && bytes > 0)
-            pieces[n++] = flat_piece(r->slot_host[k][b], r->dev[b], bytes);
     }
     return r->be->ops->copy_pieces(r->be, pieces, n);
 }
@@ -990,18 +979,16 @@ static nl_status run_forward(model_runner *r, const step_plan *plan, const qwen_
     return qwen_forward(r->be, r->comm, r->w, r->s, in);
 }
 
-/* Stage 3, rank 0: samples every logits row and queues the outputs for
- * the host into launch slot k.  Row k of the logits is the k-th sampling
- * seq, or seq k under a graph. */
-static nl_status launch_sampler(model_runner *r, const step_plan *plan, int k, bool marks)
+/* Stage 3, rank 0: samples every logits row into launch slot k's host
+ * copies (no copy after it: one kernel boundary fewer a step).  Row k of
+ * the logits is the k-th sampling seq, or seq k under a graph. */
+static nl_status launch_sampler(model_runner *r, const step_plan *plan, int k)
 {
     nl_backend *be = r->be;
-    const step_shape *sh = &plan->shape;
-    NL_TRY(be->ops->sample(be, r->s->logits, sh->n_logits, r->cfg.vocab_size, r->dev[BUF_SROWS],
-                           r->dev[BUF_OUT_IDS], r->dev[BUF_OUT_LP], r->dev[BUF_TOP_IDS],
-                           r->dev[BUF_TOP_LP]));
-    NL_TRY(stream_mark(r, marks, STREAM_DOWNLOAD));
-    return download_samples(r, sh, k);
+    void *const *out = r->slot_host[k];
+    return be->ops->sample(be, r->s->logits, plan->shape.n_logits, r->cfg.vocab_size,
+                           r->dev[BUF_SROWS], out[BUF_OUT_IDS], out[BUF_OUT_LP], out[BUF_TOP_IDS],
+                           out[BUF_TOP_LP]);
 }
 
 /* What the reply of the step in slot k needs from its command. */
@@ -1074,8 +1061,8 @@ nl_status model_runner_launch(model_runner *r, const wire_run *cmd)
     NL_TRY(stream_mark(r, marks, STREAM_INPUTS));
     NL_TRY(upload_inputs(r, &plan, &in));
     NL_TRY(stream_mark(r, marks, STREAM_TAKE));
-    if (plan.shape.n_take > 0) /* the ids the last step sampled, still in the sampler's buffer */
-        NL_TRY(r->be->ops->take_ids(r->be, r->dev[BUF_IDS], r->dev[BUF_OUT_IDS], r->dev[BUF_TAKE],
+    if (plan.shape.n_take > 0) /* the ids the last step sampled, in its slot's host copy */
+        NL_TRY(r->be->ops->take_ids(r->be, r->dev[BUF_IDS], r->slot_host[r->last][BUF_OUT_IDS], r->dev[BUF_TAKE],
                                     plan.shape.n_take));
     if (r->profile) prof->prep_s += profile_lap(r, &mark);
     r->s->time_ops = r->profile_ops && plan.graph < 0;
@@ -1091,7 +1078,7 @@ nl_status model_runner_launch(model_runner *r, const wire_run *cmd)
 
     record_launch(r, cmd, &plan, k);
     NL_TRY(stream_mark(r, marks, STREAM_SAMPLE));
-    if (r->launched[k].sampled) NL_TRY(launch_sampler(r, &plan, k, marks));
+    if (r->launched[k].sampled) NL_TRY(launch_sampler(r, &plan, k));
     NL_TRY(r->be->ops->fence_record(r->be, k));
     NL_TRY(stream_mark(r, marks, STREAM_EMPTY));
     NL_TRY(stream_mark(r, marks, STREAM_NEXT));

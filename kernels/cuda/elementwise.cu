@@ -492,10 +492,13 @@ nl_status cuda_add(nl_backend *b, void *residual, const void *x, size_t count)
 
 /* ---- take ids: a step's placeholder inputs from the last step's samples ---------- */
 
-/* Launched plainly (no dependent launch): the forward's first kernel must
- * not start before these ids are in place. */
+/* A dependent launch like the forward's kernels: the ids it writes are
+ * read by the embedding after that kernel's own pdl_wait, which waits for
+ * this one to finish. */
 __global__ void kernel_take_ids(int32_t *ids, const int32_t *src, const int32_t *pairs, int n)
 {
+    pdl_wait();
+    pdl_release();
     int k = blockIdx.x * blockDim.x + threadIdx.x;
     if (k < n) ids[pairs[2 * k]] = src[pairs[2 * k + 1]];
 }
@@ -503,8 +506,8 @@ __global__ void kernel_take_ids(int32_t *ids, const int32_t *src, const int32_t 
 nl_status cuda_take_ids(nl_backend *b, int32_t *ids, const int32_t *src, const int32_t *pairs, int32_t n)
 {
     if (n <= 0) return NL_OK;
-    kernel_take_ids<<<(n + 255) / 256, 256, 0, cuda_be(b)->stream>>>(ids, src, pairs, n);
-    NL_CUDA_CHECK(cudaGetLastError());
+    NL_CUDA_CHECK(cuda_launch(cuda_be(b), kernel_take_ids, (n + 255) / 256, 256, 0, ids, src,
+                              pairs, n));
     return NL_OK;
 }
 
@@ -515,11 +518,15 @@ struct copy_pieces_arg {
 };
 
 /* Block (x, y) copies rows y, y + gridDim.y, ... of piece x in W-byte
- * words.  Launched plainly, without a dependent-launch trigger: the kernels
- * after it must not start before what it copies is in place. */
+ * words.  A dependent launch, so it sits on the SMs while the sampler
+ * finishes, but one that never releases the next kernel early: the
+ * forward's kernels read the step's inputs (contexts, block tables) before
+ * their own pdl_wait, so none may start before what this copies is in
+ * place. */
 template <typename W>
 __global__ void kernel_copy_pieces(copy_pieces_arg a)
 {
+    pdl_wait();
     const nl_copy_piece p = a.piece[blockIdx.x];
     const size_t words = p.row_bytes / sizeof(W);
     for (size_t r = blockIdx.y; r < p.rows; r += gridDim.y) {
@@ -546,11 +553,10 @@ nl_status cuda_copy_pieces(nl_backend *b, const nl_copy_piece *pieces, int32_t n
     }
     if (used == 0) return NL_OK;
     const dim3 grid((unsigned)used, (unsigned)(rows < 64 ? rows : 64));
-    cudaStream_t st = cuda_be(b)->stream;
-    if (bits % 16 == 0) kernel_copy_pieces<uint4><<<grid, 256, 0, st>>>(a);
-    else if (bits % 4 == 0) kernel_copy_pieces<uint32_t><<<grid, 256, 0, st>>>(a);
-    else kernel_copy_pieces<uint8_t><<<grid, 256, 0, st>>>(a);
-    NL_CUDA_CHECK(cudaGetLastError());
+    const cuda_backend *be = cuda_be(b);
+    if (bits % 16 == 0) NL_CUDA_CHECK(cuda_launch(be, kernel_copy_pieces<uint4>, grid, 256, 0, a));
+    else if (bits % 4 == 0) NL_CUDA_CHECK(cuda_launch(be, kernel_copy_pieces<uint32_t>, grid, 256, 0, a));
+    else NL_CUDA_CHECK(cuda_launch(be, kernel_copy_pieces<uint8_t>, grid, 256, 0, a));
     return NL_OK;
 }
 
