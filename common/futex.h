@@ -11,7 +11,6 @@
 
 #include <limits.h>
 #include <linux/futex.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <sys/syscall.h>
@@ -55,47 +54,18 @@ static inline void futex_wake_counted(_Atomic uint32_t *word, _Atomic uint32_t *
 /* A condition another process makes true: 0 while it does not hold. */
 typedef int (*futex_cond_fn)(const void *arg);
 
-static inline double futex_now_us(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e6 + (double)t.tv_nsec / 1e3;
-}
-
-/* yield_us where the machine has cores to spare (8 online or more), else 0:
- * a waiter that keeps its core away from busy peers slows them. */
-static inline int futex_yield_budget_us(int yield_us)
-{
-    static int cores = 0;
-    if (cores == 0) cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
-    return cores >= 8 ? yield_us : 0;
-}
-
 /* Waits until cond(arg) is nonzero and stores that value in *result: spins
- * tries with a pause between them for the busy case, then for up to
- * yield_us keeps looking with the core yielded between looks, then sleeps
- * on *word of slice_ms each, asking alive(ctx) (when given) between them;
- * its error ends the wait and is returned.  The yielding phase is for
- * answers that come within a decode step: waking from a futex sleep takes
- * tens of microseconds and, on a loaded or virtualised host, now and then
- * a millisecond or more, longer than a small model's step; a waiter that
- * is still awake sees the answer at once. */
+ * tries with a pause between them for the busy case, then sleeps on *word
+ * of slice_ms each, asking alive(ctx) (when given) between them; its error
+ * ends the wait and is returned. */
 static inline nl_status futex_await_counted(_Atomic uint32_t *word, _Atomic uint32_t *waiters,
                                             futex_cond_fn cond, const void *arg, int spins,
-                                            int yield_us, int slice_ms, nl_status (*alive)(void *),
-                                            void *ctx, int *result)
+                                            int slice_ms, nl_status (*alive)(void *), void *ctx,
+                                            int *result)
 {
     for (int i = 0; i < spins; i++) {
         if ((*result = cond(arg)) != 0) return NL_OK;
         cpu_relax();
-    }
-    if (yield_us > 0) {
-        const double until = futex_now_us() + yield_us;
-        for (int i = 0;; i++) {
-            if ((*result = cond(arg)) != 0) return NL_OK;
-            if (i % 64 == 63 && futex_now_us() > until) break;
-            sched_yield();
-        }
     }
     for (;;) {
         uint32_t seen = atomic_load(word);

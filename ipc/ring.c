@@ -17,7 +17,6 @@
 
 #define RING_MAGIC 0x474e4952u /* "RING" */
 #define RING_SPINS 256
-#define RING_YIELD_US 3000 /* a reply within a step (0.6B batch 1: ~0.7 ms) finds the reader awake */
 
 static uint64_t pad8(uint64_t n)
 {
@@ -96,8 +95,7 @@ static nl_status ring_wait(futex_cond_fn ready, const wait_arg *arg, _Atomic uin
                            _Atomic uint32_t *waiters, ring_check_fn check, void *ctx)
 {
     int rs;
-    NL_TRY(futex_await_counted(seq, waiters, ready, arg, RING_SPINS, futex_yield_budget_us(RING_YIELD_US),
-                               RING_WAIT_SLICE_MS, check, ctx, &rs));
+    NL_TRY(futex_await_counted(seq, waiters, ready, arg, RING_SPINS, RING_WAIT_SLICE_MS, check, ctx, &rs));
     return rs == RING_READY ? NL_OK : NL_ERR_RUNTIME;
 }
 

@@ -8,7 +8,6 @@
 #include "ipc/ring.h" /* RING_WAIT_SLICE_MS */
 
 #define SAMPLES_SPINS 2048
-#define SAMPLES_YIELD_US 3000 /* rank 0's samples come within a step */
 
 size_t samples_area_bytes(int32_t capacity)
 {
@@ -105,8 +104,7 @@ static nl_status wait_published(samples_area *a, uint64_t step_id, bool may_wait
     const publish_wait w = {a, step_id};
     int done;
     return futex_await_counted(&a->hdr->published, &a->hdr->waiters, step_published, &w, SAMPLES_SPINS,
-                               futex_yield_budget_us(SAMPLES_YIELD_US), RING_WAIT_SLICE_MS, alive,
-                               arg, &done);
+                               RING_WAIT_SLICE_MS, alive, arg, &done);
 }
 
 nl_status samples_resolve(samples_area *a, wire_run *cmd, bool may_wait, nl_status (*alive)(void *), void *arg)

@@ -10,7 +10,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common/futex.h"
 #include "ipc/ring.h"
 #include "ipc/wire.h"
 #include "tests/check_run.h"
@@ -279,44 +278,6 @@ START_TEST(test_wait_gives_up_when_check_fails)
 }
 END_TEST
 
-static int flag_set(const void *arg)
-{
-    return atomic_load((_Atomic uint32_t *)arg) != 0;
-}
-
-/* A waiter inside its yielding phase sees a condition made true without
- * any wake (no word change, no futex call) at once; sleeping instead, it
- * would see it only when its 3 s slice ran out. */
-START_TEST(test_yielding_waiter_sees_unannounced_change)
-{
-    _Atomic uint32_t *shared = shared_zeroed(3 * sizeof *shared);
-    _Atomic uint32_t *word = &shared[0], *waiters = &shared[1], *flag = &shared[2];
-    pid_t child = fork();
-    ck_assert_int_ge(child, 0);
-    if (child == 0) {
-        usleep(5000);
-        atomic_store(flag, 1);
-        _exit(0);
-    }
-    const double t0 = futex_now_us();
-    int result = 0;
-    ck_assert_int_eq(futex_await_counted(word, waiters, flag_set, flag, 16, 2000000, 3000, NULL, NULL,
-                                         &result),
-                     NL_OK);
-    const double waited_ms = (futex_now_us() - t0) / 1e3;
-    ck_assert_int_eq(result, 1);
-    ck_assert_double_lt(waited_ms, 1500.0);
-    ck_assert_uint_eq(atomic_load(waiters), 0);
-    int status;
-    ck_assert_int_eq(waitpid(child, &status, 0), child);
-    munmap((void *)shared, 3 * sizeof *shared);
-
-    /* The budget is spent only where cores are spare. */
-    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    ck_assert_int_eq(futex_yield_budget_us(3000), cores >= 8 ? 3000 : 0);
-}
-END_TEST
-
 START_TEST(test_attach_checks_header)
 {
     const size_t cap = 256;
@@ -389,7 +350,6 @@ int main(void)
     tcase_add_test(tc, test_large_command);
     tcase_add_test(tc, test_oversized_message_rejected);
     tcase_add_test(tc, test_wait_gives_up_when_check_fails);
-    tcase_add_test(tc, test_yielding_waiter_sees_unannounced_change);
     tcase_add_test(tc, test_attach_checks_header);
     tcase_add_test(tc, test_scribbled_segment_is_an_error);
     suite_add_tcase(s, tc);
