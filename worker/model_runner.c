@@ -227,8 +227,8 @@ typedef struct model_runner {
     bool profile_ops;
     uint32_t left_out;  /* NANOLLM_PROFILE=skip:OPS (qwen_state.left_out) */
     /* NANOLLM_PROFILE=stream: each graph decode step's stream phases
-     * (inputs, placeholder takes, forward, sampler, downloads, the wait for
-     * the next step), marked with the op timer and read only when its marks
+     * (inputs, placeholder takes, forward, sampler, the wait for the next
+     * step), marked with the op timer and read only when its marks
      * run out, so the steps still overlap as in a plain run */
     bool profile_stream;
     int32_t stream_marks;
