@@ -24,6 +24,14 @@ tests_test_comm_ipc_LDADD = libnlkernels.la libnlcuda.a libnlcommon.la $(OPENBLA
 	$(CUDA_LIBS) -lstdc++ -lm -lpthread
 endif
 
+# What wrapping a decode graph in a step costs on the device's queue
+# (RESULTS.md; built with the tests, never run by them).
+if HAVE_CUDA
+check_PROGRAMS += bench/gap_probe
+bench_gap_probe_SOURCES = bench/gap_probe.cu
+bench_gap_probe_LDADD = $(CUDA_LIBS) -lstdc++ -lm
+endif
+
 # Timing of the hot ops on a GPU (built with the tests, never run by them).
 if HAVE_CUDA
 check_PROGRAMS += bench/bench_cuda_ops
