@@ -479,8 +479,10 @@ static void *ints_on(nl_backend *be, const int32_t *v, size_t n)
     return p;
 }
 
-/* One sequence's prompt of n tokens (ids < 512), its last row sampled. */
-static void forward_prompt(nl_backend *be, const qwen_weights *w, qwen_state *s, int32_t n)
+/* One sequence's prompt of n tokens (ids < 512), its last row sampled,
+ * through comm (a shard's ranks gather their logits). */
+static void forward_prompt_comm(nl_backend *be, nl_comm *comm, const qwen_weights *w, qwen_state *s,
+                                int32_t n)
 {
     int32_t ids[BLOCK * 4], pos[BLOCK * 4], table[4] = {2, 0, 3, 1};
     const int32_t cu[2] = {0, n}, ctx[1] = {n}, last[1] = {n - 1};
@@ -490,16 +492,25 @@ static void forward_prompt(nl_backend *be, const qwen_weights *w, qwen_state *s,
     void *d_ids = ints_on(be, ids, n), *d_pos = ints_on(be, pos, n), *d_slots = ints_on(be, slots, n);
     void *d_cu = ints_on(be, cu, 2), *d_ctx = ints_on(be, ctx, 1), *d_tab = ints_on(be, table, 4);
     void *d_last = ints_on(be, last, 1);
+    int32_t perm[8];
+    for (int32_t r = 0; r < 8; r++) perm[r] = r;
+    ck_assert_int_le(w->shard.tp, 8);
+    void *d_perm = ints_on(be, perm, (size_t)w->shard.tp);
     qwen_inputs in = {.n_tokens = n, .ids = d_ids, .positions = d_pos, .slots = d_slots,
-                      .n_logits = 1, .logit_rows = d_last};
+                      .n_logits = 1, .logit_rows = d_last, .gather_perm = d_perm};
     in.attn = (nl_attn_batch){.n_seqs = 1, .n_tokens = n, .max_q_len = n, .max_context_len = n,
                               .max_blocks_per_seq = 4, .block_size = BLOCK,
                               .all_decode = n == 1, .cu_seqlens_q = d_cu, .context_lens = d_ctx,
                               .block_tables = d_tab};
-    nl_status st = qwen_forward(be, nl_comm_single(), w, s, &in);
+    nl_status st = qwen_forward(be, comm, w, s, &in);
     ck_assert_msg(st == NL_OK, "forward of %d tokens: %s", n, nl_last_error());
-    void *bufs[] = {d_ids, d_pos, d_slots, d_cu, d_ctx, d_tab, d_last};
+    void *bufs[] = {d_ids, d_pos, d_slots, d_cu, d_ctx, d_tab, d_last, d_perm};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) be->ops->free(be, bufs[i]);
+}
+
+static void forward_prompt(nl_backend *be, const qwen_weights *w, qwen_state *s, int32_t n)
+{
+    forward_prompt_comm(be, nl_comm_single(), w, s, n);
 }
 
 /* gm made in a fresh tmp_root and loaded on a one-thread CPU backend, with
@@ -512,7 +523,7 @@ typedef struct forward_model {
     qwen_state *s;
 } forward_model;
 
-static forward_model open_forward_model(const golden_model *gm)
+static forward_model open_forward_shard(const golden_model *gm, int32_t tp)
 {
     forward_model f = {0};
     make_tmp();
@@ -523,12 +534,17 @@ static forward_model open_forward_model(const golden_model *gm)
     st_model *m = NULL;
     ck_assert_int_eq(st_open(dir, &m), NL_OK);
     ck_assert_int_eq(nl_backend_cpu_create(1, &f.be), NL_OK);
-    ck_assert_int_eq(weights_create(f.be, &f.cfg, 0, 1, &f.w), NL_OK);
+    ck_assert_int_eq(weights_create(f.be, &f.cfg, 0, tp, &f.w), NL_OK);
     ck_assert_int_eq(weights_fill(f.be, m, f.w), NL_OK);
     st_close(m);
     ck_assert_int_eq(qwen_state_create(f.be, f.w, BLOCK * 4, 1, &f.s), NL_OK);
     ck_assert_int_eq(qwen_state_alloc_kv(f.be, f.w, f.s, 4, BLOCK, f.be->ops->act_dtype), NL_OK);
     return f;
+}
+
+static forward_model open_forward_model(const golden_model *gm)
+{
+    return open_forward_shard(gm, 1);
 }
 
 static void close_forward_model(forward_model *f)
@@ -681,7 +697,7 @@ END_TEST
 /* NANOLLM_PROFILE=skip:OPS: the keys parse to the forward's ops (an
  * unknown one is named in the error), and a forward leaves exactly those
  * out. */
-static int n_ropes, n_heads;
+static int n_ropes, n_heads, n_gathers;
 
 static nl_status count_rope(nl_backend *be, void *qkv, const int32_t *positions,
                             const nl_weight *q_norm, const nl_weight *k_norm,
@@ -699,6 +715,24 @@ static nl_status count_head(nl_backend *be, float *out, const void *x, const nl_
 {
     n_heads++;
     return cpu_ops->linear_f32(be, out, x, w, n);
+}
+
+/* Rank 0 of a 2-rank group whose peer's rows are zeros: the gather is
+ * counted, all-reduces leave the rank's own sums. */
+static nl_status count_gather(nl_comm *c, const void *send, void *recv, size_t count,
+                              nl_dtype dtype)
+{
+    (void)c;
+    n_gathers++;
+    memcpy(recv, send, count * nl_dtype_size(dtype));
+    memset((char *)recv + count * nl_dtype_size(dtype), 0, count * nl_dtype_size(dtype));
+    return NL_OK;
+}
+
+static nl_status keep_own_sums(nl_comm *c, void *buf, size_t count, nl_dtype dtype)
+{
+    (void)c, (void)buf, (void)count, (void)dtype;
+    return NL_OK;
 }
 
 START_TEST(test_left_out_ops)
@@ -732,6 +766,18 @@ START_TEST(test_left_out_ops)
     ck_assert_int_eq(n_ropes, 0);
     ck_assert_int_eq(n_heads, 0);
     be->ops = cpu_ops;
+    close_forward_model(&f);
+
+    /* a shard's forward gathers its logits once, and not with logits_gather left out */
+    f = open_forward_shard(gm, 2);
+    static const nl_comm_ops two_ops = {.all_reduce_sum = keep_own_sums, .gather = count_gather};
+    nl_comm two = {.ops = &two_ops, .rank = 0, .size = 2};
+    n_gathers = 0;
+    forward_prompt_comm(f.be, &two, f.w, f.s, 3);
+    ck_assert_int_eq(n_gathers, 1);
+    ck_assert_int_eq(qwen_parse_left_out("logits_gather", &f.s->left_out), NL_OK);
+    forward_prompt_comm(f.be, &two, f.w, f.s, 3);
+    ck_assert_int_eq(n_gathers, 1);
     close_forward_model(&f);
 }
 END_TEST

@@ -1062,8 +1062,8 @@ nl_status model_runner_launch(model_runner *r, const wire_run *cmd)
     NL_TRY(upload_inputs(r, &plan, &in));
     NL_TRY(stream_mark(r, marks, STREAM_TAKE));
     if (plan.shape.n_take > 0) /* the ids the last step sampled, in its slot's host copy */
-        NL_TRY(r->be->ops->take_ids(r->be, r->dev[BUF_IDS], r->slot_host[r->last][BUF_OUT_IDS], r->dev[BUF_TAKE],
-                                    plan.shape.n_take));
+        NL_TRY(r->be->ops->take_ids(r->be, r->dev[BUF_IDS], r->slot_host[r->last][BUF_OUT_IDS],
+                                    r->dev[BUF_TAKE], plan.shape.n_take));
     if (r->profile) prof->prep_s += profile_lap(r, &mark);
     r->s->time_ops = r->profile_ops && plan.graph < 0;
     NL_TRY(stream_mark(r, marks, STREAM_FORWARD));

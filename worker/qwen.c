@@ -320,6 +320,7 @@ nl_status qwen_forward(nl_backend *be, nl_comm *comm, const qwen_weights *w, qwe
      * gather_rows only copies, so fp32 rows travel as act-dtype elements */
     size_t vs = (size_t)sh->vocab_shard;
     NL_TRY(mark(be, s, QWEN_OP_LOGITS_GATHER));
+    if (!runs(s, QWEN_OP_LOGITS_GATHER)) return NL_OK;
     NL_TRY(comm->ops->gather(comm, s->logits_shard, s->logits_gathered, (size_t)m * vs, NL_DTYPE_F32));
     if (sh->rank != 0) return NL_OK;
     int32_t row_elems = (int32_t)(vs * sizeof(float) / s->act_size);

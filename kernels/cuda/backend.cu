@@ -401,12 +401,13 @@ static int remembered(kernel_fact ask, const void *kernel, int threads, size_t s
 {
     static struct { kernel_fact ask; const void *kernel; int threads; size_t smem; int value; } seen[160];
     static int n_seen;
+    const int room = (int)(sizeof seen / sizeof seen[0]);
     for (int i = 0; i < n_seen; i++)
         if (seen[i].ask == ask && seen[i].kernel == kernel && seen[i].threads == threads &&
             seen[i].smem == smem)
             return seen[i].value;
     const int value = ask(kernel, threads, smem);
-    if (n_seen < 160) seen[n_seen++] = {ask, kernel, threads, smem, value};
+    if (n_seen < room) seen[n_seen++] = {ask, kernel, threads, smem, value};
     return value;
 }
 
