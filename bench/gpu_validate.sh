@@ -36,8 +36,11 @@ if want ops && [ -x "$bin/test_cuda_ops" ]; then
     note "test_cuda_ops exit $?: $(grep -E '^[0-9]+%' "$out/test_cuda_ops.txt" | tail -1)"
 fi
 
-"$launch" mkmodel --preset qwen3-0.6b --out "$m06" >/dev/null || exit 1
-want 8b && { "$launch" mkmodel --preset qwen3-8b --out "$m8" >/dev/null || exit 1; }
+mkmodel() { # PRESET DIR: mkmodel's weights are deterministic, so an existing one is kept
+    [ -f "$2/config.json" ] || "$launch" mkmodel --preset "$1" --out "$2" >/dev/null
+}
+mkmodel qwen3-0.6b "$m06" || exit 1
+want 8b && { mkmodel qwen3-8b "$m8" || exit 1; }
 python3 - "$workload" "$out" <<'PY'
 import json, sys
 first = json.loads(open(sys.argv[1]).readline())["prompt_token_ids"]

@@ -220,7 +220,9 @@ typedef struct nl_backend_ops {
      * ready.  The ops may read the weights before they hold their values.
      * Between start and join the caller may only allocate memory and create,
      * fill or upload weights.  Failing to prepare a shape is not an error
-     * (the op itself reports it when it runs). */
+     * (the op itself reports it when it runs).  A token count without a
+     * prepared shape of its own runs on the one of the power of two above
+     * it, so preparing the powers of two covers every count. */
     nl_status (*linear_warm_start)(nl_backend *be, const nl_linear_shape *shapes, int32_t n);
     nl_status (*linear_warm_join)(nl_backend *be);
 
@@ -229,7 +231,8 @@ typedef struct nl_backend_ops {
      * timer_mark starts an interval labelled tag (0 <= tag < n_tags of the
      * collect) at this point of the backend's work, ending the one before;
      * timer_collect ends the last, waits for the work and adds each
-     * interval's seconds to secs[tag], then starts afresh. */
+     * interval's seconds to secs[tag] (a tag outside [0, n_tags) is
+     * charged nowhere), then starts afresh. */
     nl_status (*timer_mark)(nl_backend *be, int32_t tag);
     nl_status (*timer_collect)(nl_backend *be, double *secs, int32_t n_tags);
 

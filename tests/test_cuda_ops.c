@@ -21,6 +21,7 @@
 #include "common/dtype.h"
 #include "kernels/comm.h"
 #include "kernels/cuda/comm_nccl.h"
+#include "kernels/cuda/cuda_backend.h"
 #include "kernels/kernels.h"
 
 #define TOL 1e-2
@@ -326,6 +327,20 @@ START_TEST(test_linear)
     check_linear(1, 100, 8 * 603, false, true);
     /* the same shape again reuses the cached plan */
     check_linear(7, 1024, 896, true, false);
+}
+END_TEST
+
+/* A token count without a plan of its own runs on the plan of the power of
+ * two above it (gemm.cu): every count from 65 to 127 costs the one
+ * algorithm query of 128, and each still computes its own rows. */
+START_TEST(test_linear_bucket_plans)
+{
+    const int before = nl_backend_cuda_plans(gpu);
+    for (int n = 65; n < 128; n++) check_linear(n, 256, 136, n % 2 == 0, false);
+    ck_assert_int_eq(nl_backend_cuda_plans(gpu) - before, 2); /* with and without bias */
+    check_linear(128, 256, 136, false, false);
+    check_linear(3000, 256, 136, false, true);
+    ck_assert_int_eq(nl_backend_cuda_plans(gpu) - before, 3); /* 4096's, fp32 out */
 }
 END_TEST
 
@@ -1327,6 +1342,7 @@ int main(void)
     tcase_add_test(tc, test_copy_pieces);
     tcase_add_test(tc, test_take_ids_and_fences);
     tcase_add_test(tc, test_linear);
+    tcase_add_test(tc, test_linear_bucket_plans);
     tcase_add_test(tc, test_linear_warm);
     tcase_add_test(tc, test_norm_linear_add);
     tcase_add_test(tc, test_embedding);

@@ -174,7 +174,7 @@ typedef struct launched_step {
 
 /* The stream phases of NANOLLM_PROFILE=stream. */
 enum { STREAM_INPUTS, STREAM_TAKE, STREAM_FORWARD, STREAM_SAMPLE, STREAM_EMPTY, STREAM_NEXT,
-       STREAM_COUNT };
+       STREAM_COUNT, STREAM_UNCHARGED = -1 /* timer_collect skips tags out of range */ };
 /* "two marks": an interval with nothing in it, what a mark itself costs */
 static const char *const stream_names[STREAM_COUNT] = {"inputs", "takes", "forward", "sampler",
                                                        "two marks", "until next step"};
@@ -667,21 +667,32 @@ static bool captures_graphs(const model_runner *r)
     return r->be->ops->capture_begin && !r->p.enforce_eager;
 }
 
-/* Starts preparing the linear ops of every graph's decode step on the
- * backend's helper threads, to overlap the weights' upload (the backend
- * joins them in linear_warm_join). */
-static nl_status warm_graph_linears(model_runner *r)
+/* Starts preparing, on the backend's helper threads, the linear ops of
+ * every decode graph's step and of each power of two of tokens a step can
+ * hold (the shapes other token counts run on: kernels.h), to overlap the
+ * weights' upload (the backend joins them in linear_warm_join).  Without
+ * them a prompt's first token would wait for its length's preparation. */
+static nl_status warm_linears(model_runner *r)
 {
-    if (!captures_graphs(r) || !r->be->ops->linear_warm_start) return NL_OK;
+    if (!r->be->ops->linear_warm_start) return NL_OK;
     decode_graph_shape steps[DECODE_GRAPHS_MAX];
-    const int32_t n_steps = graph_shapes(r, steps);
-    nl_linear_shape *shapes = malloc((size_t)n_steps * QWEN_LINEAR_SHAPES * sizeof *shapes);
+    const int32_t n_steps = captures_graphs(r) ? graph_shapes(r, steps) : 0;
+    int32_t n_pow2 = 0;
+    while (n_pow2 < 31 && (1 << n_pow2) < r->p.max_num_batched_tokens) n_pow2++;
+    n_pow2++; /* 1, 2, ..., the power of two at or above max_num_batched_tokens */
+    nl_linear_shape *shapes =
+        malloc((size_t)(n_steps + n_pow2) * QWEN_LINEAR_SHAPES * sizeof *shapes);
     if (!shapes) return NL_OK; /* an optimisation only */
     int32_t n = 0;
     for (int32_t i = 0; i < n_steps; i++) { /* a decode step: one logits row a seq */
         const int32_t seqs = steps[i].n_seqs;
         if (i == 0 || seqs != steps[i - 1].n_seqs) /* bounds share the linear shapes */
             n += qwen_linear_shapes(r->w, seqs, seqs, shapes + n);
+    }
+    for (int32_t e = 0; e < n_pow2; e++) { /* a step of prompt tokens; its logits rows */
+        const int32_t tokens = 1 << e;
+        const int32_t rows = tokens < 2 * r->p.max_num_seqs ? tokens : 0;
+        n += qwen_linear_shapes(r->w, tokens, rows, shapes + n);
     }
     nl_status st = r->be->ops->linear_warm_start(r->be, shapes, n);
     free(shapes);
@@ -760,7 +771,7 @@ static nl_status runner_init(model_runner *r)
     NL_TRY(st_open(p->model_dir, &m));
     nl_status st = model_tensors_check(&r->cfg, m);
     if (st == NL_OK) st = weights_create(r->be, &r->cfg, r->rank, p->tp, &r->w);
-    if (st == NL_OK) st = warm_graph_linears(r);
+    if (st == NL_OK) st = warm_linears(r);
     if (st == NL_OK) st = weights_fill(r->be, m, r->w);
     /* before the memory plan counts free memory: the helpers' scratch goes */
     nl_status joined = r->be->ops->linear_warm_join ? r->be->ops->linear_warm_join(r->be) : NL_OK;
@@ -1053,6 +1064,11 @@ nl_status model_runner_launch(model_runner *r, const wire_run *cmd)
     prof->steps++;
     prof->tokens += plan.n_tokens;
     const bool marks = r->profile_stream && plan.graph >= 0;
+    /* A step that is not a graph step ends the last one's "until next
+     * step": what follows, up to the next graph step, is charged nowhere
+     * (a prefill between graph steps is not a gap between them). */
+    if (r->profile_stream && !marks && r->stream_marks > 0)
+        NL_TRY(stream_mark(r, true, STREAM_UNCHARGED));
     const double host_start = marks ? now_s() : 0;
     const bool behind = marks && last_running(r);
     r->stream_steps += marks;

@@ -4,7 +4,11 @@
  * Choosing an algorithm is a heuristic query that costs more than a decode
  * GEMM, so each shape's descriptors and algorithm are kept in the backend's
  * plan cache (round-robin replacement when full) and a repeated shape goes
- * straight to cublasLtMatmul.  The workspace is the backend's, fixed at
+ * straight to cublasLtMatmul.  A token count without a plan of its own runs
+ * the algorithm chosen for the power of two above it (its bucket) with
+ * layouts made for the call: prompts come in every length, and a query and
+ * a first kernel load for each (~3 ms a shape, four or five shapes a
+ * forward) would land on that prompt's first token.  The workspace is the backend's, fixed at
  * creation, so a captured graph can replay the call.  A single token takes
  * the GEMV kernel (gemv.cu) instead, which also absorbs the RMSNorm before
  * a projection, the SiLU-and-multiply after gate_up and the residual add
@@ -120,10 +124,11 @@ static nl_status check_bias(const nl_weight *w, const nl_weight *bias)
 }
 
 /* Enqueues plan p's matmul out = x @ w^T (+ bias) on stream, with a
- * workspace of the backend's workspace size. */
-static nl_status plan_run(cuda_backend *be, cuda_gemm_plan *p, const nl_weight *w,
-                          const nl_weight *bias, const void *x, void *out, void *workspace,
-                          cudaStream_t stream)
+ * workspace of the backend's workspace size; x and out as the layouts b
+ * and c say (p's own, or those of another token count). */
+static nl_status matmul_run(cuda_backend *be, cuda_gemm_plan *p, cublasLtMatrixLayout_t b,
+                            cublasLtMatrixLayout_t c, const nl_weight *w, const nl_weight *bias,
+                            const void *x, void *out, void *workspace, cudaStream_t stream)
 {
     if (bias) {
         const void *bp = bias->data;
@@ -131,10 +136,46 @@ static nl_status plan_run(cuda_backend *be, cuda_gemm_plan *p, const nl_weight *
                                                        &bp, sizeof bp));
     }
     const float alpha = 1.0f, beta = 0.0f;
-    NL_CUBLAS_CHECK(cublasLtMatmul(be->lt, p->desc, &alpha, w->data, p->a, x, p->b, &beta, out,
-                                   p->c, out, p->c, &p->algo, workspace, be->workspace_bytes,
-                                   stream));
+    NL_CUBLAS_CHECK(cublasLtMatmul(be->lt, p->desc, &alpha, w->data, p->a, x, b, &beta, out, c,
+                                   out, c, &p->algo, workspace, be->workspace_bytes, stream));
     return NL_OK;
+}
+
+static nl_status plan_run(cuda_backend *be, cuda_gemm_plan *p, const nl_weight *w,
+                          const nl_weight *bias, const void *x, void *out, void *workspace,
+                          cudaStream_t stream)
+{
+    return matmul_run(be, p, p->b, p->c, w, bias, x, out, workspace, stream);
+}
+
+/* The token count whose plan serves n: the power of two at or above it. */
+static int64_t plan_bucket(int64_t n)
+{
+    int64_t b = 1;
+    while (b < n) b <<= 1;
+    return b;
+}
+
+/* Runs n tokens (fewer than bucket plan p's) with p's algorithm and layouts
+ * made for n; an algorithm that cannot take n (checked, never expected)
+ * gets a plan of n's own. */
+static nl_status bucket_run(cuda_backend *be, cuda_gemm_plan *p, int64_t n, const nl_weight *w,
+                            const nl_weight *bias, const void *x, void *out)
+{
+    cublasLtMatrixLayout_t b = NULL, c = NULL;
+    cublasLtMatmulHeuristicResult_t check;
+    cublasStatus_t st = cublasLtMatrixLayoutCreate(&b, CUDA_R_16BF, p->k, n, p->k);
+    if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatrixLayoutCreate(&c, p->out_type, p->m, n, p->m);
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmulAlgoCheck(be->lt, p->desc, p->a, b, c, c, &p->algo, &check);
+    nl_status run = NL_OK;
+    const bool fits = st == CUBLAS_STATUS_SUCCESS && check.workspaceSize <= be->workspace_bytes;
+    if (fits) run = matmul_run(be, p, b, c, w, bias, x, out, be->workspace, be->stream);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (fits) return run;
+    NL_TRY(plan_get(be, p->m, n, p->k, p->out_type, p->bias, &p));
+    return plan_run(be, p, w, bias, x, out, be->workspace, be->stream);
 }
 
 /* Row-major out[n, w.rows] = x[n, w.cols] @ w^T (+ bias), out of out_type. */
@@ -145,9 +186,12 @@ static nl_status cuda_gemm(cuda_backend *be, void *out, cudaDataType_t out_type,
     NL_TRY(check_bias(w, bias));
     if (cuda_gemv_fits(x, w, n))
         return cuda_gemv(be, out, out_type == CUDA_R_32F, GEMV_STORE, x, w, bias, NULL, 0.0f);
-    cuda_gemm_plan *p;
-    NL_TRY(plan_get(be, w->rows, n, w->cols, out_type, bias != NULL, &p));
-    return plan_run(be, p, w, bias, x, out, be->workspace, be->stream);
+    cuda_gemm_plan *p = plan_find(be, w->rows, n, w->cols, out_type, bias != NULL);
+    if (p) return plan_run(be, p, w, bias, x, out, be->workspace, be->stream);
+    const int64_t bucket = plan_bucket(n);
+    NL_TRY(plan_get(be, w->rows, bucket, w->cols, out_type, bias != NULL, &p));
+    if (bucket == n) return plan_run(be, p, w, bias, x, out, be->workspace, be->stream);
+    return bucket_run(be, p, n, w, bias, x, out);
 }
 
 nl_status cuda_linear(nl_backend *b, void *out, const void *x, const nl_weight *w,
@@ -342,6 +386,14 @@ nl_status cuda_linear_warm_join(nl_backend *b)
     }
     warm_free(g);
     return NL_OK;
+}
+
+extern "C" int nl_backend_cuda_plans(nl_backend *b)
+{
+    const cuda_backend *be = cuda_be(b);
+    int n = 0;
+    for (int i = 0; i < NL_GEMM_PLAN_CACHE; i++) n += be->plans[i].valid;
+    return n;
 }
 
 void cuda_gemm_release_plans(cuda_backend *be)
