@@ -413,6 +413,39 @@ START_TEST(test_linear_warm)
 }
 END_TEST
 
+/* A shape whose scratch the device cannot hold is left to its first use;
+ * the others are still prepared (before, one such shape left every shape
+ * unprepared). */
+START_TEST(test_linear_warm_scratch_short)
+{
+    const int rows = 640, cols = 384;
+    float *w = rand_bf16((size_t)rows * cols, 0.05f);
+    wpair pw;
+    ck_assert_int_eq(cpu->ops->weight_create(cpu, rows, cols, &pw.c), NL_OK);
+    ck_assert_int_eq(gpu->ops->weight_create(gpu, rows, cols, &pw.g), NL_OK);
+    const nl_linear_shape shapes[] = {
+        {pw.g, NULL, 6, false},
+        {pw.g, NULL, 1 << 30, false}, /* 768 GiB of input scratch */
+    };
+    const int before = nl_backend_cuda_plans(gpu);
+    ck_assert_int_eq(gpu->ops->linear_warm_start(gpu, shapes, 2), NL_OK);
+    ck_assert_int_eq(cpu->ops->weight_fill_rows(cpu, pw.c, 0, rows, w, NL_DTYPE_F32, cols, 0), NL_OK);
+    ck_assert_int_eq(gpu->ops->weight_fill_rows(gpu, pw.g, 0, rows, w, NL_DTYPE_F32, cols, 0), NL_OK);
+    ck_assert_int_eq(gpu->ops->linear_warm_join(gpu), NL_OK);
+    ck_assert_int_eq(nl_backend_cuda_plans(gpu) - before, 1);
+    float *x = rand_bf16((size_t)6 * cols, 1.0f);
+    pair px = pair_from(x, (size_t)6 * cols), out = pair_new((size_t)6 * rows);
+    OK_BOTH(cpu->ops->linear(cpu, out.c, px.c, pw.c, NULL, 6), gpu->ops->linear(gpu, out.g, px.g, pw.g, NULL, 6));
+    expect_close(out, "prepared linear n=6 beside a shape too large to prepare");
+    ck_assert_int_eq(nl_backend_cuda_plans(gpu) - before, 1);
+    pair_free(out);
+    pair_free(px);
+    weight_free(pw);
+    free(x);
+    free(w);
+}
+END_TEST
+
 /* ---- embedding, rmsnorm, silu, gather ------------------------------------------ */
 
 START_TEST(test_embedding)
@@ -1344,6 +1377,7 @@ int main(void)
     tcase_add_test(tc, test_linear);
     tcase_add_test(tc, test_linear_bucket_plans);
     tcase_add_test(tc, test_linear_warm);
+    tcase_add_test(tc, test_linear_warm_scratch_short);
     tcase_add_test(tc, test_norm_linear_add);
     tcase_add_test(tc, test_embedding);
     tcase_add_test(tc, test_rmsnorm);

@@ -340,19 +340,35 @@ nl_status cuda_linear_warm_start(nl_backend *b, const nl_linear_shape *shapes, i
     pthread_mutex_init(&g->lock, NULL);
     g->shapes = (nl_linear_shape *)calloc(n > 0 ? (size_t)n : 1, sizeof *g->shapes);
     g->plans = (cuda_gemm_plan *)calloc(n > 0 ? (size_t)n : 1, sizeof *g->plans);
-    size_t x_bytes = 16, out_bytes = 16;
-    for (int i = 0; g->shapes && i < n; i++) {
-        if (!warm_wanted(be, shapes, i)) continue;
-        const nl_linear_shape *sh = &shapes[i];
-        const size_t xb = (size_t)sh->n * (size_t)sh->w->cols * sizeof(bf16);
-        const size_t ob = (size_t)sh->n * (size_t)sh->w->rows * (sh->out_f32 ? 4 : 2);
-        if (xb > x_bytes) x_bytes = xb;
-        if (ob > out_bytes) out_bytes = ob;
-        g->shapes[g->n_shapes++] = *sh;
+    for (int i = 0; g->shapes && g->plans && i < n; i++)
+        if (warm_wanted(be, shapes, i)) g->shapes[g->n_shapes++] = shapes[i];
+    /* Scratch for every shape; where memory is short, the largest shapes
+     * are left to their first use (their GEMMs cost more than preparing
+     * them) until the others' scratch fits. */
+    size_t budget = SIZE_MAX;
+    bool ok = false;
+    while (g->n_shapes > 0 && !ok) {
+        size_t x_bytes = 16, out_bytes = 16;
+        int kept = 0;
+        for (int i = 0; i < g->n_shapes; i++) {
+            const nl_linear_shape *sh = &g->shapes[i];
+            const size_t xb = (size_t)sh->n * (size_t)sh->w->cols * sizeof(bf16);
+            const size_t ob = (size_t)sh->n * (size_t)sh->w->rows * (sh->out_f32 ? 4 : 2);
+            if (xb > budget || ob > budget) continue;
+            x_bytes = xb > x_bytes ? xb : x_bytes;
+            out_bytes = ob > out_bytes ? ob : out_bytes;
+            g->shapes[kept++] = *sh;
+        }
+        g->n_shapes = kept;
+        ok = kept > 0 && cudaMalloc(&g->x, x_bytes) == cudaSuccess &&
+             cudaMalloc(&g->out, out_bytes) == cudaSuccess;
+        if (!ok) {
+            cudaGetLastError(); /* out of memory: try without the largest */
+            cudaFree(g->x);
+            g->x = NULL;
+            budget = (x_bytes > out_bytes ? x_bytes : out_bytes) - 1;
+        }
     }
-    bool ok = g->shapes && g->plans && g->n_shapes > 0 &&
-              cudaMalloc(&g->x, x_bytes) == cudaSuccess &&
-              cudaMalloc(&g->out, out_bytes) == cudaSuccess;
     for (int t = 0; ok && t < WARM_THREADS; t++) {
         warm_lane *ln = &g->lane[t];
         ln->g = g;
