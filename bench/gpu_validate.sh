@@ -14,8 +14,8 @@
 # eagerly (its context crosses the short graphs' 1,024-key bound), which
 # must agree; greedy parity against transformers in four modes at tp 1 and
 # 2.  SKIP="parity 8b ..." leaves parts out (parts: ops bench fp8 batch1 8b
-# profile first long parity).  Results land in OUT_DIR; summary.txt holds
-# the figures.
+# profile first long parity).  OUT_DIR ends with summary.txt (the figures)
+# and raw.tgz (every output behind them).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 golden=$here/../tests/golden
@@ -114,3 +114,7 @@ if want parity; then
         "$golden/gpu_e2e.sh" "$bin" "$out/parity" >"$out/parity.txt" 2>&1
     grep -E "^parity|FAIL|exit [1-9]" "$out/parity.txt" | tee -a "$summary"
 fi
+# Everything but the summary in one archive: a device run returns only so
+# many files.
+tar -czf "$out/raw.tgz" -C "$out" --exclude=raw.tgz --exclude=summary.txt . && \
+    find "$out" -mindepth 1 ! -name raw.tgz ! -name summary.txt -delete
