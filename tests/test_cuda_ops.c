@@ -429,13 +429,16 @@ START_TEST(test_linear_warm_scratch_short)
     };
     const int before = nl_backend_cuda_plans(gpu);
     ck_assert_int_eq(gpu->ops->linear_warm_start(gpu, shapes, 2), NL_OK);
-    ck_assert_int_eq(cpu->ops->weight_fill_rows(cpu, pw.c, 0, rows, w, NL_DTYPE_F32, cols, 0), NL_OK);
-    ck_assert_int_eq(gpu->ops->weight_fill_rows(gpu, pw.g, 0, rows, w, NL_DTYPE_F32, cols, 0), NL_OK);
+    ck_assert_int_eq(cpu->ops->weight_fill_rows(cpu, pw.c, 0, rows, w, NL_DTYPE_F32, cols, 0),
+                     NL_OK);
+    ck_assert_int_eq(gpu->ops->weight_fill_rows(gpu, pw.g, 0, rows, w, NL_DTYPE_F32, cols, 0),
+                     NL_OK);
     ck_assert_int_eq(gpu->ops->linear_warm_join(gpu), NL_OK);
     ck_assert_int_eq(nl_backend_cuda_plans(gpu) - before, 1);
     float *x = rand_bf16((size_t)6 * cols, 1.0f);
     pair px = pair_from(x, (size_t)6 * cols), out = pair_new((size_t)6 * rows);
-    OK_BOTH(cpu->ops->linear(cpu, out.c, px.c, pw.c, NULL, 6), gpu->ops->linear(gpu, out.g, px.g, pw.g, NULL, 6));
+    OK_BOTH(cpu->ops->linear(cpu, out.c, px.c, pw.c, NULL, 6),
+            gpu->ops->linear(gpu, out.g, px.g, pw.g, NULL, 6));
     expect_close(out, "prepared linear n=6 beside a shape too large to prepare");
     ck_assert_int_eq(nl_backend_cuda_plans(gpu) - before, 1);
     pair_free(out);

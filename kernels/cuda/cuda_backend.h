@@ -1,6 +1,7 @@
 /* cuda_backend.h — what C code may know about the CUDA backend beyond the op
  * table: its stream and device, so that the NCCL communicator enqueues its
- * collectives in order with the ops; its plan count, for the tests.  Only built with NL_HAVE_CUDA.
+ * collectives in order with the ops; its plan count, for the tests.  Only
+ * built with NL_HAVE_CUDA.
  */
 #ifndef NL_KERNELS_CUDA_BACKEND_H
 #define NL_KERNELS_CUDA_BACKEND_H

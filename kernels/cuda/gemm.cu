@@ -8,12 +8,12 @@
  * the algorithm chosen for the power of two above it (its bucket) with
  * layouts made for the call: prompts come in every length, and a query and
  * a first kernel load for each (~3 ms a shape, four or five shapes a
- * forward) would land on that prompt's first token.  The workspace is the backend's, fixed at
- * creation, so a captured graph can replay the call.  A single token takes
- * the GEMV kernel (gemv.cu) instead, which also absorbs the RMSNorm before
- * a projection, the SiLU-and-multiply after gate_up and the residual add
- * after o_proj and down; larger batches run those steps as their own
- * kernels around cuBLASLt.
+ * forward) would land on that prompt's first token.  The workspace is the
+ * backend's, fixed at creation, so a captured graph can replay the call.
+ * A single token takes the GEMV kernel (gemv.cu) instead, which also
+ * absorbs the RMSNorm before a projection, the SiLU-and-multiply after
+ * gate_up and the residual add after o_proj and down; larger batches run
+ * those steps as their own kernels around cuBLASLt.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -165,7 +165,8 @@ static nl_status bucket_run(cuda_backend *be, cuda_gemm_plan *p, int64_t n, cons
     cublasLtMatrixLayout_t b = NULL, c = NULL;
     cublasLtMatmulHeuristicResult_t check;
     cublasStatus_t st = cublasLtMatrixLayoutCreate(&b, CUDA_R_16BF, p->k, n, p->k);
-    if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatrixLayoutCreate(&c, p->out_type, p->m, n, p->m);
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatrixLayoutCreate(&c, p->out_type, p->m, n, p->m);
     if (st == CUBLAS_STATUS_SUCCESS)
         st = cublasLtMatmulAlgoCheck(be->lt, p->desc, p->a, b, c, c, &p->algo, &check);
     nl_status run = NL_OK;
