@@ -32,6 +32,14 @@ bench_gap_probe_SOURCES = bench/gap_probe.cu
 bench_gap_probe_LDADD = $(CUDA_LIBS) -lstdc++ -lm
 endif
 
+# What a persistent decode kernel's grid barriers cost with the weights
+# streaming under them (PERF_NOTES; built with the tests, never run by them).
+if HAVE_CUDA
+check_PROGRAMS += bench/barrier_probe
+bench_barrier_probe_SOURCES = bench/barrier_probe.cu
+bench_barrier_probe_LDADD = $(CUDA_LIBS) -lstdc++ -lm
+endif
+
 # Timing of the hot ops on a GPU (built with the tests, never run by them).
 if HAVE_CUDA
 check_PROGRAMS += bench/bench_cuda_ops
