@@ -667,6 +667,8 @@ static bool captures_graphs(const model_runner *r)
     return r->be->ops->capture_begin && !r->p.enforce_eager;
 }
 
+#define WARM_TOKENS_MAX (1 << 15)
+
 /* Starts preparing, on the backend's helper threads, the linear ops of
  * every decode graph's step and of each power of two of tokens a step can
  * hold (the shapes other token counts run on: kernels.h), to overlap the
@@ -677,9 +679,12 @@ static nl_status warm_linears(model_runner *r)
     if (!r->be->ops->linear_warm_start) return NL_OK;
     decode_graph_shape steps[DECODE_GRAPHS_MAX];
     const int32_t n_steps = captures_graphs(r) ? graph_shapes(r, steps) : 0;
+    /* 1, 2, ..., the power of two at or above max_num_batched_tokens, up
+     * to WARM_TOKENS_MAX: a larger step's own GEMMs take ten times what
+     * preparing them does, and its scratch would be gigabytes */
     int32_t n_pow2 = 0;
-    while (n_pow2 < 31 && (1 << n_pow2) < r->p.max_num_batched_tokens) n_pow2++;
-    n_pow2++; /* 1, 2, ..., the power of two at or above max_num_batched_tokens */
+    while ((1 << n_pow2) < r->p.max_num_batched_tokens && (1 << n_pow2) < WARM_TOKENS_MAX) n_pow2++;
+    n_pow2++;
     nl_linear_shape *shapes =
         malloc((size_t)(n_steps + n_pow2) * QWEN_LINEAR_SHAPES * sizeof *shapes);
     if (!shapes) return NL_OK; /* an optimisation only */
