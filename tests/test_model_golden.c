@@ -674,6 +674,62 @@ START_TEST(test_tiny_temperature_is_greedy)
 }
 END_TEST
 
+/* The shapes a runner prepares at start-up (linear_warm_start): each
+ * projection at every power of two of tokens up to max_num_batched_tokens'
+ * (the counts other counts run on), none past 32,768; the LM head only at
+ * counts a step can sample. */
+static int32_t warm_n[512];
+static bool warm_logits[512];
+static int n_warm;
+
+static nl_status rec_warm_start(nl_backend *be, const nl_linear_shape *shapes, int32_t n)
+{
+    (void)be;
+    for (int32_t i = 0; i < n && n_warm < 512; i++, n_warm++) {
+        warm_n[n_warm] = shapes[i].n;
+        warm_logits[n_warm] = shapes[i].out_f32;
+    }
+    return NL_OK;
+}
+
+START_TEST(test_warm_shapes)
+{
+    make_tmp();
+    ck_assert_int_eq(make_model(&models[0], tmp_root), 0);
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/%s", tmp_root, models[0].name);
+    nl_backend *be;
+    ck_assert_int_eq(nl_backend_cpu_create(1, &be), NL_OK);
+    static nl_backend_ops rec;
+    const nl_backend_ops *cpu = be->ops;
+    rec = *cpu;
+    rec.linear_warm_start = rec_warm_start;
+    be->ops = &rec;
+    engine_settings p = runner_params(dir);
+    p.max_num_batched_tokens = 40000;
+    n_warm = 0;
+    model_runner *r = NULL;
+    ck_assert_msg(model_runner_create(&p, 0, be, nl_comm_single(), &r) == NL_OK, "%s", nl_last_error());
+    int projections[17] = {0}, logits[17] = {0};
+    for (int i = 0; i < n_warm; i++) {
+        int e = 0;
+        while (e < 17 && (1 << e) != warm_n[i]) e++;
+        ck_assert_msg(e < 17, "prepared %d tokens: not a power of two up to 65,536", warm_n[i]);
+        (warm_logits[i] ? logits : projections)[e]++;
+    }
+    for (int e = 0; e < 17; e++) {
+        ck_assert_msg(projections[e] == (e <= 15 ? 4 : 0), "%d tokens: %d projections prepared",
+                      1 << e, projections[e]);
+        ck_assert_msg(logits[e] == (1 << e < 2 * p.max_num_seqs ? 1 : 0),
+                      "%d tokens: %d LM heads prepared", 1 << e, logits[e]);
+    }
+    model_runner_destroy(r);
+    be->ops = cpu;
+    nl_backend_destroy(be);
+    remove_tree(tmp_root);
+}
+END_TEST
+
 START_TEST(test_rejects_tp_not_dividing)
 {
     make_tmp();
@@ -799,6 +855,7 @@ int main(int argc, char **argv)
     tcase_add_loop_test(tc, test_linear_shapes_match_forward, 0, N_MODELS);
     tcase_add_test(tc, test_rejects_bad_commands);
     tcase_add_test(tc, test_rejects_tp_not_dividing);
+    tcase_add_test(tc, test_warm_shapes);
     tcase_add_test(tc, test_tiny_temperature_is_greedy);
     tcase_add_test(tc, test_left_out_ops);
     suite_add_tcase(s, tc);
