@@ -22,14 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CHECK(call)                                                                          \
-    do {                                                                                     \
-        cudaError_t e_ = (call);                                                             \
-        if (e_ != cudaSuccess) {                                                             \
-            fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));     \
-            exit(1);                                                                         \
-        }                                                                                    \
-    } while (0)
+#include "bench/probe_check.h"
 
 #define EARLY 8 /* 16-byte loads a thread holds across the barrier */
 

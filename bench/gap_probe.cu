@@ -24,14 +24,7 @@
 #include <string.h>
 #include <time.h>
 
-#define CHECK(call)                                                                          \
-    do {                                                                                     \
-        cudaError_t e_ = (call);                                                             \
-        if (e_ != cudaSuccess) {                                                             \
-            fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));     \
-            exit(1);                                                                         \
-        }                                                                                    \
-    } while (0)
+#include "bench/probe_check.h"
 
 #define STEPS 400
 #define SLOTS 2 /* steps in flight, each with its own host copies */

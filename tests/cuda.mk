@@ -28,7 +28,7 @@ endif
 # (RESULTS.md; built with the tests, never run by them).
 if HAVE_CUDA
 check_PROGRAMS += bench/gap_probe
-bench_gap_probe_SOURCES = bench/gap_probe.cu
+bench_gap_probe_SOURCES = bench/gap_probe.cu bench/probe_check.h
 bench_gap_probe_LDADD = $(CUDA_LIBS) -lstdc++ -lm
 endif
 
@@ -36,7 +36,7 @@ endif
 # streaming under them (PERF_NOTES; built with the tests, never run by them).
 if HAVE_CUDA
 check_PROGRAMS += bench/barrier_probe
-bench_barrier_probe_SOURCES = bench/barrier_probe.cu
+bench_barrier_probe_SOURCES = bench/barrier_probe.cu bench/probe_check.h
 bench_barrier_probe_LDADD = $(CUDA_LIBS) -lstdc++ -lm
 endif
 

@@ -595,14 +595,21 @@ START_TEST(test_linear_shapes_match_forward)
 }
 END_TEST
 
-START_TEST(test_rejects_bad_commands)
+/* A temporary directory holding model m, and a CPU backend to run it:
+ * the start of the tests that open their own runner. */
+static void model_and_backend(int m, char dir[512], nl_backend **be)
 {
     make_tmp();
-    ck_assert_int_eq(make_model(&models[0], tmp_root), 0);
+    ck_assert_int_eq(make_model(&models[m], tmp_root), 0);
+    snprintf(dir, 512, "%s/%s", tmp_root, models[m].name);
+    ck_assert_int_eq(nl_backend_cpu_create(1, be), NL_OK);
+}
+
+START_TEST(test_rejects_bad_commands)
+{
     char dir[512];
-    snprintf(dir, sizeof dir, "%s/%s", tmp_root, models[0].name);
     nl_backend *be;
-    ck_assert_int_eq(nl_backend_cpu_create(1, &be), NL_OK);
+    model_and_backend(0, dir, &be);
     model_runner *r = open_runner(dir, be, nl_comm_single());
     wire_reply reply;
     int32_t toks[40] = {0}, bad_tok[1] = {1024}, bad_table[3] = {0, 48, 1};
@@ -646,12 +653,9 @@ END_TEST
  * ties go to the lowest id. */
 START_TEST(test_tiny_temperature_is_greedy)
 {
-    make_tmp();
-    ck_assert_int_eq(make_model(&models[0], tmp_root), 0);
     char dir[512];
-    snprintf(dir, sizeof dir, "%s/%s", tmp_root, models[0].name);
     nl_backend *be;
-    ck_assert_int_eq(nl_backend_cpu_create(1, &be), NL_OK);
+    model_and_backend(0, dir, &be);
     model_runner *r = open_runner(dir, be, nl_comm_single());
     wire_reply reply;
     wire_seq q = seq_of(1, 0, prompt_len[1], prompts[1], true);
@@ -694,12 +698,9 @@ static nl_status rec_warm_start(nl_backend *be, const nl_linear_shape *shapes, i
 
 START_TEST(test_warm_shapes)
 {
-    make_tmp();
-    ck_assert_int_eq(make_model(&models[0], tmp_root), 0);
     char dir[512];
-    snprintf(dir, sizeof dir, "%s/%s", tmp_root, models[0].name);
     nl_backend *be;
-    ck_assert_int_eq(nl_backend_cpu_create(1, &be), NL_OK);
+    model_and_backend(0, dir, &be);
     static nl_backend_ops rec;
     const nl_backend_ops *cpu = be->ops;
     rec = *cpu;
@@ -732,12 +733,9 @@ END_TEST
 
 START_TEST(test_rejects_tp_not_dividing)
 {
-    make_tmp();
-    ck_assert_int_eq(make_model(&models[1], tmp_root), 0); /* 6 heads, 1 kv head, inter 160 */
     char dir[512];
-    snprintf(dir, sizeof dir, "%s/%s", tmp_root, models[1].name);
     nl_backend *be;
-    ck_assert_int_eq(nl_backend_cpu_create(1, &be), NL_OK);
+    model_and_backend(1, dir, &be); /* 6 heads, 1 kv head, inter 160 */
     engine_settings p = runner_params(dir);
     p.tp = 4, p.num_kv_blocks = 8, p.max_num_seqs = 2, p.max_num_batched_tokens = 16;
     p.max_model_len = 64;
