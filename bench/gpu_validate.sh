@@ -19,7 +19,8 @@
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 golden=$here/../tests/golden
-# shellcheck source=../tests/golden/gpu_env.sh # sets bin and launch
+# gpu_env.sh sets bin and launch
+# shellcheck source=SCRIPTDIR/../tests/golden/gpu_env.sh
 . "$golden/gpu_env.sh" "$1"
 out=$(mkdir -p "$2" && cd "$2" && pwd)
 [ -d "$bin/tok" ] && export NANOLLM_TOKENIZER_DIR="$bin/tok"
