@@ -4,6 +4,7 @@
 noinst_LTLIBRARIES += libnlworker.la
 libnlworker_la_SOURCES = \
 	worker/model_runner.h worker/model_runner.c \
+	worker/runner_profile.h worker/runner_profile.c \
 	worker/decode_graphs.h worker/decode_graphs.c \
 	worker/qwen.h worker/qwen.c \
 	worker/weights.h worker/weights.c

@@ -27,6 +27,10 @@
  * token ids, lengths and totals are validated against the cache and the
  * maxima, and a bad command fails with a message instead of corrupting
  * memory.
+ *
+ * NANOLLM_PROFILE's accounting (host phases, op and stream timers, the
+ * report) is runner_profile.c's; the runner only calls it at its phase
+ * boundaries.
  */
 #include "worker/model_runner.h"
 
@@ -34,7 +38,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "common/log.h"
 #include "common/model_config.h"
@@ -42,6 +45,7 @@
 #include "common/safetensors.h"
 #include "worker/decode_graphs.h"
 #include "worker/qwen.h"
+#include "worker/runner_profile.h"
 
 /* ---- the step buffers ---------------------------------------------------
  *
@@ -172,13 +176,6 @@ typedef struct launched_step {
     int32_t *n_logprobs;   /* [max_num_seqs]                               */
 } launched_step;
 
-/* The stream phases of NANOLLM_PROFILE=stream. */
-enum { STREAM_INPUTS, STREAM_TAKE, STREAM_FORWARD, STREAM_SAMPLE, STREAM_EMPTY, STREAM_NEXT,
-       STREAM_COUNT, STREAM_UNCHARGED = -1 /* timer_collect skips tags out of range */ };
-/* "two marks": an interval with nothing in it, what a mark itself costs */
-static const char *const stream_names[STREAM_COUNT] = {"inputs", "takes", "forward", "sampler",
-                                                       "two marks", "until next step"};
-
 typedef struct model_runner {
     engine_settings p;
     int32_t rank;
@@ -212,67 +209,8 @@ typedef struct model_runner {
     decode_graph_shape graph_shape[DECODE_GRAPHS_MAX]; /* of each graph, ascending */
     nl_graph *graph[DECODE_GRAPHS_MAX];
 
-    /* NANOLLM_PROFILE=1: where a worker's time goes, per kind of step.  The
-     * phases are separated by synchronisations, so profiling slows steps a
-     * little; it is off by default. */
-    bool profile;
-    struct step_profile {
-        int64_t steps, tokens;
-        double prep_s, forward_s, sample_s;
-        double op_s[QWEN_OP_COUNT]; /* NANOLLM_PROFILE=ops, eager steps */
-    } prof[3]; /* PROFILE_PREFILL, PROFILE_DECODE_GRAPH, PROFILE_DECODE_EAGER */
-    /* NANOLLM_PROFILE=ops: also each op's share of the eager forwards (a
-     * graph replays as one launch, so run with --enforce-eager to see the
-     * decode steps' ops) */
-    bool profile_ops;
-    uint32_t left_out;  /* NANOLLM_PROFILE=skip:OPS (qwen_state.left_out) */
-    /* NANOLLM_PROFILE=stream: each graph decode step's stream phases
-     * (inputs, placeholder takes, forward, sampler, the wait for the next
-     * step), marked with the op timer and read only when its marks
-     * run out, so the steps still overlap as in a plain run */
-    bool profile_stream;
-    int32_t stream_marks;
-    int64_t stream_steps;
-    double stream_s[STREAM_COUNT];
-    int64_t launched_behind; /* graph steps launched while the one before ran */
-    int64_t launched_late;   /* ... of which it had ended by the launch's end */
-    double launch_host_s;                   /* host time of model_runner_launch */
+    runner_profile prof;   /* NANOLLM_PROFILE (runner_profile.h) */
 } model_runner;
-
-enum { PROFILE_PREFILL, PROFILE_DECODE_GRAPH, PROFILE_DECODE_EAGER };
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* Closes the current phase: waits for the device, returns the seconds since
- * *mark and moves the mark. */
-static double profile_lap(model_runner *r, double *mark)
-{
-    r->be->ops->synchronize(r->be);
-    double t = now_s(), d = t - *mark;
-    *mark = t;
-    return d;
-}
-
-/* NANOLLM_PROFILE=ops: rank 0's table of each op over the eager forwards
- * of one kind of step. */
-static void profile_report_ops(const model_runner *r, const struct step_profile *p,
-                               const char *kind)
-{
-    double total = 0;
-    for (int op = 0; op < QWEN_OP_COUNT; op++) total += p->op_s[op];
-    if (r->rank != 0 || total <= 0) return;
-    for (int op = 0; op < QWEN_OP_COUNT; op++) {
-        if (p->op_s[op] <= 0) continue;
-        nl_log(NL_LOG_WARN, "profile ops %-15s %-16s %9.3f ms %9.1f us/step %5.1f%%", kind,
-               qwen_op_names[op], 1e3 * p->op_s[op], 1e6 * p->op_s[op] / (double)p->steps,
-               100.0 * p->op_s[op] / total);
-    }
-}
 
 /* Whether the step launched last is still running on the backend. */
 static bool last_running(model_runner *r)
@@ -280,54 +218,6 @@ static bool last_running(model_runner *r)
     bool passed = true;
     if (r->n_launched > 0) (void)r->be->ops->fence_passed(r->be, r->last, &passed);
     return !passed;
-}
-
-/* Starts stream phase `phase` of a graph decode step (profile_stream). */
-static nl_status stream_mark(model_runner *r, bool on, int phase)
-{
-    if (!on) return NL_OK;
-    r->stream_marks++;
-    return r->be->ops->timer_mark(r->be, phase);
-}
-
-/* Reads the stream marks once the timer is nearly full, or at the end. */
-static nl_status stream_collect(model_runner *r, bool force)
-{
-    if (!r->profile_stream || r->stream_marks == 0) return NL_OK;
-    if (!force && r->stream_marks < NL_TIMER_MAX_MARKS - 2 * STREAM_COUNT) return NL_OK;
-    r->stream_marks = 0;
-    return r->be->ops->timer_collect(r->be, r->stream_s, STREAM_COUNT);
-}
-
-static void profile_report_stream(model_runner *r)
-{
-    if (stream_collect(r, true) != NL_OK || r->rank != 0 || r->stream_steps == 0) return;
-    for (int k = 0; k < STREAM_COUNT; k++)
-        nl_log(NL_LOG_WARN, "profile stream %-16s %9.1f us/step (%lld graph decode steps)",
-               stream_names[k], 1e6 * r->stream_s[k] / (double)r->stream_steps,
-               (long long)r->stream_steps);
-    nl_log(NL_LOG_WARN, "profile stream launches: %lld with the device idle, %lld behind a running "
-           "step (%lld of them ended before the launch did); host %.1f us a launch",
-           (long long)(r->stream_steps - r->launched_behind), (long long)r->launched_behind,
-           (long long)r->launched_late, 1e6 * r->launch_host_s / (double)r->stream_steps);
-}
-
-static void profile_report(model_runner *r)
-{
-    profile_report_stream(r);
-    static const char *names[3] = {"prefill", "decode (graph)", "decode (eager)"};
-    for (int k = 0; k < 3; k++) {
-        const struct step_profile *p = &r->prof[k];
-        if (p->steps == 0) continue;
-        /* Asked for with NANOLLM_PROFILE, so shown at WARN and above. */
-        nl_log(NL_LOG_WARN,
-                "profile rank %d %-15s %7lld steps %9lld tokens: prep %.3f s, forward "
-                "%.3f s, sample %.3f s (%.1f us/step)",
-                r->rank, names[k], (long long)p->steps, (long long)p->tokens, p->prep_s,
-                p->forward_s, p->sample_s,
-                1e6 * (p->prep_s + p->forward_s + p->sample_s) / (double)p->steps);
-        profile_report_ops(r, p, names[k]);
-    }
 }
 
 int32_t model_runner_num_kv_blocks(const model_runner *r)
@@ -468,7 +358,7 @@ static nl_status upload_step_inputs(model_runner *r, const step_shape *shape)
 void model_runner_destroy(model_runner *r)
 {
     if (!r) return;
-    if (r->profile || r->profile_stream) profile_report(r);
+    runner_profile_report(&r->prof, r->be, r->rank);
     for (int32_t g = 0; g < r->n_graphs; g++)
         if (r->graph[g]) r->be->ops->graph_destroy(r->be, r->graph[g]);
     if (r->n_launched > 0) r->be->ops->synchronize(r->be); /* nothing copies into freed memory */
@@ -755,22 +645,11 @@ static nl_dtype kv_dtype_of(const model_runner *r)
     }
 }
 
-/* NANOLLM_PROFILE=1: one start-up phase's seconds, to stderr (rank 0). */
-static void profile_startup(const model_runner *r, const char *phase, double *mark)
-{
-    if (!r->profile) return;
-    r->be->ops->synchronize(r->be);
-    double t = now_s();
-    /* Asked for with NANOLLM_PROFILE=1, so shown at WARN and above. */
-    if (r->rank == 0) nl_log(NL_LOG_WARN, "profile start-up %-22s %.3f s", phase, t - *mark);
-    *mark = t;
-}
-
 static nl_status runner_init(model_runner *r)
 {
     const engine_settings *p = &r->p;
     r->kv_dtype = kv_dtype_of(r);
-    double mark = now_s();
+    double mark = runner_profile_now();
     NL_TRY(model_config_load(p->model_dir, &r->cfg));
     st_model *m = NULL;
     NL_TRY(st_open(p->model_dir, &m));
@@ -783,17 +662,17 @@ static nl_status runner_init(model_runner *r)
     st_close(m); /* the weights are copies on the backend now */
     NL_TRY(st);
     NL_TRY(joined);
-    profile_startup(r, "weights read + upload", &mark);
+    runner_profile_startup(&r->prof, r->be, r->rank, "weights read + upload", &mark);
     r->max_blocks_per_seq = (p->max_model_len + p->block_size - 1) / p->block_size;
     NL_TRY(check_memory_plan(r));
     NL_TRY(qwen_state_create(r->be, r->w, p->max_num_batched_tokens, p->max_num_seqs, &r->s));
-    r->s->left_out = r->left_out;
+    r->s->left_out = r->prof.left_out;
     NL_TRY(alloc_step_buffers(r));
-    profile_startup(r, "activations", &mark);
+    runner_profile_startup(&r->prof, r->be, r->rank, "activations", &mark);
     NL_TRY(size_kv_cache(r));
-    profile_startup(r, "KV cache", &mark);
+    runner_profile_startup(&r->prof, r->be, r->rank, "KV cache", &mark);
     if (captures_graphs(r)) NL_TRY(capture_graphs(r));
-    profile_startup(r, "graph capture", &mark);
+    runner_profile_startup(&r->prof, r->be, r->rank, "graph capture", &mark);
     return NL_OK;
 }
 
@@ -810,22 +689,10 @@ nl_status model_runner_create(const engine_settings *params, int32_t rank, nl_ba
     r->p = *params;
     r->rank = rank;
     r->last = -1;
-    const char *profile = getenv("NANOLLM_PROFILE");
-    r->profile_ops = profile && strcmp(profile, "ops") == 0 && be->ops->timer_mark;
-    /* skip:OPS times the graph steps (as stream does) of a forward without
-     * those ops: what each costs where it sits */
-    const bool skip = profile && strncmp(profile, "skip:", 5) == 0;
-    r->profile_stream = profile && (strcmp(profile, "stream") == 0 || skip) && be->ops->timer_mark;
-    r->profile = r->profile_ops || (profile && strcmp(profile, "1") == 0);
-    if (skip) {
-        st = qwen_parse_left_out(profile + 5, &r->left_out);
-        if (st != NL_OK) {
-            free(r);
-            return nl_error_prefix(st, "NANOLLM_PROFILE: ");
-        }
-        if (rank == 0)
-            nl_log(NL_LOG_WARN, "NANOLLM_PROFILE=%s: the forward leaves those ops out, so its "
-                   "results are wrong; for timing only", profile);
+    st = runner_profile_parse(getenv("NANOLLM_PROFILE"), be, rank, &r->prof);
+    if (st != NL_OK) {
+        free(r);
+        return st;
     }
     r->be = be;
     r->comm = comm;
@@ -1062,32 +929,31 @@ nl_status model_runner_launch(model_runner *r, const wire_run *cmd)
     step_plan plan;
     NL_TRY(prepare_inputs(r, cmd, &plan));
 
-    double mark = r->profile ? now_s() : 0;
-    struct step_profile *prof = &r->prof[!plan.all_decode ? PROFILE_PREFILL
+    runner_profile *pr = &r->prof;
+    double mark = pr->phases ? runner_profile_now() : 0;
+    struct step_profile *prof = &pr->kind[!plan.all_decode ? PROFILE_PREFILL
                                          : plan.graph >= 0 ? PROFILE_DECODE_GRAPH
                                                            : PROFILE_DECODE_EAGER];
     prof->steps++;
     prof->tokens += plan.n_tokens;
-    const bool marks = r->profile_stream && plan.graph >= 0;
-    /* A step that is not a graph step ends the last one's "until next
-     * step": what follows, up to the next graph step, is charged nowhere
-     * (a prefill between graph steps is not a gap between them). */
-    if (r->profile_stream && !marks && r->stream_marks > 0)
-        NL_TRY(stream_mark(r, true, STREAM_UNCHARGED));
-    const double host_start = marks ? now_s() : 0;
+    const bool marks = pr->stream && plan.graph >= 0;
+    /* a step that is not a graph step ends the last one's "until next step" */
+    NL_TRY(runner_profile_mark(pr, r->be, pr->stream && !marks && pr->stream_marks > 0,
+                               STREAM_UNCHARGED));
+    const double host_start = marks ? runner_profile_now() : 0;
     const bool behind = marks && last_running(r);
-    r->stream_steps += marks;
-    r->launched_behind += behind;
+    pr->stream_steps += marks;
+    pr->launched_behind += behind;
     qwen_inputs in;
-    NL_TRY(stream_mark(r, marks, STREAM_INPUTS));
+    NL_TRY(runner_profile_mark(pr, r->be, marks, STREAM_INPUTS));
     NL_TRY(upload_inputs(r, &plan, &in));
-    NL_TRY(stream_mark(r, marks, STREAM_TAKE));
+    NL_TRY(runner_profile_mark(pr, r->be, marks, STREAM_TAKE));
     if (plan.shape.n_take > 0) /* the ids the last step sampled, in its slot's host copy */
         NL_TRY(r->be->ops->take_ids(r->be, r->dev[BUF_IDS], r->slot_host[r->last][BUF_OUT_IDS],
                                     r->dev[BUF_TAKE], plan.shape.n_take));
-    if (r->profile) prof->prep_s += profile_lap(r, &mark);
-    r->s->time_ops = r->profile_ops && plan.graph < 0;
-    NL_TRY(stream_mark(r, marks, STREAM_FORWARD));
+    if (pr->phases) prof->prep_s += runner_profile_lap(r->be, &mark);
+    r->s->time_ops = pr->ops && plan.graph < 0;
+    NL_TRY(runner_profile_mark(pr, r->be, marks, STREAM_FORWARD));
     nl_status st = run_forward(r, &plan, &in);
     if (r->s->time_ops) {
         r->s->time_ops = false;
@@ -1095,18 +961,18 @@ nl_status model_runner_launch(model_runner *r, const wire_run *cmd)
         if (st == NL_OK) st = collected;
     }
     NL_TRY(st);
-    if (r->profile) prof->forward_s += profile_lap(r, &mark);
+    if (pr->phases) prof->forward_s += runner_profile_lap(r->be, &mark);
 
     record_launch(r, cmd, &plan, k);
-    NL_TRY(stream_mark(r, marks, STREAM_SAMPLE));
+    NL_TRY(runner_profile_mark(pr, r->be, marks, STREAM_SAMPLE));
     if (r->launched[k].sampled) NL_TRY(launch_sampler(r, &plan, k));
     NL_TRY(r->be->ops->fence_record(r->be, k));
-    NL_TRY(stream_mark(r, marks, STREAM_EMPTY));
-    NL_TRY(stream_mark(r, marks, STREAM_NEXT));
-    if (marks) r->launch_host_s += now_s() - host_start;
-    r->launched_late += behind && !last_running(r);
-    NL_TRY(stream_collect(r, false));
-    if (r->profile) prof->sample_s += profile_lap(r, &mark);
+    NL_TRY(runner_profile_mark(pr, r->be, marks, STREAM_EMPTY));
+    NL_TRY(runner_profile_mark(pr, r->be, marks, STREAM_NEXT));
+    if (marks) pr->launch_host_s += runner_profile_now() - host_start;
+    pr->launched_late += behind && !last_running(r);
+    NL_TRY(runner_profile_collect(pr, r->be, false));
+    if (pr->phases) prof->sample_s += runner_profile_lap(r->be, &mark);
     r->n_launched++;
     r->last = k;
     return NL_OK;
