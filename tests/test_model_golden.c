@@ -38,6 +38,7 @@
 #include "leader/cli/cli.h"
 #include "worker/model_runner.h"
 #include "worker/qwen.h"
+#include "worker/runner_profile.h"
 #include "worker/weights.h"
 #include "tests/check_run.h"
 
@@ -731,6 +732,45 @@ START_TEST(test_warm_shapes)
 }
 END_TEST
 
+/* NANOLLM_PROFILE's modes, and stream mode's accounting: what runs
+ * between two graph steps, after the mark the runner sets at a step that
+ * is not one (a prefill), is charged to no phase, so "until next step" is
+ * only the wait from one graph step's end to the next one's start. */
+START_TEST(test_profile_modes_and_uncharged)
+{
+    nl_backend *be;
+    ck_assert_int_eq(nl_backend_cpu_create(1, &be), NL_OK);
+    runner_profile p;
+    ck_assert_int_eq(runner_profile_parse(NULL, be, 0, &p), NL_OK);
+    ck_assert(!p.phases && !p.ops && !p.stream);
+    ck_assert_int_eq(runner_profile_parse("1", be, 0, &p), NL_OK);
+    ck_assert(p.phases && !p.ops && !p.stream);
+    ck_assert_int_eq(runner_profile_parse("ops", be, 0, &p), NL_OK);
+    ck_assert(p.phases && p.ops && !p.stream);
+    ck_assert_int_eq(runner_profile_parse("skip:rope", be, 1, &p), NL_OK);
+    ck_assert(!p.phases && p.stream && p.left_out != 0);
+    ck_assert_int_ne(runner_profile_parse("skip:bogus", be, 1, &p), NL_OK);
+    ck_assert_ptr_nonnull(strstr(nl_last_error(), "'bogus'"));
+
+    ck_assert_int_eq(runner_profile_parse("stream", be, 0, &p), NL_OK);
+    ck_assert(p.stream && !p.phases);
+    for (int step = 0; step < 2; step++) {
+        if (step == 1) {
+            ck_assert_int_eq(runner_profile_mark(&p, be, true, STREAM_UNCHARGED), NL_OK);
+            usleep(200 * 1000); /* a prefill between the graph steps */
+        }
+        for (int phase = STREAM_INPUTS; phase < STREAM_COUNT; phase++)
+            ck_assert_int_eq(runner_profile_mark(&p, be, true, phase), NL_OK);
+        p.stream_steps++;
+    }
+    ck_assert_int_eq(runner_profile_collect(&p, be, true), NL_OK);
+    double charged = 0;
+    for (int phase = 0; phase < STREAM_COUNT; phase++) charged += p.stream_s[phase];
+    ck_assert_msg(charged < 0.1, "%.3f s charged to the phases of two empty steps", charged);
+    nl_backend_destroy(be);
+}
+END_TEST
+
 START_TEST(test_rejects_tp_not_dividing)
 {
     char dir[512];
@@ -854,6 +894,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, test_rejects_bad_commands);
     tcase_add_test(tc, test_rejects_tp_not_dividing);
     tcase_add_test(tc, test_warm_shapes);
+    tcase_add_test(tc, test_profile_modes_and_uncharged);
     tcase_add_test(tc, test_tiny_temperature_is_greedy);
     tcase_add_test(tc, test_left_out_ops);
     suite_add_tcase(s, tc);
