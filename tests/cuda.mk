@@ -24,18 +24,14 @@ tests_test_comm_ipc_LDADD = libnlkernels.la libnlcuda.a libnlcommon.la $(OPENBLA
 	$(CUDA_LIBS) -lstdc++ -lm -lpthread
 endif
 
-# What wrapping a decode graph in a step costs on the device's queue
-# (RESULTS.md; built with the tests, never run by them).
+# The device probes (bench/README.md; built with the tests, never run by
+# them): what wrapping a decode graph in a step costs on the device's
+# queue, and what a persistent kernel's grid barriers cost with the weights
+# streaming under them.
 if HAVE_CUDA
-check_PROGRAMS += bench/gap_probe
+check_PROGRAMS += bench/gap_probe bench/barrier_probe
 bench_gap_probe_SOURCES = bench/gap_probe.cu bench/probe_check.h
 bench_gap_probe_LDADD = $(CUDA_LIBS) -lstdc++ -lm
-endif
-
-# What a persistent decode kernel's grid barriers cost with the weights
-# streaming under them (PERF_NOTES; built with the tests, never run by them).
-if HAVE_CUDA
-check_PROGRAMS += bench/barrier_probe
 bench_barrier_probe_SOURCES = bench/barrier_probe.cu bench/probe_check.h
 bench_barrier_probe_LDADD = $(CUDA_LIBS) -lstdc++ -lm
 endif

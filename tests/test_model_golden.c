@@ -732,10 +732,10 @@ START_TEST(test_warm_shapes)
 }
 END_TEST
 
-/* NANOLLM_PROFILE's modes, and stream mode's accounting: what runs
- * between two graph steps, after the mark the runner sets at a step that
- * is not one (a prefill), is charged to no phase, so "until next step" is
- * only the wait from one graph step's end to the next one's start. */
+/* NANOLLM_PROFILE's modes, and stream mode's accounting: what a step that
+ * is not a graph step runs between two graph steps (a prefill) is charged
+ * to no phase, so "until next step" is only the wait from one graph step's
+ * end to the next one's start. */
 START_TEST(test_profile_modes_and_uncharged)
 {
     nl_backend *be;
@@ -756,13 +756,14 @@ START_TEST(test_profile_modes_and_uncharged)
     ck_assert(p.stream && !p.phases);
     for (int step = 0; step < 2; step++) {
         if (step == 1) {
-            ck_assert_int_eq(runner_profile_mark(&p, be, true, STREAM_UNCHARGED), NL_OK);
+            ck_assert_int_eq(runner_profile_step(&p, be, false), NL_OK);
             usleep(200 * 1000); /* a prefill between the graph steps */
         }
+        ck_assert_int_eq(runner_profile_step(&p, be, true), NL_OK);
         for (int phase = STREAM_INPUTS; phase < STREAM_COUNT; phase++)
             ck_assert_int_eq(runner_profile_mark(&p, be, true, phase), NL_OK);
-        p.stream_steps++;
     }
+    ck_assert_int_eq(p.stream_steps, 2);
     ck_assert_int_eq(runner_profile_collect(&p, be, true), NL_OK);
     double charged = 0;
     for (int phase = 0; phase < STREAM_COUNT; phase++) charged += p.stream_s[phase];

@@ -937,12 +937,9 @@ nl_status model_runner_launch(model_runner *r, const wire_run *cmd)
     prof->steps++;
     prof->tokens += plan.n_tokens;
     const bool marks = pr->stream && plan.graph >= 0;
-    /* a step that is not a graph step ends the last one's "until next step" */
-    NL_TRY(runner_profile_mark(pr, r->be, pr->stream && !marks && pr->stream_marks > 0,
-                               STREAM_UNCHARGED));
+    NL_TRY(runner_profile_step(pr, r->be, plan.graph >= 0));
     const double host_start = marks ? runner_profile_now() : 0;
     const bool behind = marks && last_running(r);
-    pr->stream_steps += marks;
     pr->launched_behind += behind;
     qwen_inputs in;
     NL_TRY(runner_profile_mark(pr, r->be, marks, STREAM_INPUTS));

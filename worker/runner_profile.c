@@ -54,6 +54,16 @@ void runner_profile_startup(const runner_profile *p, nl_backend *be, int32_t ran
     if (rank == 0) nl_log(NL_LOG_WARN, "profile start-up %-22s %.3f s", phase, d);
 }
 
+/* The timer charges a tag outside [0, STREAM_COUNT) to nothing. */
+#define STREAM_UNCHARGED (-1)
+
+nl_status runner_profile_step(runner_profile *p, nl_backend *be, bool graph)
+{
+    if (!p->stream) return NL_OK;
+    p->stream_steps += graph;
+    return runner_profile_mark(p, be, !graph && p->stream_marks > 0, STREAM_UNCHARGED);
+}
+
 nl_status runner_profile_mark(runner_profile *p, nl_backend *be, bool on, int phase)
 {
     if (!on) return NL_OK;

@@ -31,12 +31,9 @@
 enum { PROFILE_PREFILL, PROFILE_DECODE_GRAPH, PROFILE_DECODE_EAGER, PROFILE_KINDS };
 
 /* The stream phases of a graph decode step.  "two marks" (EMPTY) is an
- * interval with nothing in it: what a mark itself costs.  A step that is not
- * a graph step marks UNCHARGED, which the timer charges nowhere, so what
- * runs between two graph steps (a prefill) is no part of "until next
- * step". */
+ * interval with nothing in it: what a mark itself costs. */
 enum { STREAM_INPUTS, STREAM_TAKE, STREAM_FORWARD, STREAM_SAMPLE, STREAM_EMPTY, STREAM_NEXT,
-       STREAM_COUNT, STREAM_UNCHARGED = -1 };
+       STREAM_COUNT };
 
 typedef struct runner_profile {
     bool phases;         /* 1 or ops                                         */
@@ -72,7 +69,12 @@ double runner_profile_lap(nl_backend *be, double *mark);
 void runner_profile_startup(const runner_profile *p, nl_backend *be, int32_t rank,
                             const char *phase, double *mark);
 
-/* Starts stream phase `phase` (or STREAM_UNCHARGED) when `on`. */
+/* A step starts, a graph decode step when `graph`.  Any other step ends
+ * the last graph step's "until next step": what it runs (a prefill) is
+ * charged to no phase. */
+nl_status runner_profile_step(runner_profile *p, nl_backend *be, bool graph);
+
+/* Starts stream phase `phase` when `on`. */
 nl_status runner_profile_mark(runner_profile *p, nl_backend *be, bool on, int phase);
 
 /* Reads the stream marks once the timer is nearly full, or when forced. */

@@ -140,6 +140,7 @@ static __device__ __forceinline__ float silu_mul1(float g, float u)
 }
 
 #define NL_GEMM_PLAN_CACHE 256
+#define NL_GEMM_DERIVED_CACHE 128 /* plans on a bucket's algorithm (gemm.cu) */
 
 /* A cuBLASLt matmul prepared for one shape: descriptors plus the algorithm
  * the heuristic chose, kept so that repeated shapes (every decode step) skip
@@ -181,6 +182,8 @@ typedef struct cuda_backend {
     size_t step_scratch_bytes;
     cuda_gemm_plan plans[NL_GEMM_PLAN_CACHE];
     int next_plan;             /* round-robin replacement when full        */
+    cuda_gemm_plan derived[NL_GEMM_DERIVED_CACHE]; /* ... on a bucket's algorithm */
+    int next_derived;          /* round-robin too                          */
     struct cuda_gemm_warm *warm; /* plans being prepared ahead (gemm.cu)   */
     struct cuda_op_timer *timer; /* NANOLLM_PROFILE=ops; op_timer.cu       */
     cudaEvent_t fences[NL_FENCES]; /* fence_record's marks                 */

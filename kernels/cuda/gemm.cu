@@ -5,10 +5,10 @@
  * GEMM, so each shape's descriptors and algorithm are kept in the backend's
  * plan cache (round-robin replacement when full) and a repeated shape goes
  * straight to cublasLtMatmul.  A token count without a plan of its own runs
- * the algorithm chosen for the power of two above it (its bucket) with
- * layouts made for the call: prompts come in every length, and a query and
- * a first kernel load for each (~3 ms a shape, four or five shapes a
- * forward) would land on that prompt's first token.  The workspace is the
+ * the algorithm chosen for the power of two above it (its bucket), in a
+ * plan of its own descriptors kept in a second cache: prompts come in every
+ * length, and a query and a first kernel load for each (~3 ms a shape, four
+ * or five shapes a forward) would land on that prompt's first token.  The workspace is the
  * backend's, fixed at creation, so a captured graph can replay the call.
  * A single token takes the GEMV kernel (gemv.cu) instead, which also
  * absorbs the RMSNorm before a projection, the SiLU-and-multiply after
@@ -31,10 +31,11 @@ static void plan_release(cuda_gemm_plan *p)
     p->valid = false;
 }
 
-/* Row-major out[n, m] = x[n, k] @ W[m, k]^T is, read column-major,
+/* p's descriptors for the shape, no algorithm yet.  Row-major
+ * out[n, m] = x[n, k] @ W[m, k]^T is, read column-major,
  * out^T[m, n] = op_T(W^T[k, m]) * x^T[k, n]: A = W with transa, B = x. */
-static nl_status plan_build(cuda_backend *be, cuda_gemm_plan *p, int64_t m, int64_t n, int64_t k,
-                            cudaDataType_t out_type, bool bias)
+static nl_status plan_describe(cuda_gemm_plan *p, int64_t m, int64_t n, int64_t k,
+                               cudaDataType_t out_type, bool bias)
 {
     memset(p, 0, sizeof *p);
     p->m = m;
@@ -60,7 +61,14 @@ static nl_status plan_build(cuda_backend *be, cuda_gemm_plan *p, int64_t m, int6
     NL_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16BF, k, n, k));
     NL_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->c, out_type, m, n, m));
     p->valid = true;
+    return NL_OK;
+}
 
+/* p described for its shape, with the algorithm cuBLASLt's heuristic picks. */
+static nl_status plan_build(cuda_backend *be, cuda_gemm_plan *p, int64_t m, int64_t n, int64_t k,
+                            cudaDataType_t out_type, bool bias)
+{
+    NL_TRY(plan_describe(p, m, n, k, out_type, bias));
     cublasLtMatmulPreference_t pref;
     NL_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     size_t ws = be->workspace_bytes;
@@ -83,16 +91,22 @@ static nl_status plan_build(cuda_backend *be, cuda_gemm_plan *p, int64_t m, int6
     return NL_OK;
 }
 
-static cuda_gemm_plan *plan_find(cuda_backend *be, int64_t m, int64_t n, int64_t k,
-                                 cudaDataType_t out_type, bool bias)
+static cuda_gemm_plan *plan_find_in(cuda_gemm_plan *plans, int count, int64_t m, int64_t n,
+                                    int64_t k, cudaDataType_t out_type, bool bias)
 {
-    for (int i = 0; i < NL_GEMM_PLAN_CACHE; i++) {
-        cuda_gemm_plan *p = &be->plans[i];
+    for (int i = 0; i < count; i++) {
+        cuda_gemm_plan *p = &plans[i];
         if (p->valid && p->m == m && p->n == n && p->k == k && p->out_type == out_type &&
             p->bias == bias)
             return p;
     }
     return NULL;
+}
+
+static cuda_gemm_plan *plan_find(cuda_backend *be, int64_t m, int64_t n, int64_t k,
+                                 cudaDataType_t out_type, bool bias)
+{
+    return plan_find_in(be->plans, NL_GEMM_PLAN_CACHE, m, n, k, out_type, bias);
 }
 
 /* The cache entry a new plan takes: round-robin, its old plan released. */
@@ -124,11 +138,10 @@ static nl_status check_bias(const nl_weight *w, const nl_weight *bias)
 }
 
 /* Enqueues plan p's matmul out = x @ w^T (+ bias) on stream, with a
- * workspace of the backend's workspace size; x and out as the layouts b
- * and c say (p's own, or those of another token count). */
-static nl_status matmul_run(cuda_backend *be, cuda_gemm_plan *p, cublasLtMatrixLayout_t b,
-                            cublasLtMatrixLayout_t c, const nl_weight *w, const nl_weight *bias,
-                            const void *x, void *out, void *workspace, cudaStream_t stream)
+ * workspace of the backend's workspace size. */
+static nl_status plan_run(cuda_backend *be, cuda_gemm_plan *p, const nl_weight *w,
+                          const nl_weight *bias, const void *x, void *out, void *workspace,
+                          cudaStream_t stream)
 {
     if (bias) {
         const void *bp = bias->data;
@@ -136,16 +149,10 @@ static nl_status matmul_run(cuda_backend *be, cuda_gemm_plan *p, cublasLtMatrixL
                                                        &bp, sizeof bp));
     }
     const float alpha = 1.0f, beta = 0.0f;
-    NL_CUBLAS_CHECK(cublasLtMatmul(be->lt, p->desc, &alpha, w->data, p->a, x, b, &beta, out, c,
-                                   out, c, &p->algo, workspace, be->workspace_bytes, stream));
+    NL_CUBLAS_CHECK(cublasLtMatmul(be->lt, p->desc, &alpha, w->data, p->a, x, p->b, &beta, out,
+                                   p->c, out, p->c, &p->algo, workspace, be->workspace_bytes,
+                                   stream));
     return NL_OK;
-}
-
-static nl_status plan_run(cuda_backend *be, cuda_gemm_plan *p, const nl_weight *w,
-                          const nl_weight *bias, const void *x, void *out, void *workspace,
-                          cudaStream_t stream)
-{
-    return matmul_run(be, p, p->b, p->c, w, bias, x, out, workspace, stream);
 }
 
 /* The token count whose plan serves n: the power of two at or above it. */
@@ -156,27 +163,28 @@ static int64_t plan_bucket(int64_t n)
     return b;
 }
 
-/* Runs n tokens (fewer than bucket plan p's) with p's algorithm and layouts
- * made for n; an algorithm that cannot take n (checked, never expected)
- * gets a plan of n's own. */
-static nl_status bucket_run(cuda_backend *be, cuda_gemm_plan *p, int64_t n, const nl_weight *w,
-                            const nl_weight *bias, const void *x, void *out)
+/* The plan for n tokens on bucket plan b's algorithm: its own descriptors,
+ * the algorithm checked against them when the plan is made.  These plans
+ * cost no query, so they take a cache of their own and never push a
+ * queried plan out.  An algorithm that cannot take n (never expected)
+ * gets n a queried plan of its own. */
+static nl_status derived_get(cuda_backend *be, const cuda_gemm_plan *b, int64_t n,
+                             cuda_gemm_plan **out)
 {
-    cublasLtMatrixLayout_t b = NULL, c = NULL;
+    cuda_gemm_plan *p = &be->derived[be->next_derived];
+    be->next_derived = (be->next_derived + 1) % NL_GEMM_DERIVED_CACHE;
+    plan_release(p);
+    NL_TRY(plan_describe(p, b->m, n, b->k, b->out_type, b->bias));
     cublasLtMatmulHeuristicResult_t check;
-    cublasStatus_t st = cublasLtMatrixLayoutCreate(&b, CUDA_R_16BF, p->k, n, p->k);
-    if (st == CUBLAS_STATUS_SUCCESS)
-        st = cublasLtMatrixLayoutCreate(&c, p->out_type, p->m, n, p->m);
-    if (st == CUBLAS_STATUS_SUCCESS)
-        st = cublasLtMatmulAlgoCheck(be->lt, p->desc, p->a, b, c, c, &p->algo, &check);
-    nl_status run = NL_OK;
-    const bool fits = st == CUBLAS_STATUS_SUCCESS && check.workspaceSize <= be->workspace_bytes;
-    if (fits) run = matmul_run(be, p, b, c, w, bias, x, out, be->workspace, be->stream);
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (c) cublasLtMatrixLayoutDestroy(c);
-    if (fits) return run;
-    NL_TRY(plan_get(be, p->m, n, p->k, p->out_type, p->bias, &p));
-    return plan_run(be, p, w, bias, x, out, be->workspace, be->stream);
+    if (cublasLtMatmulAlgoCheck(be->lt, p->desc, p->a, p->b, p->c, p->c, &b->algo, &check) ==
+            CUBLAS_STATUS_SUCCESS &&
+        check.workspaceSize <= be->workspace_bytes) {
+        p->algo = b->algo;
+        *out = p;
+        return NL_OK;
+    }
+    plan_release(p);
+    return plan_get(be, b->m, n, b->k, b->out_type, b->bias, out);
 }
 
 /* Row-major out[n, w.rows] = x[n, w.cols] @ w^T (+ bias), out of out_type. */
@@ -187,12 +195,17 @@ static nl_status cuda_gemm(cuda_backend *be, void *out, cudaDataType_t out_type,
     NL_TRY(check_bias(w, bias));
     if (cuda_gemv_fits(x, w, n))
         return cuda_gemv(be, out, out_type == CUDA_R_32F, GEMV_STORE, x, w, bias, NULL, 0.0f);
-    cuda_gemm_plan *p = plan_find(be, w->rows, n, w->cols, out_type, bias != NULL);
-    if (p) return plan_run(be, p, w, bias, x, out, be->workspace, be->stream);
-    const int64_t bucket = plan_bucket(n);
-    NL_TRY(plan_get(be, w->rows, bucket, w->cols, out_type, bias != NULL, &p));
-    if (bucket == n) return plan_run(be, p, w, bias, x, out, be->workspace, be->stream);
-    return bucket_run(be, p, n, w, bias, x, out);
+    const bool has_bias = bias != NULL;
+    cuda_gemm_plan *p = plan_find(be, w->rows, n, w->cols, out_type, has_bias);
+    if (!p)
+        p = plan_find_in(be->derived, NL_GEMM_DERIVED_CACHE, w->rows, n, w->cols, out_type,
+                         has_bias);
+    if (!p) {
+        const int64_t bucket = plan_bucket(n);
+        NL_TRY(plan_get(be, w->rows, bucket, w->cols, out_type, has_bias, &p));
+        if (bucket != n) NL_TRY(derived_get(be, p, n, &p));
+    }
+    return plan_run(be, p, w, bias, x, out, be->workspace, be->stream);
 }
 
 nl_status cuda_linear(nl_backend *b, void *out, const void *x, const nl_weight *w,
@@ -417,4 +430,5 @@ void cuda_gemm_release_plans(cuda_backend *be)
 {
     cuda_linear_warm_join(&be->base);
     for (int i = 0; i < NL_GEMM_PLAN_CACHE; i++) plan_release(&be->plans[i]);
+    for (int i = 0; i < NL_GEMM_DERIVED_CACHE; i++) plan_release(&be->derived[i]);
 }
