@@ -1096,6 +1096,229 @@ START_TEST(test_graph_replay)
 }
 END_TEST
 
+/* ---- every layer of one token in one call ------------------------------------------- */
+
+typedef struct dl_case {
+    int layers, hidden, hq, hk, hd, inter, ctx;
+    bool bias, qk_norm, fp8;
+} dl_case;
+
+typedef struct dl_weights {
+    wpair in_norm, qkv, qkv_b, qn, kn, o, o_b, post, gu, gu_b, down, down_b;
+} dl_weights;
+
+static wpair dl_rand_weight(int64_t rows, int64_t cols, float scale)
+{
+    float *h = rand_bf16((size_t)(rows * cols), scale);
+    /* scale < 0: a norm's weights, around 1 */
+    for (int64_t i = 0; scale < 0 && i < rows * cols; i++)
+        h[i] = nl_bf16_to_f32(nl_f32_to_bf16(1.0f + h[i] * 0.25f));
+    wpair w = weight_from(h, rows, cols);
+    free(h);
+    return w;
+}
+
+/* A one-token step through c.layers random layers: the CPU backend's ops,
+ * one after another, against the CUDA backend's decode_layers (one launch),
+ * from the same residual and cache (contexts of c.ctx keys, blocks in
+ * reverse order); then the same call captured in a graph and replayed must
+ * give the eager call's bytes. */
+static void check_decode_layers(dl_case c)
+{
+    const int bs = 16, max_blocks = (c.ctx + bs - 1) / bs, n_blocks = max_blocks + 2;
+    const size_t qkv_w = (size_t)(c.hq + 2 * c.hk) * c.hd, attn_w = (size_t)c.hq * c.hd;
+    const size_t cache = (size_t)n_blocks * bs * c.hk * c.hd;
+    const float eps = 1e-6f;
+    dl_weights lw[4];
+    ck_assert_int_le(c.layers, 4);
+    for (int l = 0; l < c.layers; l++) {
+        dl_weights *w = &lw[l];
+        w->in_norm = dl_rand_weight(1, c.hidden, -1.0f);
+        w->post = dl_rand_weight(1, c.hidden, -1.0f);
+        w->qkv = dl_rand_weight((int64_t)qkv_w, c.hidden, 1.7f / sqrtf((float)c.hidden));
+        w->o = dl_rand_weight(c.hidden, (int64_t)attn_w, 1.7f / sqrtf((float)attn_w));
+        w->gu = dl_rand_weight(2 * (int64_t)c.inter, c.hidden, 1.7f / sqrtf((float)c.hidden));
+        w->down = dl_rand_weight(c.hidden, c.inter, 1.7f / sqrtf((float)c.inter));
+        w->qn = dl_rand_weight(1, c.hd, -1.0f);
+        w->kn = dl_rand_weight(1, c.hd, -1.0f);
+        w->qkv_b = dl_rand_weight((int64_t)qkv_w, 1, 0.5f);
+        w->o_b = dl_rand_weight(c.hidden, 1, 0.5f);
+        w->gu_b = dl_rand_weight(2 * (int64_t)c.inter, 1, 0.5f);
+        w->down_b = dl_rand_weight(c.hidden, 1, 0.5f);
+    }
+    /* the caches: f32 on the CPU, bf16 on the GPU (a pair), or e4m3 bytes on both */
+    pair kc[4], vc[4];
+    raw k8[4], v8[4];
+    uint8_t *bytes = malloc(cache);
+    for (int l = 0; l < c.layers; l++) {
+        if (c.fp8) {
+            for (size_t i = 0; i < cache; i++) bytes[i] = nl_f32_to_f8e4m3(frand() * 2.0f);
+            k8[l] = raw_from(bytes, cache);
+            for (size_t i = 0; i < cache; i++) bytes[i] = nl_f32_to_f8e4m3(frand() * 2.0f);
+            v8[l] = raw_from(bytes, cache);
+        } else {
+            float *hk = rand_bf16(cache, 1.0f), *hv = rand_bf16(cache, 1.0f);
+            kc[l] = pair_from(hk, cache);
+            vc[l] = pair_from(hv, cache);
+            free(hk);
+            free(hv);
+        }
+    }
+    float *inv = malloc(sizeof(float) * (size_t)(c.hd / 2));
+    for (int i = 0; i < c.hd / 2; i++) inv[i] = 1.0f / powf(1e6f, (float)(2 * i) / (float)c.hd);
+    raw pinv = raw_from(inv, sizeof(float) * (size_t)(c.hd / 2));
+    int32_t table[512], cu[2] = {0, 1}, ctx = c.ctx, pos = c.ctx - 1;
+    ck_assert_int_le(max_blocks, 512);
+    for (int b = 0; b < max_blocks; b++) table[b] = n_blocks - 1 - b;
+    int32_t slot = table[pos / bs] * bs + pos % bs;
+    raw ptab = raw_from(table, sizeof(int32_t) * (size_t)max_blocks), pcu = raw_from(cu, sizeof cu);
+    raw pctx = raw_from(&ctx, 4), ppos = raw_from(&pos, 4), pslot = raw_from(&slot, 4);
+    nl_attn_batch bc = {.n_seqs = 1, .n_tokens = 1, .max_q_len = 1, .max_context_len = c.ctx,
+                        .max_blocks_per_seq = max_blocks, .block_size = bs, .all_decode = true,
+                        .cu_seqlens_q = pcu.c, .context_lens = pctx.c, .block_tables = ptab.c};
+    nl_attn_batch bg = bc;
+    bg.cu_seqlens_q = pcu.g, bg.context_lens = pctx.g, bg.block_tables = ptab.g;
+
+    float *x0 = rand_bf16((size_t)c.hidden, 1.0f);
+    const size_t work_n = qkv_w > 2 * (size_t)c.inter ? qkv_w : 2 * (size_t)c.inter;
+    pair resid = pair_from(x0, (size_t)c.hidden), qkv = pair_new(work_n), xn = pair_new(c.hidden);
+    pair work = pair_new(work_n + c.hidden), attn = pair_new(attn_w > (size_t)c.inter ? attn_w : c.inter);
+    const nl_dtype kvc = c.fp8 ? NL_DTYPE_F8_E4M3 : NL_DTYPE_F32;
+    for (int l = 0; l < c.layers; l++) {
+        dl_weights *w = &lw[l];
+        void *kl = c.fp8 ? k8[l].c : kc[l].c, *vl = c.fp8 ? v8[l].c : vc[l].c;
+        ck_assert_msg(cpu->ops->norm_linear(cpu, qkv.c, xn.c, work.c, NULL, resid.c, w->in_norm.c, eps,
+                                            w->qkv.c, c.bias ? w->qkv_b.c : NULL, 1, false) == NL_OK, "%s", nl_last_error());
+        ck_assert_int_eq(cpu->ops->qk_norm_rope_store(cpu, qkv.c, ppos.c, c.qk_norm ? w->qn.c : NULL,
+                                                      c.qk_norm ? w->kn.c : NULL, (const float *)pinv.c,
+                                                      kl, vl, pslot.c, 1, c.hq, c.hk, c.hd, eps, bs, kvc), NL_OK);
+        ck_assert_int_eq(cpu->ops->attention(cpu, attn.c, qkv.c, kl, vl, &bc, c.hq, c.hk, c.hd,
+                                             1.0f / sqrtf((float)c.hd), kvc), NL_OK);
+        ck_assert_int_eq(cpu->ops->linear_add(cpu, resid.c, work.c, attn.c, w->o.c,
+                                              c.bias ? w->o_b.c : NULL, 1), NL_OK);
+        ck_assert_int_eq(cpu->ops->norm_linear(cpu, attn.c, xn.c, work.c, NULL, resid.c, w->post.c, eps,
+                                               w->gu.c, c.bias ? w->gu_b.c : NULL, 1, true), NL_OK);
+        ck_assert_int_eq(cpu->ops->linear_add(cpu, resid.c, work.c, attn.c, w->down.c,
+                                              c.bias ? w->down_b.c : NULL, 1), NL_OK);
+    }
+
+    nl_decode_layer gl[4];
+    for (int l = 0; l < c.layers; l++) {
+        dl_weights *w = &lw[l];
+        gl[l] = (nl_decode_layer){w->in_norm.g, w->qkv.g, c.bias ? w->qkv_b.g : NULL,
+                                  c.qk_norm ? w->qn.g : NULL, c.qk_norm ? w->kn.g : NULL, w->o.g,
+                                  c.bias ? w->o_b.g : NULL, w->post.g, w->gu.g,
+                                  c.bias ? w->gu_b.g : NULL, w->down.g, c.bias ? w->down_b.g : NULL,
+                                  c.fp8 ? k8[l].g : kc[l].g, c.fp8 ? v8[l].g : vc[l].g};
+    }
+    nl_decode_model model = {.n_layers = c.layers, .hidden = c.hidden, .hq = c.hq, .hk = c.hk,
+                             .hd = c.hd, .inter = c.inter, .block_size = bs, .eps = eps,
+                             .inv_freq = (const float *)pinv.g,
+                             .kv_dtype = c.fp8 ? NL_DTYPE_F8_E4M3 : NL_DTYPE_BF16, .layers = gl};
+    void *plan = NULL;
+    ck_assert_msg(gpu->ops->decode_layers_prepare(gpu, &model, &plan) == NL_OK, "%s", nl_last_error());
+    ck_assert_msg(plan != NULL, "decode_layers_prepare refused the shape");
+    nl_decode_step step = {resid.g, qkv.g, attn.g, attn.g, ppos.g, pslot.g, &bg};
+    ck_assert_msg(gpu->ops->decode_layers(gpu, plan, &step) == NL_OK, "%s", nl_last_error());
+    sync_both();
+
+    char what[128];
+    snprintf(what, sizeof what, "decode_layers %dx h%d q%d/kv%d hd%d i%d ctx %d%s%s%s", c.layers,
+             c.hidden, c.hq, c.hk, c.hd, c.inter, c.ctx, c.bias ? " bias" : "",
+             c.qk_norm ? " qk-norm" : "", c.fp8 ? " e4m3" : "");
+    expect_close(resid, what);
+    /* the new token's key and value in every layer's cache */
+    const size_t row = (size_t)slot * c.hk * c.hd, row_n = (size_t)c.hk * c.hd;
+    float *a = malloc(cache * 4), *b = malloc(cache * 4);
+    for (int l = 0; l < c.layers; l++)
+        for (int kv = 0; kv < 2; kv++) {
+            if (c.fp8) {
+                uint8_t *ca = malloc(cache), *ga = malloc(cache);
+                raw r = kv ? v8[l] : k8[l];
+                cpu->ops->download(cpu, ca, r.c, cache);
+                gpu->ops->download(gpu, ga, r.g, cache);
+                for (size_t i = 0; i < cache; i++) a[i] = nl_f8e4m3_to_f32(ca[i]), b[i] = nl_f8e4m3_to_f32(ga[i]);
+                free(ca);
+                free(ga);
+            } else {
+                pair_get(kv ? vc[l] : kc[l], a, b);
+            }
+            double e = rel_err(b + row, a + row, row_n);
+            printf("  %-58s rel err %.2e\n", kv ? "  its new value row" : "  its new key row", e);
+            ck_assert_msg(e < 5e-2, "decode_layers layer %d new %s: relative error %g", l, kv ? "v" : "k", e);
+            /* every other row as it was */
+            ck_assert_msg(rel_err(b, a, row) < 1e-2 || c.fp8, "decode_layers wrote outside the slot");
+        }
+
+    /* the same call in a graph, from the same residual: the same bytes */
+    uint16_t *eager = malloc((size_t)c.hidden * 2), *graphed = malloc((size_t)c.hidden * 2);
+    gpu->ops->download(gpu, eager, resid.g, (size_t)c.hidden * 2);
+    pair_set(resid, x0);
+    nl_graph *g;
+    ck_assert_msg(gpu->ops->capture_begin(gpu) == NL_OK, "%s", nl_last_error());
+    ck_assert_msg(gpu->ops->decode_layers(gpu, plan, &step) == NL_OK, "%s", nl_last_error());
+    ck_assert_msg(gpu->ops->capture_end(gpu, &g) == NL_OK, "%s", nl_last_error());
+    ck_assert_msg(gpu->ops->graph_launch(gpu, g) == NL_OK, "%s", nl_last_error());
+    sync_both();
+    gpu->ops->download(gpu, graphed, resid.g, (size_t)c.hidden * 2);
+    ck_assert_msg(memcmp(eager, graphed, (size_t)c.hidden * 2) == 0, "%s: graph != eager", what);
+    printf("  %-58s identical\n", "  its graph replay");
+    gpu->ops->graph_destroy(gpu, g);
+    gpu->ops->decode_layers_free(gpu, plan);
+
+    free(eager);
+    free(graphed);
+    free(a);
+    free(b);
+    free(bytes);
+    free(x0);
+    free(inv);
+    pair_free(resid);
+    pair_free(qkv);
+    pair_free(xn);
+    pair_free(work);
+    pair_free(attn);
+    raw_free(pinv);
+    raw_free(ptab);
+    raw_free(pcu);
+    raw_free(pctx);
+    raw_free(ppos);
+    raw_free(pslot);
+    for (int l = 0; l < c.layers; l++) {
+        dl_weights *w = &lw[l];
+        wpair all[] = {w->in_norm, w->qkv, w->qkv_b, w->qn, w->kn, w->o, w->o_b, w->post, w->gu, w->gu_b, w->down, w->down_b};
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) weight_free(all[i]);
+        if (c.fp8) {
+            raw_free(k8[l]);
+            raw_free(v8[l]);
+        } else {
+            pair_free(kc[l]);
+            pair_free(vc[l]);
+        }
+    }
+}
+
+START_TEST(test_decode_layers)
+{
+    setenv("NANOLLM_DECODE_LAYERS", "1", 1); /* whatever the default */
+    /* Qwen3's layout (QK-norm, groups of 2), contexts inside one block,
+     * across a few, longer than the splits; Qwen2's (biases, no QK-norm),
+     * groups of 4 and 7 at head_dim 64; the e4m3 cache */
+    check_decode_layers((dl_case){2, 256, 4, 2, 128, 512, 1, false, true, false});
+    check_decode_layers((dl_case){2, 256, 4, 2, 128, 512, 37, false, true, false});
+    check_decode_layers((dl_case){3, 512, 8, 2, 64, 768, 300, true, false, false});
+    check_decode_layers((dl_case){1, 896, 14, 2, 64, 1216, 129, true, false, false});
+    check_decode_layers((dl_case){2, 1024, 16, 8, 128, 3072, 2500, false, true, false});
+    check_decode_layers((dl_case){2, 256, 4, 2, 128, 512, 1000, false, true, true});
+    /* shapes it does not take leave the per-op path: no plan, no error */
+    nl_decode_model odd = {.n_layers = 1, .hidden = 256, .hq = 4, .hk = 2, .hd = 96, .inter = 512,
+                           .block_size = 16, .eps = 1e-6f, .inv_freq = NULL, .kv_dtype = NL_DTYPE_BF16};
+    void *plan = (void *)1;
+    ck_assert_int_eq(gpu->ops->decode_layers_prepare(gpu, &odd, &plan), NL_OK);
+    ck_assert_ptr_null(plan);
+}
+END_TEST
+
 /* ---- sampler ------------------------------------------------------------------------- */
 
 static int cmp_desc_logit;
@@ -1394,6 +1617,7 @@ int main(void)
     tcase_add_test(tc, test_attention_decode_clusters);
     tcase_add_test(tc, test_attention_head_dim_refused);
     tcase_add_test(tc, test_graph_replay);
+    tcase_add_test(tc, test_decode_layers);
     tcase_add_test(tc, test_sample);
     tcase_add_test(tc, test_nccl);
     suite_add_tcase(s, tc);
