@@ -49,6 +49,8 @@
 /* NANOLLM_DECODE_LAYERS=1 or 0 turns the kernel on or off; DL_DEFAULT
  * says what a one-token step at tp 1 runs without it. */
 #define DL_DEFAULT 0
+#define DL_SPLIT_KEYS 32  /* keys a context split takes: two a warp */
+#define DL_MAX_SPLITS 64  /* splits of a kv head at most (the merge's buffer) */
 
 struct dl_layer { /* one layer's device pointers; NULL: the weight is absent */
     const bf16 *input_norm, *qkv, *qkv_bias, *q_norm, *k_norm, *o, *o_bias;
@@ -153,6 +155,9 @@ struct dl_attn_smem {
     float wo[GEMV_WARPS][G][HD]; /* ... and unnormalised output          */
     alignas(16) KV knew[HD];     /* the new key and value, as cached    */
     alignas(16) KV vnew[HD];
+    float sw[DL_MAX_SPLITS][G];  /* the merge: each split's m, then its weight */
+    float sl[DL_MAX_SPLITS][G];  /* ... and l                           */
+    float total[G];              /* each head's merged l                */
     int last;                    /* this block merges the kv head's splits */
 };
 
@@ -224,10 +229,14 @@ static __device__ void dl_prepare_heads(const dl_params &p, const dl_layer &L, i
     }
 }
 
-/* Keys per split of a context of ctx keys. */
-static __device__ __forceinline__ int dl_chunk(int ctx, int n_splits)
+/* The splits a context of ctx keys uses: one per DL_SPLIT_KEYS keys, at
+ * most n_splits (the grid's), so a short context spreads over few blocks
+ * and merges few partials.  Computed from context_lens on the device, as
+ * everything else, so a graph replays what the eager step does. */
+static __device__ __forceinline__ int dl_splits_of(int ctx, int n_splits)
 {
-    return (ctx + n_splits - 1) / n_splits;
+    const int want = (ctx + DL_SPLIT_KEYS - 1) / DL_SPLIT_KEYS;
+    return want < 1 ? 1 : want < n_splits ? want : n_splits;
 }
 
 /* One (kv head h, split) of the attention phase: the split's keys over the
@@ -241,10 +250,12 @@ static __device__ void dl_attention_split(const dl_params &p, const dl_layer &L,
     constexpr int EPL = HD / 32; /* a lane's elements of a head row */
     constexpr int U = PER_SM == 1 ? 2 : 1; /* keys a warp loads before it uses any */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = p.group;
+    const int ctx = p.context_lens[0], n_used = dl_splits_of(ctx, p.n_splits);
+    if (split >= n_used) return; /* every block alike: no barrier skipped */
+    const int chunk = (ctx + n_used - 1) / n_used;
     dl_prepare_heads<KV, HD, G>(p, L, h, split, s, cs, sn);
     __syncthreads();
 
-    const int ctx = p.context_lens[0], chunk = dl_chunk(ctx, p.n_splits);
     const int k0 = split * chunk, k1 = min(ctx, k0 + chunk);
     float q[G][EPL], o[G][EPL], m[G], l[G];
 #pragma unroll
@@ -320,27 +331,40 @@ static __device__ void dl_attention_split(const dl_params &p, const dl_layer &L,
     __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) {
-        s.last = atomicAdd(&p.sync[2 + h], 1u) == (unsigned)p.n_splits - 1;
+        s.last = atomicAdd(&p.sync[2 + h], 1u) == (unsigned)n_used - 1;
         if (s.last) atomicExch(&p.sync[2 + h], 0u);
     }
     __syncthreads();
     if (!s.last) return;
     __threadfence();
+    /* the splits' m and l staged in shared memory, each head's weights
+     * computed once, then every output sums its splits' o with loads in
+     * flight together (a split's loads do not wait for the one before) */
     const float *parts = p.part + (size_t)h * p.n_splits * stride;
+    for (int i = threadIdx.x; i < n_used * g; i += DL_THREADS) {
+        const int sp = i / g, gi = i % g;
+        s.sw[sp][gi] = __ldcg(parts + sp * stride + g * HD + 2 * gi);
+        s.sl[sp][gi] = __ldcg(parts + sp * stride + g * HD + 2 * gi + 1);
+    }
+    __syncthreads();
+    if ((int)threadIdx.x < g) {
+        const int gi = threadIdx.x;
+        float mx = -INFINITY, total = 0.0f;
+        for (int sp = 0; sp < n_used; sp++) mx = fmaxf(mx, s.sw[sp][gi]);
+        for (int sp = 0; sp < n_used; sp++) {
+            const float c = s.sw[sp][gi] == -INFINITY ? 0.0f : exp2f(s.sw[sp][gi] - mx);
+            s.sw[sp][gi] = c;
+            total += s.sl[sp][gi] * c;
+        }
+        s.total[gi] = total;
+    }
+    __syncthreads();
     for (int i = threadIdx.x; i < g * HD; i += DL_THREADS) {
         const int gi = i / HD;
-        float mx = -INFINITY;
-        for (int sp = 0; sp < p.n_splits; sp++) mx = fmaxf(mx, __ldcg(parts + sp * stride + g * HD + 2 * gi));
-        float sum_l = 0.0f, sum_o = 0.0f;
-        for (int sp = 0; sp < p.n_splits; sp++) {
-            const float *ps = parts + sp * stride;
-            const float pm = __ldcg(ps + g * HD + 2 * gi);
-            if (pm == -INFINITY) continue;
-            const float c = exp2f(pm - mx);
-            sum_l += __ldcg(ps + g * HD + 2 * gi + 1) * c;
-            sum_o += __ldcg(ps + i) * c;
-        }
-        p.attn[(size_t)h * g * HD + i] = __float2bfloat16(sum_o / sum_l);
+        float sum_o = 0.0f;
+#pragma unroll 8
+        for (int sp = 0; sp < n_used; sp++) sum_o += __ldcg(parts + sp * stride + i) * s.sw[sp][gi];
+        p.attn[(size_t)h * g * HD + i] = __float2bfloat16(sum_o / s.total[gi]);
     }
 }
 
@@ -501,6 +525,7 @@ nl_status cuda_decode_layers_prepare(nl_backend *b, const nl_decode_model *m, vo
     p.hidden = m->hidden, p.hq = m->hq, p.hk = m->hk, p.group = m->hq / m->hk;
     p.inter = m->inter, p.block_size = m->block_size;
     p.n_splits = plan->blocks / m->hk > 0 ? plan->blocks / m->hk : 1;
+    if (p.n_splits > DL_MAX_SPLITS) p.n_splits = DL_MAX_SPLITS;
     p.eps = m->eps;
     p.scale_log2 = 1.4426950408889634f / sqrtf((float)m->hd);
     p.inv_freq = m->inv_freq;
