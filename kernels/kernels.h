@@ -77,31 +77,6 @@ typedef struct nl_attn_batch {
 void nl_attn_decode_order(const int32_t *context_lens, int32_t n_decodes, int32_t n,
                           int64_t *keys, int32_t *order);
 
-/* Every decoder layer of a one-token step at tp 1 as one backend call
- * (decode_layers_prepare).  A layer's weights as the forward names them
- * (NULL: absent) and its cache; the model's shape; and the step's buffers
- * and inputs. */
-typedef struct nl_decode_layer {
-    const nl_weight *input_norm, *qkv, *qkv_bias, *q_norm, *k_norm, *o_proj, *o_bias;
-    const nl_weight *post_norm, *gate_up, *gate_up_bias, *down, *down_bias;
-    void *k_cache, *v_cache;
-} nl_decode_layer;
-
-typedef struct nl_decode_model {
-    int32_t n_layers, hidden, hq, hk, hd, inter, block_size;
-    float eps;
-    const float *inv_freq; /* the rope table, as qk_norm_rope_store takes it */
-    nl_dtype kv_dtype;
-    const nl_decode_layer *layers; /* [n_layers], read by prepare only */
-} nl_decode_model;
-
-typedef struct nl_decode_step {
-    void *residual;                   /* [hidden]: the embedding in, the last layer's out */
-    void *qkv, *attn, *mlp;           /* scratch: [(hq + 2 hk) hd], [hq hd], [inter]    */
-    const int32_t *positions, *slots; /* [1] each                                        */
-    const nl_attn_batch *batch;       /* one sequence of one new token                   */
-} nl_decode_step;
-
 /* nl_sample_row, the sampler's exact semantics and its random race are
  * defined in common/sampling.h. */
 
@@ -236,17 +211,6 @@ typedef struct nl_backend_ops {
     nl_status (*sample)(nl_backend *be, const float *logits, int32_t m, int32_t vocab,
                         const nl_sample_row *rows, int32_t *ids, float *logprobs,
                         int32_t *top_ids, float *top_logprobs);
-
-    /* Optional (NULL: none).  decode_layers_prepare sets *plan to a plan
-     * for running every layer of model (nl_decode_model) for one token in
-     * one call, or to NULL when the backend does not take that shape (no
-     * error); decode_layers runs the plan's layers on a step: the same
-     * results as the per-op path of a one-token step at tp 1 (embedding
-     * before, final norm after), rounded at the same points.  A plan holds
-     * the weights' and caches' addresses, not their values. */
-    nl_status (*decode_layers_prepare)(nl_backend *be, const nl_decode_model *model, void **plan);
-    nl_status (*decode_layers)(nl_backend *be, void *plan, const nl_decode_step *step);
-    void (*decode_layers_free)(nl_backend *be, void *plan);
 
     /* Optional (NULL: nothing to prepare).  Starts preparing the linear ops
      * of shapes (n of them, copied) on helper threads: a GPU library picks

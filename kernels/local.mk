@@ -15,8 +15,7 @@ if HAVE_CUDA
 noinst_LIBRARIES += libnlcuda.a
 libnlcuda_a_SOURCES = \
 	kernels/cuda/cuda_common.cuh kernels/cuda/cuda_backend.h kernels/cuda/comm_nccl.h \
-	kernels/cuda/backend.cu kernels/cuda/gemm.cu kernels/cuda/gemv.cuh kernels/cuda/gemv.cu \
-	kernels/cuda/decode_layers.cu kernels/cuda/elementwise.cu \
+	kernels/cuda/backend.cu kernels/cuda/gemm.cu kernels/cuda/gemv.cu kernels/cuda/elementwise.cu \
 	kernels/cuda/attention.cuh \
 	kernels/cuda/attention.cu kernels/cuda/attention_decode.cu kernels/cuda/attention_prefill.cu \
 	kernels/cuda/sample.cu kernels/cuda/comm_nccl.cu \
@@ -33,5 +32,4 @@ $(libnlcuda_a_OBJECTS): $(top_srcdir)/kernels/cuda/cuda_common.cuh \
 	$(top_srcdir)/kernels/cuda/comm_ipc.h $(top_srcdir)/common/comm_area.h
 kernels/cuda/attention.o kernels/cuda/attention_decode.o kernels/cuda/attention_prefill.o: \
 	$(top_srcdir)/kernels/cuda/attention.cuh
-kernels/cuda/gemv.o kernels/cuda/decode_layers.o: $(top_srcdir)/kernels/cuda/gemv.cuh
 endif

@@ -99,33 +99,6 @@ nl_status qwen_state_create(nl_backend *be, const qwen_weights *w, int32_t max_t
     return NL_OK;
 }
 
-/* A one-token step's layers as one backend call, where the backend has
- * one for this shape (tp 1 only: the all-reduces would sit between its
- * phases).  Needs the caches, so it is made once they exist. */
-static nl_status prepare_decode_layers(nl_backend *be, const qwen_weights *w, qwen_state *s)
-{
-    const nl_model_config *cfg = &w->cfg;
-    if (!be->ops->decode_layers_prepare || w->shard.tp != 1) return NL_OK;
-    nl_decode_layer *layers = calloc((size_t)cfg->num_hidden_layers, sizeof *layers);
-    if (!layers) return nl_error(NL_ERR_NOMEM, "decode layers: no memory for the layer table");
-    for (int32_t l = 0; l < cfg->num_hidden_layers; l++) {
-        const qwen_layer *L = &w->layers[l];
-        layers[l] = (nl_decode_layer){L->input_norm, L->qkv, L->qkv_bias, L->q_norm, L->k_norm,
-                                      L->o_proj, L->o_bias, L->post_norm, L->gate_up,
-                                      L->gate_up_bias, L->down, L->down_bias,
-                                      s->k_cache[l], s->v_cache[l]};
-    }
-    const nl_decode_model model = {
-        .n_layers = cfg->num_hidden_layers, .hidden = cfg->hidden_size, .hq = w->shard.hq,
-        .hk = w->shard.hk, .hd = w->shard.hd, .inter = w->shard.inter,
-        .block_size = s->block_size, .eps = cfg->rms_norm_eps, .inv_freq = w->rope_inv_freq,
-        .kv_dtype = s->kv_dtype, .layers = layers,
-    };
-    nl_status st = be->ops->decode_layers_prepare(be, &model, &s->decode_plan);
-    free(layers);
-    return st;
-}
-
 nl_status qwen_state_alloc_kv(nl_backend *be, const qwen_weights *w, qwen_state *s,
                               int32_t num_blocks, int32_t block_size, nl_dtype kv_dtype)
 {
@@ -145,7 +118,7 @@ nl_status qwen_state_alloc_kv(nl_backend *be, const qwen_weights *w, qwen_state 
             return nl_error_prefix(st, "KV cache layer %d (%d blocks, %zu bytes each): ", l, num_blocks,
                                    bytes);
     }
-    return prepare_decode_layers(be, w, s);
+    return NL_OK;
 }
 
 void qwen_state_destroy(nl_backend *be, const qwen_weights *w, qwen_state *s)
@@ -155,7 +128,6 @@ void qwen_state_destroy(nl_backend *be, const qwen_weights *w, qwen_state *s)
                     s->logits_gathered, s->logits != s->logits_shard ? s->logits : NULL};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) be->ops->free(be, bufs[i]);
-    if (s->decode_plan) be->ops->decode_layers_free(be, s->decode_plan);
     for (int32_t l = 0; s->k_cache && l < w->cfg.num_hidden_layers; l++)
         if (s->k_cache[l]) be->ops->free(be, s->k_cache[l]);
     for (int32_t l = 0; s->v_cache && l < w->cfg.num_hidden_layers; l++)
@@ -294,14 +266,7 @@ nl_status qwen_forward(nl_backend *be, nl_comm *comm, const qwen_weights *w, qwe
     NL_TRY(all_reduce(comm, be, s, s->residual, (size_t)n * hidden));
     const void *pending = NULL;
 
-    /* one token at tp 1 (not timed or cut op by op): every layer in one call */
-    const bool one_call = n == 1 && comm->size == 1 && s->decode_plan && !s->time_ops && !s->left_out;
-    if (one_call) {
-        const nl_decode_step step = {s->residual, s->work, s->work2, s->work2,
-                                     in->positions, in->slots, &in->attn};
-        NL_TRY(op->decode_layers(be, s->decode_plan, &step));
-    }
-    for (int32_t l = 0; l < cfg->num_hidden_layers && !one_call; l++) {
+    for (int32_t l = 0; l < cfg->num_hidden_layers; l++) {
         const qwen_layer *L = &w->layers[l];
         void *qkv = s->work, *attn = s->work2, *gate_up = s->work, *mlp = s->work2;
 

@@ -46,9 +46,6 @@ typedef struct qwen_state {
     void **k_cache, **v_cache; /* per layer [num_blocks, block_size, hk, hd] */
     bool time_ops;             /* mark each op for the backend's op timer:
                                   eager steps of NANOLLM_PROFILE=ops only  */
-    void *decode_plan;         /* the backend's plan for a one-token step's
-                                  layers in one call (decode_layers_prepare),
-                                  NULL: the per-op path                      */
     uint32_t left_out;         /* bit op: the forward skips that op, for
                                   timing what it costs (NANOLLM_PROFILE=
                                   skip:...); the results are then wrong     */

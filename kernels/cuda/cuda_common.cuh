@@ -313,12 +313,6 @@ nl_status cuda_sample(nl_backend *b, const float *logits, int32_t m, int32_t voc
                       const nl_sample_row *rows, int32_t *ids, float *logprobs,
                       int32_t *top_ids, float *top_logprobs);
 
-/* Every layer of a one-token step in one kernel (decode_layers.cu): the
- * decode_layers_prepare, decode_layers and decode_layers_free slots. */
-nl_status cuda_decode_layers_prepare(nl_backend *b, const nl_decode_model *m, void **plan);
-nl_status cuda_decode_layers(nl_backend *b, void *plan, const nl_decode_step *st);
-void cuda_decode_layers_free(nl_backend *b, void *plan);
-
 /* Op timing with CUDA events (op_timer.cu): the timer_mark and
  * timer_collect slots, and the timer's release at the backend's destruction. */
 nl_status cuda_timer_mark(nl_backend *b, int32_t tag);

@@ -11,9 +11,7 @@
  * loaded before the wait for x (pdl_wait): under a dependent launch the
  * weight stream starts while the kernel that writes x is still finishing,
  * and the loop keeps the next pieces in flight while it multiplies the
- * current ones (each piece, once used, is replaced by the same piece of
- * the next round, so GEMV_UNROLL pieces take GEMV_UNROLL registers), across
- * rows too: the grid is one wave of resident blocks
+ * current ones, across rows too: the grid is one wave of resident blocks
  * and each warp strides over the rows.  When a matrix has too few rows to
  * keep every warp busy to the end (0.6B's o and down projections, 8B's
  * qkv), each row is split over 2 or 4 warps of a block, whose sums meet in
@@ -35,27 +33,231 @@
  *   - GEMV_ADD: out is the residual stream and each row is added into it,
  *     the product rounded to bf16 first, as the residual add of the RMSNorm
  *     kernel would.
- *
- * The loop itself lives in gemv.cuh (gemv_rows), which the whole-layers
- * decode kernel (decode_layers.cu) runs as well.
  */
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/cuda/gemv.cuh"
+#include "kernels/cuda/cuda_common.cuh"
 
-/* The GEMV as a kernel of its own: the rows wait for the kernel before it
- * (pdl_wait), then let the next one start its blocks. */
+#define GEMV_WARPS 16 /* a block normalises x once for 16 warps (4: 3-10% slower) */
+#define GEMV_UNROLL 4 /* pieces in flight per lane (8 was slower: fewer warps fit) */
+
+static __device__ __forceinline__ float gemv_dot8(uint4 a, uint4 b)
+{
+    const __nv_bfloat162 *ha = (const __nv_bfloat162 *)&a, *hb = (const __nv_bfloat162 *)&b;
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        float2 fa = __bfloat1622float2(ha[i]), fb = __bfloat1622float2(hb[i]);
+        s = fmaf(fa.x, fb.x, fmaf(fa.y, fb.y, s));
+    }
+    return s;
+}
+
+static __device__ __forceinline__ void gemv_store(bf16 *p, float v) { *p = __float2bfloat16(v); }
+static __device__ __forceinline__ void gemv_store(float *p, float v) { *p = v; }
+
+/* Loads a lane's GEMV_UNROLL pieces of a row from piece `base` on (zeros
+ * past the row's end). */
+static __device__ __forceinline__ void gemv_load_pieces(uint4 *wv, const uint4 *wr, int base,
+                                                        int kv)
+{
+#pragma unroll
+    for (int u = 0; u < GEMV_UNROLL; u++) {
+        const int i = base + u * 32;
+        wv[u] = i < kv ? load_stream16(wr + i) : make_uint4(0, 0, 0, 0);
+    }
+}
+
+/* Writes rmsnorm(x) * norm_w, as bf16, into xs: the block's copy of the
+ * normalised input.  w0: the thread's first piece of norm_w, loaded before
+ * the wait for x (the weights are constant). */
+static __device__ void gemv_norm_prologue(uint4 *xs, const uint4 *x, const uint4 *norm_w, uint4 w0,
+                                          int k, float eps)
+{
+    __shared__ float red[GEMV_WARPS];
+    const int kv = k / 8;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < kv; i += blockDim.x) {
+        float f[8];
+        bf16x8_to_float(x[i], f);
+#pragma unroll
+        for (int j = 0; j < 8; j++) ss += f[j] * f[j];
+    }
+    for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
+    __syncthreads();
+    ss = 0.0f;
+#pragma unroll
+    for (int w = 0; w < GEMV_WARPS; w++) ss += red[w];
+    const float inv = rsqrtf(ss / k + eps);
+    for (int i = threadIdx.x; i < kv; i += blockDim.x) {
+        float f[8], g[8];
+        bf16x8_to_float(x[i], f);
+        bf16x8_to_float(i == (int)threadIdx.x ? w0 : norm_w[i], g);
+        uint4 o;
+        __nv_bfloat162 *h = (__nv_bfloat162 *)&o;
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            h[j] = __floats2bfloat162_rn(rms_weighted1(f[2 * j], inv, g[2 * j]),
+                                         rms_weighted1(f[2 * j + 1], inv, g[2 * j + 1]));
+        xs[i] = o;
+    }
+    __syncthreads();
+}
+
+/* What a row's finish adds to its sums besides them: the bias of each of
+ * its weight rows (0 without one) and, with GEMV_ADD, its residual element.
+ * The finishing lane loads them when the row starts, so that the finish
+ * waits for no load: the bias (constant) even before pdl_wait, the
+ * residual (written by earlier kernels) after it. */
+template <int R> struct gemv_addends {
+    float bias[R];
+    float residual;
+};
+
+template <typename OUT, int EPI, int R>
+static __device__ __forceinline__ gemv_addends<R> gemv_addends_of(const OUT *out, const bf16 *bias,
+                                                                  int m, int row, bool residual)
+{
+    gemv_addends<R> a;
+#pragma unroll
+    for (int r = 0; r < R; r++) a.bias[r] = bias ? __bfloat162float(bias[(size_t)r * m + row]) : 0.0f;
+    a.residual = 0.0f;
+    if constexpr (EPI == GEMV_ADD)
+        if (residual) a.residual = (float)out[row];
+    return a;
+}
+
+/* Writes one output row from its warp-reduced dot products (lane 0). */
+template <typename OUT, int EPI, int R>
+static __device__ __forceinline__ void gemv_finish(OUT *out, int row, const float *acc,
+                                                   const gemv_addends<R> &a)
+{
+    const float y = acc[0] + a.bias[0];
+    if constexpr (EPI == GEMV_SILU_MUL) {
+        const float u = round_bf16(acc[1] + a.bias[1]);
+        gemv_store(out + row, silu_mul1(round_bf16(y), u));
+    } else if constexpr (EPI == GEMV_ADD) {
+        gemv_store(out + row, round_bf16(y) + a.residual);
+    } else {
+        gemv_store(out + row, y);
+    }
+}
+
+/* out[m] = w[m, k] @ x[k] (+ bias[m]), or its fused forms (the file's
+ * comment); k % 8 == 0, rows 16-byte aligned.  With NORM the block holds
+ * the normalised x in k * 2 bytes of dynamic shared memory.
+ *
+ * The grid holds at most the blocks that fit on the device at once and the
+ * warps stride over the rows, loading the next row's first pieces before
+ * they reduce the current one, so a warp's stream of weight loads never
+ * drains between rows and no block waits for a second wave.  With KS > 1
+ * each row is split into KS parts of its columns, one warp each (the KS
+ * warps of a block's row slot), whose sums meet in shared memory: a matrix
+ * of fewer rows than the device has warps (0.6B's o and down projections:
+ * 1,024 rows against ~4,200 warps) then keeps every warp streaming, and a
+ * row count just past a multiple of the warps (8B's qkv: 6,144 rows, 1.45
+ * a warp) ends in a shorter last round.  A warp's rounds are counted from
+ * its part's start, the same for every lane, so the warp moves to its next
+ * row together whatever k is. */
 template <typename OUT, int EPI, bool NORM, int KS>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
     kernel_gemv(OUT *out, const bf16 *x, const bf16 *w, const bf16 *bias, int m, int k,
                 const bf16 *norm_w, float eps)
 {
+    constexpr int R = EPI == GEMV_SILU_MUL ? 2 : 1; /* weight rows per output */
+    constexpr int SLOTS = GEMV_WARPS / KS;          /* rows a block works on at once */
+    constexpr int ROUND = 32 * GEMV_UNROLL;         /* pieces a warp loads at once */
     extern __shared__ uint4 xs[];
-    gemv_rows<OUT, EPI, NORM, KS, false>(out, x, w, bias, m, k, norm_w, eps, KS, xs, [] {
-        pdl_wait();
-        pdl_release();
-    });
+    __shared__ float parts[2][GEMV_WARPS][R]; /* by row parity: see the exchange below */
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int sub = warp % KS, slot = warp / KS, stride = gridDim.x * SLOTS;
+    const int kv = k / 8, span = (kv + KS - 1) / KS; /* 16-byte pieces per row, per part */
+    const int lo = min(kv, sub * span), hi = min(kv, lo + span);
+    int row = blockIdx.x * SLOTS + slot, round = lo, parity = 0;
+    uint4 wv[R][GEMV_UNROLL];
+    auto load = [&](int r0, int b0) {
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            gemv_load_pieces(wv[r], (const uint4 *)(w + ((size_t)r * m + r0) * k), b0, hi);
+    };
+    /* the lane that finishes the slot's rows holds their addends */
+    const bool finisher = lane == 0 && sub == 0;
+    gemv_addends<R> add{}, add_next{};
+    if (row < m) load(row, round + lane);
+    uint4 norm_w0 = make_uint4(0, 0, 0, 0);
+    if (NORM && (int)threadIdx.x < kv) norm_w0 = ((const uint4 *)norm_w)[threadIdx.x];
+    if (finisher && row < m) add = gemv_addends_of<OUT, EPI, R>(out, bias, m, row, false);
+    pdl_wait();
+    pdl_release();
+    if constexpr (EPI == GEMV_ADD)
+        if (finisher && row < m) add.residual = (float)out[row];
+    const uint4 *xr = (const uint4 *)x;
+    if constexpr (NORM) {
+        gemv_norm_prologue(xs, xr, (const uint4 *)norm_w, norm_w0, k, eps);
+        xr = xs;
+    }
+    float acc[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) acc[r] = 0.0f;
+    while (row < m) {
+        uint4 cur[R][GEMV_UNROLL];
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int u = 0; u < GEMV_UNROLL; u++) cur[r][u] = wv[r][u];
+        int next_row = row, next_round = round + ROUND;
+        if (next_round >= hi) next_row = row + stride, next_round = lo;
+        if (next_row < m) load(next_row, next_round + lane);
+        if (finisher && next_row != row && next_row < m)
+            add_next = gemv_addends_of<OUT, EPI, R>(out, bias, m, next_row, true);
+#pragma unroll
+        for (int u = 0; u < GEMV_UNROLL; u++) {
+            const int i = round + lane + u * 32;
+            if (i < hi) {
+                const uint4 xv = xr[i];
+#pragma unroll
+                for (int r = 0; r < R; r++) acc[r] += gemv_dot8(cur[r][u], xv);
+            }
+        }
+        if (next_row != row) {
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+#pragma unroll
+                for (int off = 16; off > 0; off >>= 1)
+                    acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], off);
+            }
+            if constexpr (KS > 1) {
+                /* the slot's warps meet at a barrier of their own; the
+                 * buffer alternates by row, so a warp a row ahead writes the
+                 * other one while the first warp still reads this one, and
+                 * it cannot get two rows ahead past the next barrier */
+                if (lane == 0) {
+#pragma unroll
+                    for (int r = 0; r < R; r++) parts[parity][warp][r] = acc[r];
+                }
+                asm volatile("bar.sync %0, %1;" ::"r"(1 + slot), "r"(KS * 32) : "memory");
+                if (sub == 0 && lane == 0) {
+#pragma unroll
+                    for (int r = 0; r < R; r++) {
+                        acc[r] = 0.0f;
+#pragma unroll
+                        for (int s = 0; s < KS; s++) acc[r] += parts[parity][warp + s][r];
+                    }
+                    gemv_finish<OUT, EPI, R>(out, row, acc, add);
+                }
+                parity ^= 1;
+            } else if (lane == 0) {
+                gemv_finish<OUT, EPI, R>(out, row, acc, add);
+            }
+            add = add_next;
+#pragma unroll
+            for (int r = 0; r < R; r++) acc[r] = 0.0f;
+        }
+        row = next_row;
+        round = next_round;
+    }
 }
 
 /* NANOLLM_GEMV=0 turns the GEMV path off (read once). */
@@ -73,6 +275,13 @@ bool cuda_gemv_fits(const void *x, const nl_weight *w, int32_t n)
 {
     return n == 1 && gemv_enabled() && w->cols % 8 == 0 && w->rows <= INT32_MAX &&
            ((uintptr_t)x & 15) == 0 && ((uintptr_t)w->data & 15) == 0;
+}
+
+/* Rows the busiest of `warps` warps works through when each of m rows is
+ * split into ks parts. */
+static double gemv_rounds(int m, long long warps, int ks)
+{
+    return (double)(((long long)m * ks + warps - 1) / warps) / ks;
 }
 
 template <typename OUT, int EPI, bool NORM, int KS>
@@ -97,12 +306,14 @@ template <typename OUT, int EPI, bool NORM>
 static nl_status gemv_launch(cuda_backend *be, OUT *out, const bf16 *x, const nl_weight *w,
                              const nl_weight *bias, const nl_weight *norm_w, float eps)
 {
-    const int m = (int)(EPI == GEMV_SILU_MUL ? w->rows / 2 : w->rows);
+    const int m = (int)(EPI == GEMV_SILU_MUL ? w->rows / 2 : w->rows), kv = (int)(w->cols / 8);
     const size_t smem = NORM ? (size_t)w->cols * sizeof(bf16) : 0;
     const long long warps = (long long)cuda_blocks_per_sm(kernel_gemv<OUT, EPI, NORM, 1>,
                                                           GEMV_WARPS * 32, smem) *
                             be->num_sms * GEMV_WARPS;
-    const int ks = gemv_split_of(m, (int)w->cols, warps);
+    int ks = 1;
+    for (int c = 2; c <= 4; c *= 2)
+        if (kv >= 32 * c && gemv_rounds(m, warps, c) < gemv_rounds(m, warps, ks)) ks = c;
     const bf16 *b = bias ? bias->data : NULL, *nw = norm_w ? norm_w->data : NULL;
     switch (ks) {
     case 4: return gemv_launch_split<OUT, EPI, NORM, 4>(be, out, x, w, b, nw, eps, m);
