@@ -26,14 +26,17 @@ endif
 
 # The device probes (bench/README.md; built with the tests, never run by
 # them): what wrapping a decode graph in a step costs on the device's
-# queue, and what a persistent kernel's grid barriers cost with the weights
-# streaming under them.
+# queue, what a persistent kernel's grid barriers cost with the weights
+# streaming under them, and whether a stream through shared memory that
+# runs ahead of the barriers hides them.
 if HAVE_CUDA
-check_PROGRAMS += bench/gap_probe bench/barrier_probe
+check_PROGRAMS += bench/gap_probe bench/barrier_probe bench/ring_probe
 bench_gap_probe_SOURCES = bench/gap_probe.cu bench/probe_check.h
 bench_gap_probe_LDADD = $(CUDA_LIBS) -lstdc++ -lm
 bench_barrier_probe_SOURCES = bench/barrier_probe.cu bench/probe_check.h
 bench_barrier_probe_LDADD = $(CUDA_LIBS) -lstdc++ -lm
+bench_ring_probe_SOURCES = bench/ring_probe.cu bench/probe_check.h
+bench_ring_probe_LDADD = $(CUDA_LIBS) -lstdc++ -lm
 endif
 
 # Timing of the hot ops on a GPU (built with the tests, never run by them).
