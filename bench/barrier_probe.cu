@@ -22,34 +22,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench/probe_check.h"
+#include "bench/probe_barrier.cuh"
 
 #define EARLY 8 /* 16-byte loads a thread holds across the barrier */
 
-struct barrier {
-    unsigned int count, generation;
-};
-
-/* Every block arrives; the last one resets the count and opens the next
- * generation; the others wait for it. */
+/* Every thread of every block waits for the others. */
 static __device__ __forceinline__ void grid_barrier(barrier *b, unsigned int *gen)
 {
     __syncthreads();
-    if (threadIdx.x == 0) {
-        const unsigned int g = *gen;
-        __threadfence();
-        if (atomicAdd(&b->count, 1u) == gridDim.x - 1) {
-            b->count = 0;
-            __threadfence();
-            atomicExch(&b->generation, g + 1);
-        } else {
-            unsigned int now;
-            do {
-                asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(now) : "l"(&b->generation));
-            } while (now == g);
-        }
-        *gen = g + 1;
-    }
+    if (threadIdx.x == 0) grid_arrive_wait(b, gen);
     __syncthreads();
 }
 
@@ -120,28 +101,17 @@ int main(int argc, char **argv)
     const size_t slice_vec = (size_t)(mb * (1 << 20)) / sizeof(float4);
     float4 *weights;
     float *sink;
-    barrier *b;
+    barrier *b = probe_barrier_new();
     CHECK(cudaMalloc(&weights, slice_vec * slices * sizeof(float4)));
     CHECK(cudaMemset(weights, 0, slice_vec * slices * sizeof(float4)));
     CHECK(cudaMalloc(&sink, (size_t)sms * threads * sizeof(float)));
-    CHECK(cudaMalloc(&b, sizeof *b));
-    CHECK(cudaMemset(b, 0, sizeof *b));
-    cudaEvent_t t0, t1;
-    CHECK(cudaEventCreate(&t0));
-    CHECK(cudaEventCreate(&t1));
     printf("%d blocks of %d threads, %d phases of %.2f MB (%d slices)\n", sms, threads, phases, mb, slices);
     static const char *const names[] = {"barrier only", "stream, then barrier", "slice loaded early",
                                         "stream, no barriers"};
     for (int mode = 0; mode < 4; mode++) {
         for (int rep = 0; rep < 3; rep++) {
             void *args[] = {&weights, (void *)&slice_vec, (void *)&slices, &phases, &mode, &b, &sink};
-            CHECK(cudaEventRecord(t0));
-            CHECK(cudaLaunchCooperativeKernel((const void *)kernel_phases, sms, threads, args, 0, 0));
-            CHECK(cudaEventRecord(t1));
-            CHECK(cudaEventSynchronize(t1));
-            float ms = 0;
-            CHECK(cudaEventElapsedTime(&ms, t0, t1));
-            const double us = 1e3 * ms / phases;
+            const double us = probe_us_a_phase((const void *)kernel_phases, sms, threads, args, 0, phases);
             printf("%-24s %8.3f us a phase  %7.2f TB/s\n", names[mode], us,
                    mode == BARRIER_ONLY ? 0.0 : mb * (1 << 20) / (us * 1e-6) / 1e12);
         }

@@ -9,7 +9,7 @@
  * mbarrier), waiting only for a stage to be freed.  Warps 1-15 are the
  * consumers: they wait for a stage, sum its floats, free it (its "empty"
  * mbarrier) and, at the end of each phase, meet every other block's
- * consumers at a grid barrier (the arrival counter of barrier_probe).  The
+ * consumers at a grid barrier (probe_barrier.cuh, as barrier_probe's).  The
  * producer never waits at the grid barrier, so the next phase's bytes keep
  * coming while the consumers wait there.  It prints, in us a phase:
  *   ring, barriers       the stream with a grid barrier every phase;
@@ -26,15 +26,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench/probe_check.h"
+#include "bench/probe_barrier.cuh"
 
 #define THREADS 512
 #define CONSUMER_THREADS (THREADS - 32)
 #define MAX_STAGES 8
-
-struct barrier {
-    unsigned int count, generation;
-};
 
 static __device__ __forceinline__ uint32_t smem_addr(const void *p)
 {
@@ -84,26 +80,12 @@ static __device__ __forceinline__ void bulk_copy(void *dst, const void *src, uns
 }
 
 /* The consumers of every block meet (the producer warp does not take
- * part): named barrier 1 inside the block, then barrier_probe's arrival
- * counter across blocks. */
+ * part): named barrier 1 inside the block, then the probes' arrival
+ * counter across blocks (probe_barrier.cuh). */
 static __device__ __forceinline__ void consumers_barrier(barrier *b, unsigned int *gen)
 {
     asm volatile("bar.sync 1, %0;" ::"r"(CONSUMER_THREADS) : "memory");
-    if (threadIdx.x == 32) {
-        const unsigned int g = *gen;
-        __threadfence();
-        if (atomicAdd(&b->count, 1u) == gridDim.x - 1) {
-            b->count = 0;
-            __threadfence();
-            atomicExch(&b->generation, g + 1);
-        } else {
-            unsigned int now;
-            do {
-                asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(now) : "l"(&b->generation));
-            } while (now == g);
-        }
-        *gen = g + 1;
-    }
+    if (threadIdx.x == 32) grid_arrive_wait(b, gen);
     asm volatile("bar.sync 1, %0;" ::"r"(CONSUMER_THREADS) : "memory");
 }
 
@@ -204,15 +186,10 @@ int main(int argc, char **argv)
     const unsigned stage_bytes = (unsigned)stage_kb * 1024;
     char *weights;
     float *sink;
-    barrier *b;
+    barrier *b = probe_barrier_new();
     CHECK(cudaMalloc(&weights, slice_bytes * slices));
     CHECK(cudaMemset(weights, 0, slice_bytes * slices));
     CHECK(cudaMalloc(&sink, (size_t)sms * THREADS * sizeof(float)));
-    CHECK(cudaMalloc(&b, sizeof *b));
-    CHECK(cudaMemset(b, 0, sizeof *b));
-    cudaEvent_t t0, t1;
-    CHECK(cudaEventCreate(&t0));
-    CHECK(cudaEventCreate(&t1));
     printf("%d blocks (1 producer + %d consumer warps), %d phases of %.2f MB (%d slices), %d stages of %d KB\n",
            sms, CONSUMER_THREADS / 32, phases, mb, slices, stages, stage_kb);
     static const char *const names[] = {"ring, no barriers", "ring, barriers"};
@@ -220,13 +197,7 @@ int main(int argc, char **argv)
         for (int rep = 0; rep < 3; rep++) {
             void *args[] = {&weights, (void *)&slice_bytes, (void *)&slices, &phases, (void *)&share,
                             (void *)&stage_bytes, &stages, &barriers, &b, &sink};
-            CHECK(cudaEventRecord(t0));
-            CHECK(cudaLaunchCooperativeKernel((const void *)kernel_ring, sms, THREADS, args, ring_bytes, 0));
-            CHECK(cudaEventRecord(t1));
-            CHECK(cudaEventSynchronize(t1));
-            float ms = 0;
-            CHECK(cudaEventElapsedTime(&ms, t0, t1));
-            const double us = 1e3 * ms / phases;
+            const double us = probe_us_a_phase((const void *)kernel_ring, sms, THREADS, args, ring_bytes, phases);
             printf("%-20s %8.3f us a phase  %7.2f TB/s\n", names[barriers], us,
                    (double)share * sms / (us * 1e-6) / 1e12);
         }

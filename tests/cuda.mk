@@ -33,9 +33,9 @@ if HAVE_CUDA
 check_PROGRAMS += bench/gap_probe bench/barrier_probe bench/ring_probe
 bench_gap_probe_SOURCES = bench/gap_probe.cu bench/probe_check.h
 bench_gap_probe_LDADD = $(CUDA_LIBS) -lstdc++ -lm
-bench_barrier_probe_SOURCES = bench/barrier_probe.cu bench/probe_check.h
+bench_barrier_probe_SOURCES = bench/barrier_probe.cu bench/probe_barrier.cuh bench/probe_check.h
 bench_barrier_probe_LDADD = $(CUDA_LIBS) -lstdc++ -lm
-bench_ring_probe_SOURCES = bench/ring_probe.cu bench/probe_check.h
+bench_ring_probe_SOURCES = bench/ring_probe.cu bench/probe_barrier.cuh bench/probe_check.h
 bench_ring_probe_LDADD = $(CUDA_LIBS) -lstdc++ -lm
 endif
 
