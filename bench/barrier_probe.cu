@@ -88,14 +88,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "barrier_probe: --mb-per-phase > 0, --phases >= 1, --threads a multiple of 32 in [32, 1024]\n");
         return 2;
     }
-    int dev = 0, sms = 0, coop = 0;
-    CHECK(cudaGetDevice(&dev));
-    CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev));
-    if (!coop) {
-        fprintf(stderr, "barrier_probe: the device has no cooperative launch\n");
-        return 1;
-    }
+    const int sms = probe_cooperative_sms("barrier_probe");
     /* 140 distinct slices, as a 0.6B step's phases: none is in L2 when read */
     const int slices = 140;
     const size_t slice_vec = (size_t)(mb * (1 << 20)) / sizeof(float4);

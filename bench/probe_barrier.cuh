@@ -32,6 +32,22 @@ static __device__ __forceinline__ void grid_arrive_wait(barrier *b, unsigned int
     *gen = g + 1;
 }
 
+/* The SMs of the current device, one resident block each in the probes'
+ * cooperative launches; a device without cooperative launch ends the
+ * program (prog names it). */
+static inline int probe_cooperative_sms(const char *prog)
+{
+    int dev = 0, sms = 0, coop = 0;
+    CHECK(cudaGetDevice(&dev));
+    CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev));
+    if (!coop) {
+        fprintf(stderr, "%s: the device has no cooperative launch\n", prog);
+        exit(1);
+    }
+    return sms;
+}
+
 /* A zeroed barrier in device memory. */
 static inline barrier *probe_barrier_new(void)
 {

@@ -89,6 +89,21 @@ static __device__ __forceinline__ void consumers_barrier(barrier *b, unsigned in
     asm volatile("bar.sync 1, %0;" ::"r"(CONSUMER_THREADS) : "memory");
 }
 
+/* Chunk c of a block's share: its bytes (at most stage_bytes), the
+ * stage it goes through (the it-th chunk of the whole stream) and that
+ * stage's use count; producer and consumers walk the same sequence. */
+struct chunk {
+    unsigned off, bytes;
+    int stage, use;
+};
+
+static __device__ __forceinline__ chunk chunk_of(int c, int it, unsigned share, unsigned stage_bytes,
+                                                 int stages)
+{
+    const unsigned off = (unsigned)c * stage_bytes;
+    return {off, share - off < stage_bytes ? share - off : stage_bytes, it % stages, it / stages};
+}
+
 /* Phase p streams slice p % slices; each block reads its `share` bytes of
  * it in chunks of at most stage_bytes, one stage each, in ring order. */
 __global__ void __launch_bounds__(THREADS, 1)
@@ -114,12 +129,10 @@ __global__ void __launch_bounds__(THREADS, 1)
         for (int p = 0; p < phases; p++) {
             const char *src = weights + (size_t)(p % slices) * slice_bytes + (size_t)blockIdx.x * share;
             for (int c = 0; c < chunks; c++, it++) {
-                const int s = it % stages, k = it / stages;
-                const unsigned off = (unsigned)c * stage_bytes;
-                const unsigned bytes = share - off < stage_bytes ? share - off : stage_bytes;
-                if (k > 0) mbar_wait(&empty[s], (k - 1) & 1); /* its last use is freed */
-                mbar_expect_tx(&full[s], bytes);
-                bulk_copy(ring + (size_t)s * stage_bytes, src + off, bytes, &full[s]);
+                const chunk k = chunk_of(c, it, share, stage_bytes, stages);
+                if (k.use > 0) mbar_wait(&empty[k.stage], (k.use - 1) & 1); /* its last use is freed */
+                mbar_expect_tx(&full[k.stage], k.bytes);
+                bulk_copy(ring + (size_t)k.stage * stage_bytes, src + k.off, k.bytes, &full[k.stage]);
             }
         }
         return;
@@ -129,17 +142,15 @@ __global__ void __launch_bounds__(THREADS, 1)
     const int me = threadIdx.x - 32;
     for (int p = 0; p < phases; p++) {
         for (int c = 0; c < chunks; c++, it++) {
-            const int s = it % stages, k = it / stages;
-            const unsigned off = (unsigned)c * stage_bytes;
-            const unsigned bytes = share - off < stage_bytes ? share - off : stage_bytes;
-            mbar_wait(&full[s], k & 1);
-            const float4 *v = (const float4 *)(ring + (size_t)s * stage_bytes);
-            for (unsigned i = me; i < bytes / 16; i += CONSUMER_THREADS) {
+            const chunk k = chunk_of(c, it, share, stage_bytes, stages);
+            mbar_wait(&full[k.stage], k.use & 1);
+            const float4 *v = (const float4 *)(ring + (size_t)k.stage * stage_bytes);
+            for (unsigned i = me; i < k.bytes / 16; i += CONSUMER_THREADS) {
                 const float4 f = v[i];
                 sum += f.x + f.y + f.z + f.w;
             }
             __syncwarp();
-            if ((threadIdx.x & 31) == 0) mbar_arrive(&empty[s]);
+            if ((threadIdx.x & 31) == 0) mbar_arrive(&empty[k.stage]);
         }
         if (barriers) consumers_barrier(b, &gen);
     }
@@ -166,15 +177,13 @@ int main(int argc, char **argv)
                 MAX_STAGES);
         return 2;
     }
-    int dev = 0, sms = 0, coop = 0, smem_max = 0;
+    const int sms = probe_cooperative_sms("ring_probe");
+    int dev = 0, smem_max = 0;
     CHECK(cudaGetDevice(&dev));
-    CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev));
     CHECK(cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     const size_t ring_bytes = (size_t)stages * stage_kb * 1024;
-    if (!coop || ring_bytes > (size_t)smem_max) {
-        fprintf(stderr, "ring_probe: %s\n", !coop ? "the device has no cooperative launch"
-                                                   : "the ring exceeds a block's shared memory");
+    if (ring_bytes > (size_t)smem_max) {
+        fprintf(stderr, "ring_probe: the ring exceeds a block's shared memory (%d bytes)\n", smem_max);
         return 1;
     }
     CHECK(cudaFuncSetAttribute((const void *)kernel_ring, cudaFuncAttributeMaxDynamicSharedMemorySize,
