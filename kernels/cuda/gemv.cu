@@ -161,7 +161,7 @@ static __device__ __forceinline__ void gemv_finish(OUT *out, int row, const floa
  * a warp) ends in a shorter last round.  A warp's rounds are counted from
  * its part's start, the same for every lane, so the warp moves to its next
  * row together whatever k is. */
-template <typename OUT, int EPI, bool NORM, int KS>
+template <typename OUT, int EPI, bool NORM, int KS, bool ROLL>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
     kernel_gemv(OUT *out, const bf16 *x, const bf16 *w, const bf16 *bias, int m, int k,
                 const bf16 *norm_w, float eps)
@@ -202,23 +202,43 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
 #pragma unroll
     for (int r = 0; r < R; r++) acc[r] = 0.0f;
     while (row < m) {
-        uint4 cur[R][GEMV_UNROLL];
-#pragma unroll
-        for (int r = 0; r < R; r++)
-#pragma unroll
-            for (int u = 0; u < GEMV_UNROLL; u++) cur[r][u] = wv[r][u];
         int next_row = row, next_round = round + ROUND;
         if (next_round >= hi) next_row = row + stride, next_round = lo;
-        if (next_row < m) load(next_row, next_round + lane);
         if (finisher && next_row != row && next_row < m)
             add_next = gemv_addends_of<OUT, EPI, R>(out, bias, m, next_row, true);
+        if constexpr (ROLL) {
+            /* each piece, once used, makes room for the same piece of the
+             * next round: GEMV_UNROLL pieces in flight in as many registers */
 #pragma unroll
-        for (int u = 0; u < GEMV_UNROLL; u++) {
-            const int i = round + lane + u * 32;
-            if (i < hi) {
-                const uint4 xv = xr[i];
+            for (int u = 0; u < GEMV_UNROLL; u++) {
+                const int i = round + lane + u * 32;
+                if (i < hi) {
+                    const uint4 xv = xr[i];
 #pragma unroll
-                for (int r = 0; r < R; r++) acc[r] += gemv_dot8(cur[r][u], xv);
+                    for (int r = 0; r < R; r++) acc[r] += gemv_dot8(wv[r][u], xv);
+                }
+                const int j = next_round + lane + u * 32;
+#pragma unroll
+                for (int r = 0; r < R; r++)
+                    wv[r][u] = next_row < m && j < hi
+                                   ? load_stream16((const uint4 *)(w + ((size_t)r * m + next_row) * k) + j)
+                                   : make_uint4(0, 0, 0, 0);
+            }
+        } else {
+            uint4 cur[R][GEMV_UNROLL];
+#pragma unroll
+            for (int r = 0; r < R; r++)
+#pragma unroll
+                for (int u = 0; u < GEMV_UNROLL; u++) cur[r][u] = wv[r][u];
+            if (next_row < m) load(next_row, next_round + lane);
+#pragma unroll
+            for (int u = 0; u < GEMV_UNROLL; u++) {
+                const int i = round + lane + u * 32;
+                if (i < hi) {
+                    const uint4 xv = xr[i];
+#pragma unroll
+                    for (int r = 0; r < R; r++) acc[r] += gemv_dot8(cur[r][u], xv);
+                }
             }
         }
         if (next_row != row) {
@@ -271,6 +291,18 @@ static bool gemv_enabled(void)
     return cached != 0;
 }
 
+/* NANOLLM_GEMV_ROLL=1 takes the loop that reloads each piece once it is
+ * used (half the weight registers) for an A/B measurement (read once). */
+static bool gemv_roll(void)
+{
+    static int cached = -1;
+    if (cached < 0) {
+        const char *v = getenv("NANOLLM_GEMV_ROLL");
+        cached = v && strcmp(v, "1") == 0;
+    }
+    return cached != 0;
+}
+
 bool cuda_gemv_fits(const void *x, const nl_weight *w, int32_t n)
 {
     return n == 1 && gemv_enabled() && w->cols % 8 == 0 && w->rows <= INT32_MAX &&
@@ -284,20 +316,29 @@ static double gemv_rounds(int m, long long warps, int ks)
     return (double)(((long long)m * ks + warps - 1) / warps) / ks;
 }
 
-template <typename OUT, int EPI, bool NORM, int KS>
-static nl_status gemv_launch_split(cuda_backend *be, OUT *out, const bf16 *x, const nl_weight *w,
-                                   const bf16 *bias, const bf16 *norm_w, float eps, int m)
+template <typename OUT, int EPI, bool NORM, int KS, bool ROLL>
+static nl_status gemv_launch_kernel(cuda_backend *be, OUT *out, const bf16 *x, const nl_weight *w,
+                                    const bf16 *bias, const bf16 *norm_w, float eps, int m)
 {
     constexpr int SLOTS = GEMV_WARPS / KS;
     const int k = (int)w->cols;
     const size_t smem = NORM ? (size_t)k * sizeof(bf16) : 0;
-    const int most = cuda_blocks_per_sm(kernel_gemv<OUT, EPI, NORM, KS>, GEMV_WARPS * 32, smem) *
+    const int most = cuda_blocks_per_sm(kernel_gemv<OUT, EPI, NORM, KS, ROLL>, GEMV_WARPS * 32,
+                                        smem) *
                      be->num_sms;
     const int need = (m + SLOTS - 1) / SLOTS;
     const unsigned blocks = (unsigned)(need < most ? need : most);
-    NL_CUDA_CHECK(cuda_launch(be, kernel_gemv<OUT, EPI, NORM, KS>, blocks, GEMV_WARPS * 32, smem,
-                              out, x, w->data, bias, m, k, norm_w, eps));
+    NL_CUDA_CHECK(cuda_launch(be, kernel_gemv<OUT, EPI, NORM, KS, ROLL>, blocks, GEMV_WARPS * 32,
+                              smem, out, x, w->data, bias, m, k, norm_w, eps));
     return NL_OK;
+}
+
+template <typename OUT, int EPI, bool NORM, int KS>
+static nl_status gemv_launch_split(cuda_backend *be, OUT *out, const bf16 *x, const nl_weight *w,
+                                   const bf16 *bias, const bf16 *norm_w, float eps, int m)
+{
+    return gemv_roll() ? gemv_launch_kernel<OUT, EPI, NORM, KS, true>(be, out, x, w, bias, norm_w, eps, m)
+                       : gemv_launch_kernel<OUT, EPI, NORM, KS, false>(be, out, x, w, bias, norm_w, eps, m);
 }
 
 /* Splits the rows when that shortens the busiest warp's work (parts of at
@@ -308,8 +349,10 @@ static nl_status gemv_launch(cuda_backend *be, OUT *out, const bf16 *x, const nl
 {
     const int m = (int)(EPI == GEMV_SILU_MUL ? w->rows / 2 : w->rows), kv = (int)(w->cols / 8);
     const size_t smem = NORM ? (size_t)w->cols * sizeof(bf16) : 0;
-    const long long warps = (long long)cuda_blocks_per_sm(kernel_gemv<OUT, EPI, NORM, 1>,
-                                                          GEMV_WARPS * 32, smem) *
+    const long long warps = (long long)(gemv_roll() ? cuda_blocks_per_sm(kernel_gemv<OUT, EPI, NORM, 1, true>,
+                                                                          GEMV_WARPS * 32, smem)
+                                                    : cuda_blocks_per_sm(kernel_gemv<OUT, EPI, NORM, 1, false>,
+                                                                          GEMV_WARPS * 32, smem)) *
                             be->num_sms * GEMV_WARPS;
     int ks = 1;
     for (int c = 2; c <= 4; c *= 2)
