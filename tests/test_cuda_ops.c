@@ -1257,6 +1257,7 @@ static void check_sample(int m, int vocab, float spread, bool ties)
 
 START_TEST(test_sample)
 {
+    check_sample(1, 151936, 3.0f, false);  /* one sequence: the most blocks a row */
     check_sample(64, 151936, 3.0f, false);
     check_sample(256, 151936, 0.5f, false); /* the throughput benchmark's batch */
     check_sample(3, 1001, 1.0f, false);     /* odd vocabulary: unaligned rows */

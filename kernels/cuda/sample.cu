@@ -2,16 +2,17 @@
  * logprobs, greedy argmax and the seeded exponential race with optional
  * top-k / top-p / min-p cuts.
  *
- * Two kernels.  kernel_sample_scan reads every row once, split into several
- * blocks per row so that even a small batch fills the GPU: each block reduces
- * its slice to a partial (max, sum of exp) of the raw logits, the argmax, and
- * -- for rows with no cut -- the best (race score, id) of the slice.  The
- * race and the softmax share that single pass; a token whose score cannot
- * beat its thread's best so far skips the logarithms (see race_visit).
- * kernel_sample_finish, one block per row, combines a row's partials, which
- * is all a greedy or uncut row needs.
+ * One kernel.  It reads every row once, split into several blocks per row
+ * so that even a small batch fills the GPU: each block reduces its slice to
+ * a partial (max, sum of exp) of the raw logits, the argmax, and -- for rows
+ * with no cut -- the best (race score, id) of the slice.  The race and the
+ * softmax share that single pass; a token whose score cannot beat its
+ * thread's best so far skips the logarithms (see race_visit).  The last of
+ * a row's blocks to finish (an arrival count a row) combines the row's
+ * partials, which is all a greedy or uncut row needs: at one sequence a
+ * second kernel for that cost a launch on the step's critical path.
  *
- * Rows with cuts or top-N logprobs are finished by the block reading the row
+ * Rows with cuts or top-N logprobs are finished by that block reading the row
  * again.  Every cut the sampler makes is a prefix of one order: logits
  * descending, lower id first on ties (p is monotone in the logit).  So
  * instead of sorting a 150k-entry row, each cut is found by a radix search on
@@ -31,7 +32,6 @@
 
 #include "kernels/cuda/cuda_common.cuh"
 
-#define SAMPLE_THREADS 1024
 #define NO_ID 0x7fffffff
 
 static __device__ __forceinline__ uint32_t order_key(float f)
@@ -364,15 +364,14 @@ static __device__ __forceinline__ void scan_visit(scan_part &p, float l, int i, 
     if (race) race_visit(p, l, i, inv_t, key);
 }
 
-/* grid (splits, m): block (s, r) reduces logits [s chunk, (s + 1) chunk) of
- * row r into parts[r * splits + s]. */
-__global__ void __launch_bounds__(SCAN_THREADS)
-    kernel_sample_scan(const float *logits, int vocab, const nl_sample_row *rows, int chunk,
-                       bool vec4, scan_part *parts)
+/* Block (s, r) reduces logits [s chunk, (s + 1) chunk) of row r into
+ * parts[r * splits + s]; returns (in every thread) whether it was the
+ * row's last block to do so, the one that finishes the row. */
+static __device__ bool scan_slice(const float *logits, int vocab, const nl_sample_row *rows,
+                                  int chunk, bool vec4, scan_part *parts, unsigned *arrivals)
 {
-    pdl_wait();
-    pdl_release();
     __shared__ scan_part warp_parts[SCAN_THREADS / 32];
+    __shared__ bool last;
     const int r = blockIdx.y;
     const nl_sample_row sp = rows[r];
     const bool race = sp.temperature > 0.0f && !row_has_cuts(sp, vocab);
@@ -414,8 +413,20 @@ __global__ void __launch_bounds__(SCAN_THREADS)
     if (threadIdx.x < 32) {
         p = threadIdx.x < (blockDim.x >> 5) ? warp_parts[threadIdx.x] : scan_empty();
         p = warp_merge(p);
-        if (threadIdx.x == 0) parts[(size_t)r * gridDim.x + blockIdx.x] = p;
+        if (threadIdx.x == 0) {
+            parts[(size_t)r * gridDim.x + blockIdx.x] = p;
+            /* the part visible before the arrival that counts it; the last
+             * arrival resets the count for the next launch */
+            __threadfence();
+            last = atomicAdd(&arrivals[r], 1u) == gridDim.x - 1;
+            if (last) {
+                arrivals[r] = 0;
+                __threadfence();
+            }
+        }
     }
+    __syncthreads();
+    return last;
 }
 
 /* ---- finishing a row -------------------------------------------------------- */
@@ -438,23 +449,30 @@ static __device__ int race_over_kept(const row_view &v, const nl_sample_row &sp,
     return NO_ID - (int)(uint32_t)(best & 0xffffffffu);
 }
 
-__global__ void __launch_bounds__(SAMPLE_THREADS)
-    kernel_sample_finish(const float *logits, int vocab, const nl_sample_row *rows,
-                         const scan_part *parts, int splits, int32_t *ids, float *logprobs,
-                         int32_t *top_ids, float *top_logprobs)
+/* Row r's last block: combines the row's parts (written by other blocks,
+ * so read from L2) and samples it. */
+static __device__ void finish_row(const float *logits, int vocab, const nl_sample_row *rows,
+                                  const scan_part *parts, int32_t *ids, float *logprobs,
+                                  int32_t *top_ids, float *top_logprobs)
 {
-    pdl_wait();
-    pdl_release();
     __shared__ sample_shared sh;
     __shared__ scan_part whole;
-    const int r = blockIdx.x;
+    const int r = blockIdx.y, splits = gridDim.x;
     const float *row = logits + (size_t)r * vocab;
     const nl_sample_row sp = rows[r];
 
     if (threadIdx.x < 32) {
         scan_part p = scan_empty();
-        for (int s = threadIdx.x; s < splits; s += 32)
-            p = scan_merge(p, parts[(size_t)r * splits + s]);
+        for (int s = threadIdx.x; s < splits; s += 32) {
+            const scan_part *q = parts + (size_t)r * splits + s;
+            scan_part c;
+            c.max = __ldcg(&q->max);
+            c.sum = __ldcg(&q->sum);
+            c.argmax = __ldcg(&q->argmax);
+            c.race = __ldcg(&q->race);
+            c.race_id = __ldcg(&q->race_id);
+            p = scan_merge(p, c);
+        }
         p = warp_merge(p);
         if (threadIdx.x == 0) whole = p;
     }
@@ -542,6 +560,19 @@ __global__ void __launch_bounds__(SAMPLE_THREADS)
     }
 }
 
+/* grid (splits, m): every block scans its slice; each row's last one
+ * finishes the row. */
+__global__ void __launch_bounds__(SCAN_THREADS)
+    kernel_sample(const float *logits, int vocab, const nl_sample_row *rows, int chunk, bool vec4,
+                  scan_part *parts, unsigned *arrivals, int32_t *ids, float *logprobs,
+                  int32_t *top_ids, float *top_logprobs)
+{
+    pdl_wait();
+    pdl_release();
+    if (scan_slice(logits, vocab, rows, chunk, vec4, parts, arrivals))
+        finish_row(logits, vocab, rows, parts, ids, logprobs, top_ids, top_logprobs);
+}
+
 nl_status cuda_sample(nl_backend *b, const float *logits, int32_t m, int32_t vocab,
                       const nl_sample_row *rows, int32_t *ids, float *logprobs,
                       int32_t *top_ids, float *top_logprobs)
@@ -550,7 +581,8 @@ nl_status cuda_sample(nl_backend *b, const float *logits, int32_t m, int32_t voc
     if (m <= 0) return NL_OK;
     if (vocab <= 0 || vocab >= NO_ID)
         return nl_error(NL_ERR_INVALID_ARG, "cuda: sample vocab %d", vocab);
-    if (m > 65535) return nl_error(NL_ERR_INVALID_ARG, "cuda: sample %d rows (limit 65535)", m);
+    if (m > CUDA_SAMPLE_MAX_ROWS)
+        return nl_error(NL_ERR_INVALID_ARG, "cuda: sample %d rows (limit %d)", m, CUDA_SAMPLE_MAX_ROWS);
     /* About four blocks per SM in all, each at least SCAN_MIN_CHUNK logits. */
     int splits = (4 * be->num_sms + m - 1) / m;
     splits = min(splits, min(SCAN_MAX_SPLITS, (vocab + SCAN_MIN_CHUNK - 1) / SCAN_MIN_CHUNK));
@@ -563,9 +595,8 @@ nl_status cuda_sample(nl_backend *b, const float *logits, int32_t m, int32_t voc
     splits = (vocab + chunk - 1) / chunk;
     bool vec4 = vocab % 4 == 0 && ((uintptr_t)logits & 15) == 0;
     scan_part *parts = reinterpret_cast<scan_part *>(be->step_scratch);
-    NL_CUDA_CHECK(cuda_launch(be, kernel_sample_scan, dim3(splits, m), SCAN_THREADS, 0, logits, vocab,
-                              rows, chunk, vec4, parts));
-    NL_CUDA_CHECK(cuda_launch(be, kernel_sample_finish, m, SAMPLE_THREADS, 0, logits, vocab, rows,
-                              parts, splits, ids, logprobs, top_ids, top_logprobs));
+    NL_CUDA_CHECK(cuda_launch(be, kernel_sample, dim3(splits, m), SCAN_THREADS, 0, logits, vocab,
+                              rows, chunk, vec4, parts, be->sample_arrivals, ids, logprobs, top_ids,
+                              top_logprobs));
     return NL_OK;
 }
