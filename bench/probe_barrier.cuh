@@ -15,18 +15,41 @@ struct barrier {
     unsigned int count, generation;
 };
 
+/* How an arrival orders the memory operations before it:
+ *   FENCE_SC       a full fence (__threadfence) before a relaxed atomic;
+ *   FENCE_RELEASE  the atomic itself a release (atom.add.release.gpu);
+ *   FENCE_NONE     relaxed: no data may be handed across such a barrier,
+ *                  it measures what the ordering costs. */
+enum probe_fence { FENCE_SC, FENCE_RELEASE, FENCE_NONE };
+
+template <probe_fence F = FENCE_SC>
 static __device__ __forceinline__ void grid_arrive_wait(barrier *b, unsigned int *gen)
 {
     const unsigned int g = *gen;
-    __threadfence();
-    if (atomicAdd(&b->count, 1u) == gridDim.x - 1) {
+    if (F == FENCE_SC) __threadfence();
+    unsigned int before;
+    if (F == FENCE_RELEASE)
+        asm volatile("atom.add.release.gpu.global.u32 %0, [%1], 1;"
+                     : "=r"(before)
+                     : "l"(&b->count)
+                     : "memory");
+    else
+        before = atomicAdd(&b->count, 1u);
+    if (before == gridDim.x - 1) {
         b->count = 0;
-        __threadfence();
-        atomicExch(&b->generation, g + 1);
+        if (F == FENCE_SC) __threadfence();
+        if (F == FENCE_RELEASE)
+            asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(&b->generation), "r"(g + 1)
+                         : "memory");
+        else
+            atomicExch(&b->generation, g + 1);
     } else {
         unsigned int now;
         do {
-            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(now) : "l"(&b->generation));
+            if (F == FENCE_NONE)
+                asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(now) : "l"(&b->generation));
+            else
+                asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(now) : "l"(&b->generation));
         } while (now == g);
     }
     *gen = g + 1;

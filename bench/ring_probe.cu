@@ -12,7 +12,12 @@
  * consumers at a grid barrier (probe_barrier.cuh, as barrier_probe's).  The
  * producer never waits at the grid barrier, so the next phase's bytes keep
  * coming while the consumers wait there.  It prints, in us a phase:
- *   ring, barriers       the stream with a grid barrier every phase;
+ *   ring, barriers       the stream with a grid barrier every phase
+ *                        (a full fence before each arrival);
+ *   ring, release barriers   the same with release arrivals and acquire
+ *                        waits instead of the fence;
+ *   ring, relaxed barriers   with neither (no data could be handed over:
+ *                        what the ordering costs);
  *   ring, no barriers    the same stream without them: the floor.
  * If the first is close to the second, a phase costs its bytes and the
  * barriers are hidden; barrier_probe's "slice loaded early" is the
@@ -82,10 +87,11 @@ static __device__ __forceinline__ void bulk_copy(void *dst, const void *src, uns
 /* The consumers of every block meet (the producer warp does not take
  * part): named barrier 1 inside the block, then the probes' arrival
  * counter across blocks (probe_barrier.cuh). */
+template <probe_fence F>
 static __device__ __forceinline__ void consumers_barrier(barrier *b, unsigned int *gen)
 {
     asm volatile("bar.sync 1, %0;" ::"r"(CONSUMER_THREADS) : "memory");
-    if (threadIdx.x == 32) grid_arrive_wait(b, gen);
+    if (threadIdx.x == 32) grid_arrive_wait<F>(b, gen);
     asm volatile("bar.sync 1, %0;" ::"r"(CONSUMER_THREADS) : "memory");
 }
 
@@ -152,7 +158,9 @@ __global__ void __launch_bounds__(THREADS, 1)
             __syncwarp();
             if ((threadIdx.x & 31) == 0) mbar_arrive(&empty[k.stage]);
         }
-        if (barriers) consumers_barrier(b, &gen);
+        if (barriers == 1) consumers_barrier<FENCE_SC>(b, &gen);
+        if (barriers == 2) consumers_barrier<FENCE_RELEASE>(b, &gen);
+        if (barriers == 3) consumers_barrier<FENCE_NONE>(b, &gen);
     }
     if (sum == 1234.5f) sink[blockIdx.x * THREADS + threadIdx.x] = sum; /* keeps the reads */
 }
@@ -201,13 +209,14 @@ int main(int argc, char **argv)
     CHECK(cudaMalloc(&sink, (size_t)sms * THREADS * sizeof(float)));
     printf("%d blocks (1 producer + %d consumer warps), %d phases of %.2f MB (%d slices), %d stages of %d KB\n",
            sms, CONSUMER_THREADS / 32, phases, mb, slices, stages, stage_kb);
-    static const char *const names[] = {"ring, no barriers", "ring, barriers"};
-    for (int barriers = 0; barriers < 2; barriers++) {
+    static const char *const names[] = {"ring, no barriers", "ring, barriers", "ring, release barriers",
+                                        "ring, relaxed barriers"};
+    for (int barriers = 0; barriers < 4; barriers++) {
         for (int rep = 0; rep < 3; rep++) {
             void *args[] = {&weights, (void *)&slice_bytes, (void *)&slices, &phases, (void *)&share,
                             (void *)&stage_bytes, &stages, &barriers, &b, &sink};
             const double us = probe_us_a_phase((const void *)kernel_ring, sms, THREADS, args, ring_bytes, phases);
-            printf("%-20s %8.3f us a phase  %7.2f TB/s\n", names[barriers], us,
+            printf("%-24s %8.3f us a phase  %7.2f TB/s\n", names[barriers], us,
                    (double)share * sms / (us * 1e-6) / 1e12);
         }
     }

@@ -160,7 +160,10 @@ static __device__ __forceinline__ void gemv_finish(OUT *out, int row, const floa
  * row count just past a multiple of the warps (8B's qkv: 6,144 rows, 1.45
  * a warp) ends in a shorter last round.  A warp's rounds are counted from
  * its part's start, the same for every lane, so the warp moves to its next
- * row together whatever k is. */
+ * row together whatever k is.  ROLL: each piece, once multiplied, is
+ * replaced by the same piece of the next round (GEMV_ROLL_MIN_COLS says
+ * when), instead of a copy of the round being taken before the next is
+ * loaded. */
 template <typename OUT, int EPI, bool NORM, int KS, bool ROLL>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
     kernel_gemv(OUT *out, const bf16 *x, const bf16 *w, const bf16 *bias, int m, int k,
@@ -291,17 +294,14 @@ static bool gemv_enabled(void)
     return cached != 0;
 }
 
-/* NANOLLM_GEMV_ROLL=1 takes the loop that reloads each piece once it is
- * used (half the weight registers) for an A/B measurement (read once). */
-static bool gemv_roll(void)
-{
-    static int cached = -1;
-    if (cached < 0) {
-        const char *v = getenv("NANOLLM_GEMV_ROLL");
-        cached = v && strcmp(v, "1") == 0;
-    }
-    return cached != 0;
-}
+/* Rows at least this long take the loop that reloads each piece once it
+ * is used (kernel_gemv's ROLL).  It holds half the weight registers (0.6B's
+ * gate_up 92 -> 64, the others 38-50), so more warps stream at once, but
+ * it issues a row's next pieces one at a time as the current ones are
+ * used rather than all before them.  On an H100 it took 8B's one-token
+ * step (every k >= 4,096) from 183.2 to 186.5 tok/s, and slowed 0.6B's
+ * (k 1,024 and 3,072: rows of one to six rounds) from 1,268 to 1,236. */
+#define GEMV_ROLL_MIN_COLS 4096
 
 bool cuda_gemv_fits(const void *x, const nl_weight *w, int32_t n)
 {
@@ -337,8 +337,9 @@ template <typename OUT, int EPI, bool NORM, int KS>
 static nl_status gemv_launch_split(cuda_backend *be, OUT *out, const bf16 *x, const nl_weight *w,
                                    const bf16 *bias, const bf16 *norm_w, float eps, int m)
 {
-    return gemv_roll() ? gemv_launch_kernel<OUT, EPI, NORM, KS, true>(be, out, x, w, bias, norm_w, eps, m)
-                       : gemv_launch_kernel<OUT, EPI, NORM, KS, false>(be, out, x, w, bias, norm_w, eps, m);
+    return w->cols >= GEMV_ROLL_MIN_COLS
+               ? gemv_launch_kernel<OUT, EPI, NORM, KS, true>(be, out, x, w, bias, norm_w, eps, m)
+               : gemv_launch_kernel<OUT, EPI, NORM, KS, false>(be, out, x, w, bias, norm_w, eps, m);
 }
 
 /* Splits the rows when that shortens the busiest warp's work (parts of at
@@ -349,10 +350,11 @@ static nl_status gemv_launch(cuda_backend *be, OUT *out, const bf16 *x, const nl
 {
     const int m = (int)(EPI == GEMV_SILU_MUL ? w->rows / 2 : w->rows), kv = (int)(w->cols / 8);
     const size_t smem = NORM ? (size_t)w->cols * sizeof(bf16) : 0;
-    const long long warps = (long long)(gemv_roll() ? cuda_blocks_per_sm(kernel_gemv<OUT, EPI, NORM, 1, true>,
-                                                                          GEMV_WARPS * 32, smem)
-                                                    : cuda_blocks_per_sm(kernel_gemv<OUT, EPI, NORM, 1, false>,
-                                                                          GEMV_WARPS * 32, smem)) *
+    const bool roll = w->cols >= GEMV_ROLL_MIN_COLS;
+    const long long warps = (long long)(roll ? cuda_blocks_per_sm(kernel_gemv<OUT, EPI, NORM, 1, true>,
+                                                                  GEMV_WARPS * 32, smem)
+                                             : cuda_blocks_per_sm(kernel_gemv<OUT, EPI, NORM, 1, false>,
+                                                                  GEMV_WARPS * 32, smem)) *
                             be->num_sms * GEMV_WARPS;
     int ks = 1;
     for (int c = 2; c <= 4; c *= 2)
