@@ -204,6 +204,15 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
     float acc[R];
 #pragma unroll
     for (int r = 0; r < R; r++) acc[r] = 0.0f;
+    /* adds piece u of the round (held in pieces) to the row's sums */
+    auto multiply = [&](const uint4 (&pieces)[R][GEMV_UNROLL], int u) {
+        const int i = round + lane + u * 32;
+        if (i < hi) {
+            const uint4 xv = xr[i];
+#pragma unroll
+            for (int r = 0; r < R; r++) acc[r] += gemv_dot8(pieces[r][u], xv);
+        }
+    };
     while (row < m) {
         int next_row = row, next_round = round + ROUND;
         if (next_round >= hi) next_row = row + stride, next_round = lo;
@@ -214,12 +223,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
              * next round: GEMV_UNROLL pieces in flight in as many registers */
 #pragma unroll
             for (int u = 0; u < GEMV_UNROLL; u++) {
-                const int i = round + lane + u * 32;
-                if (i < hi) {
-                    const uint4 xv = xr[i];
-#pragma unroll
-                    for (int r = 0; r < R; r++) acc[r] += gemv_dot8(wv[r][u], xv);
-                }
+                multiply(wv, u);
                 const int j = next_round + lane + u * 32;
 #pragma unroll
                 for (int r = 0; r < R; r++)
@@ -235,14 +239,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
                 for (int u = 0; u < GEMV_UNROLL; u++) cur[r][u] = wv[r][u];
             if (next_row < m) load(next_row, next_round + lane);
 #pragma unroll
-            for (int u = 0; u < GEMV_UNROLL; u++) {
-                const int i = round + lane + u * 32;
-                if (i < hi) {
-                    const uint4 xv = xr[i];
-#pragma unroll
-                    for (int r = 0; r < R; r++) acc[r] += gemv_dot8(cur[r][u], xv);
-                }
-            }
+            for (int u = 0; u < GEMV_UNROLL; u++) multiply(cur, u);
         }
         if (next_row != row) {
 #pragma unroll
