@@ -29,6 +29,8 @@
  * partials there past its own last kernel.
  */
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "kernels/cuda/cuda_common.cuh"
 
@@ -280,7 +282,10 @@ static __device__ bool find_crossing(const row_view &v, float target, bool stric
 
 /* ---- the single pass -------------------------------------------------------- */
 
-#define SCAN_THREADS 256
+/* Threads a block.  A row's last block finishes it, and a row with cuts
+ * takes radix passes over the whole row there: 1,024 threads keep the
+ * parallelism of the finishing kernel this one replaced. */
+#define SAMPLE_THREADS 1024
 #define SCAN_MAX_SPLITS 64
 #define SCAN_MIN_CHUNK 1024 /* logits per block, at least */
 #define LN2 0.693147182f
@@ -370,7 +375,7 @@ static __device__ __forceinline__ void scan_visit(scan_part &p, float l, int i, 
 static __device__ bool scan_slice(const float *logits, int vocab, const nl_sample_row *rows,
                                   int chunk, bool vec4, scan_part *parts, unsigned *arrivals)
 {
-    __shared__ scan_part warp_parts[SCAN_THREADS / 32];
+    __shared__ scan_part warp_parts[SAMPLE_THREADS / 32];
     __shared__ bool last;
     const int r = blockIdx.y;
     const nl_sample_row sp = rows[r];
@@ -562,7 +567,7 @@ static __device__ void finish_row(const float *logits, int vocab, const nl_sampl
 
 /* grid (splits, m): every block scans its slice; each row's last one
  * finishes the row. */
-__global__ void __launch_bounds__(SCAN_THREADS)
+__global__ void __launch_bounds__(SAMPLE_THREADS)
     kernel_sample(const float *logits, int vocab, const nl_sample_row *rows, int chunk, bool vec4,
                   scan_part *parts, unsigned *arrivals, int32_t *ids, float *logprobs,
                   int32_t *top_ids, float *top_logprobs)
@@ -595,7 +600,9 @@ nl_status cuda_sample(nl_backend *b, const float *logits, int32_t m, int32_t voc
     splits = (vocab + chunk - 1) / chunk;
     bool vec4 = vocab % 4 == 0 && ((uintptr_t)logits & 15) == 0;
     scan_part *parts = reinterpret_cast<scan_part *>(be->step_scratch);
-    NL_CUDA_CHECK(cuda_launch(be, kernel_sample, dim3(splits, m), SCAN_THREADS, 0, logits, vocab,
+    const char *t = getenv("NANOLLM_SAMPLE_THREADS"); /* an A/B switch, to go */
+    const int threads = t && strcmp(t, "256") == 0 ? 256 : SAMPLE_THREADS;
+    NL_CUDA_CHECK(cuda_launch(be, kernel_sample, dim3(splits, m), threads, 0, logits, vocab,
                               rows, chunk, vec4, parts, be->sample_arrivals, ids, logprobs, top_ids,
                               top_logprobs));
     return NL_OK;
