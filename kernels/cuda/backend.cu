@@ -340,7 +340,6 @@ static void cuda_destroy(nl_backend *b)
     if (be->lt) cublasLtDestroy(be->lt);
     cudaFree(be->workspace);
     cudaFree(be->step_scratch);
-    cudaFree(be->sample_arrivals);
     for (int i = 0; i < 2; i++) {
         if (be->staging[i]) cudaFreeHost(be->staging[i]);
         if (be->staged[i]) cudaEventDestroy(be->staged[i]);
@@ -474,8 +473,6 @@ static nl_status backend_init(cuda_backend *be)
     NL_CUDA_CHECK(cudaMalloc(&be->workspace, be->workspace_bytes));
     be->step_scratch_bytes = STEP_SCRATCH_BYTES;
     NL_CUDA_CHECK(cudaMalloc(&be->step_scratch, be->step_scratch_bytes));
-    NL_CUDA_CHECK(cudaMalloc(&be->sample_arrivals, CUDA_SAMPLE_MAX_ROWS * sizeof(unsigned)));
-    NL_CUDA_CHECK(cudaMemset(be->sample_arrivals, 0, CUDA_SAMPLE_MAX_ROWS * sizeof(unsigned)));
     be->staging_bytes = STAGING_BYTES;
     for (int i = 0; i < 2; i++) {
         NL_CUDA_CHECK(cudaMallocHost(&be->staging[i], be->staging_bytes));

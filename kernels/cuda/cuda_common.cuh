@@ -180,9 +180,6 @@ typedef struct cuda_backend {
      * return, so they share it in turn; sized once at creation. */
     void *step_scratch;
     size_t step_scratch_bytes;
-    /* The sampler's count of finished slices a row (SAMPLE_MAX_ROWS of
-     * them): zero between launches, each row's last slice resets its own. */
-    unsigned *sample_arrivals;
     cuda_gemm_plan plans[NL_GEMM_PLAN_CACHE];
     int next_plan;             /* round-robin replacement when full        */
     cuda_gemm_plan derived[NL_GEMM_DERIVED_CACHE]; /* ... on a bucket's algorithm */
@@ -312,8 +309,6 @@ nl_status cuda_gather_rows(nl_backend *b, void *out, const void *x, const int32_
 nl_status cuda_attention(nl_backend *b, void *out, const void *qkv, const void *k_cache,
                          const void *v_cache, const nl_attn_batch *batch, int32_t hq,
                          int32_t hk, int32_t hd, float scale, nl_dtype kv_dtype);
-/* The sampler (sample.cu) takes at most this many rows a launch. */
-#define CUDA_SAMPLE_MAX_ROWS 65535
 nl_status cuda_sample(nl_backend *b, const float *logits, int32_t m, int32_t vocab,
                       const nl_sample_row *rows, int32_t *ids, float *logprobs,
                       int32_t *top_ids, float *top_logprobs);

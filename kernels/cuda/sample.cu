@@ -2,17 +2,16 @@
  * logprobs, greedy argmax and the seeded exponential race with optional
  * top-k / top-p / min-p cuts.
  *
- * One kernel.  It reads every row once, split into several blocks per row
- * so that even a small batch fills the GPU: each block reduces its slice to
- * a partial (max, sum of exp) of the raw logits, the argmax, and -- for rows
- * with no cut -- the best (race score, id) of the slice.  The race and the
- * softmax share that single pass; a token whose score cannot beat its
- * thread's best so far skips the logarithms (see race_visit).  The last of
- * a row's blocks to finish (an arrival count a row) combines the row's
- * partials, which is all a greedy or uncut row needs: at one sequence a
- * second kernel for that cost a launch on the step's critical path.
+ * Two kernels.  kernel_sample_scan reads every row once, split into several
+ * blocks per row so that even a small batch fills the GPU: each block reduces
+ * its slice to a partial (max, sum of exp) of the raw logits, the argmax, and
+ * -- for rows with no cut -- the best (race score, id) of the slice.  The
+ * race and the softmax share that single pass; a token whose score cannot
+ * beat its thread's best so far skips the logarithms (see race_visit).
+ * kernel_sample_finish, one block per row, combines a row's partials, which
+ * is all a greedy or uncut row needs.
  *
- * Rows with cuts or top-N logprobs are finished by that block reading the row
+ * Rows with cuts or top-N logprobs are finished by the block reading the row
  * again.  Every cut the sampler makes is a prefix of one order: logits
  * descending, lower id first on ties (p is monotone in the logit).  So
  * instead of sorting a 150k-entry row, each cut is found by a radix search on
@@ -29,11 +28,10 @@
  * partials there past its own last kernel.
  */
 #include <math.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "kernels/cuda/cuda_common.cuh"
 
+#define SAMPLE_THREADS 1024
 #define NO_ID 0x7fffffff
 
 static __device__ __forceinline__ uint32_t order_key(float f)
@@ -282,10 +280,7 @@ static __device__ bool find_crossing(const row_view &v, float target, bool stric
 
 /* ---- the single pass -------------------------------------------------------- */
 
-/* Threads a block.  A row's last block finishes it, and a row with cuts
- * takes radix passes over the whole row there: 1,024 threads keep the
- * parallelism of the finishing kernel this one replaced. */
-#define SAMPLE_THREADS 1024
+#define SCAN_THREADS 256
 #define SCAN_MAX_SPLITS 64
 #define SCAN_MIN_CHUNK 1024 /* logits per block, at least */
 #define LN2 0.693147182f
@@ -369,14 +364,15 @@ static __device__ __forceinline__ void scan_visit(scan_part &p, float l, int i, 
     if (race) race_visit(p, l, i, inv_t, key);
 }
 
-/* Block (s, r) reduces logits [s chunk, (s + 1) chunk) of row r into
- * parts[r * splits + s]; returns (in every thread) whether it was the
- * row's last block to do so, the one that finishes the row. */
-static __device__ bool scan_slice(const float *logits, int vocab, const nl_sample_row *rows,
-                                  int chunk, bool vec4, scan_part *parts, unsigned *arrivals)
+/* grid (splits, m): block (s, r) reduces logits [s chunk, (s + 1) chunk) of
+ * row r into parts[r * splits + s]. */
+__global__ void __launch_bounds__(SCAN_THREADS)
+    kernel_sample_scan(const float *logits, int vocab, const nl_sample_row *rows, int chunk,
+                       bool vec4, scan_part *parts)
 {
-    __shared__ scan_part warp_parts[SAMPLE_THREADS / 32];
-    __shared__ bool last;
+    pdl_wait();
+    pdl_release();
+    __shared__ scan_part warp_parts[SCAN_THREADS / 32];
     const int r = blockIdx.y;
     const nl_sample_row sp = rows[r];
     const bool race = sp.temperature > 0.0f && !row_has_cuts(sp, vocab);
@@ -418,20 +414,8 @@ static __device__ bool scan_slice(const float *logits, int vocab, const nl_sampl
     if (threadIdx.x < 32) {
         p = threadIdx.x < (blockDim.x >> 5) ? warp_parts[threadIdx.x] : scan_empty();
         p = warp_merge(p);
-        if (threadIdx.x == 0) {
-            parts[(size_t)r * gridDim.x + blockIdx.x] = p;
-            /* the part visible before the arrival that counts it; the last
-             * arrival resets the count for the next launch */
-            __threadfence();
-            last = atomicAdd(&arrivals[r], 1u) == gridDim.x - 1;
-            if (last) {
-                arrivals[r] = 0;
-                __threadfence();
-            }
-        }
+        if (threadIdx.x == 0) parts[(size_t)r * gridDim.x + blockIdx.x] = p;
     }
-    __syncthreads();
-    return last;
 }
 
 /* ---- finishing a row -------------------------------------------------------- */
@@ -454,30 +438,23 @@ static __device__ int race_over_kept(const row_view &v, const nl_sample_row &sp,
     return NO_ID - (int)(uint32_t)(best & 0xffffffffu);
 }
 
-/* Row r's last block: combines the row's parts (written by other blocks,
- * so read from L2) and samples it. */
-static __device__ void finish_row(const float *logits, int vocab, const nl_sample_row *rows,
-                                  const scan_part *parts, int32_t *ids, float *logprobs,
-                                  int32_t *top_ids, float *top_logprobs)
+__global__ void __launch_bounds__(SAMPLE_THREADS)
+    kernel_sample_finish(const float *logits, int vocab, const nl_sample_row *rows,
+                         const scan_part *parts, int splits, int32_t *ids, float *logprobs,
+                         int32_t *top_ids, float *top_logprobs)
 {
+    pdl_wait();
+    pdl_release();
     __shared__ sample_shared sh;
     __shared__ scan_part whole;
-    const int r = blockIdx.y, splits = gridDim.x;
+    const int r = blockIdx.x;
     const float *row = logits + (size_t)r * vocab;
     const nl_sample_row sp = rows[r];
 
     if (threadIdx.x < 32) {
         scan_part p = scan_empty();
-        for (int s = threadIdx.x; s < splits; s += 32) {
-            const scan_part *q = parts + (size_t)r * splits + s;
-            scan_part c;
-            c.max = __ldcg(&q->max);
-            c.sum = __ldcg(&q->sum);
-            c.argmax = __ldcg(&q->argmax);
-            c.race = __ldcg(&q->race);
-            c.race_id = __ldcg(&q->race_id);
-            p = scan_merge(p, c);
-        }
+        for (int s = threadIdx.x; s < splits; s += 32)
+            p = scan_merge(p, parts[(size_t)r * splits + s]);
         p = warp_merge(p);
         if (threadIdx.x == 0) whole = p;
     }
@@ -565,19 +542,6 @@ static __device__ void finish_row(const float *logits, int vocab, const nl_sampl
     }
 }
 
-/* grid (splits, m): every block scans its slice; each row's last one
- * finishes the row. */
-__global__ void __launch_bounds__(SAMPLE_THREADS)
-    kernel_sample(const float *logits, int vocab, const nl_sample_row *rows, int chunk, bool vec4,
-                  scan_part *parts, unsigned *arrivals, int32_t *ids, float *logprobs,
-                  int32_t *top_ids, float *top_logprobs)
-{
-    pdl_wait();
-    pdl_release();
-    if (scan_slice(logits, vocab, rows, chunk, vec4, parts, arrivals))
-        finish_row(logits, vocab, rows, parts, ids, logprobs, top_ids, top_logprobs);
-}
-
 nl_status cuda_sample(nl_backend *b, const float *logits, int32_t m, int32_t vocab,
                       const nl_sample_row *rows, int32_t *ids, float *logprobs,
                       int32_t *top_ids, float *top_logprobs)
@@ -586,8 +550,7 @@ nl_status cuda_sample(nl_backend *b, const float *logits, int32_t m, int32_t voc
     if (m <= 0) return NL_OK;
     if (vocab <= 0 || vocab >= NO_ID)
         return nl_error(NL_ERR_INVALID_ARG, "cuda: sample vocab %d", vocab);
-    if (m > CUDA_SAMPLE_MAX_ROWS)
-        return nl_error(NL_ERR_INVALID_ARG, "cuda: sample %d rows (limit %d)", m, CUDA_SAMPLE_MAX_ROWS);
+    if (m > 65535) return nl_error(NL_ERR_INVALID_ARG, "cuda: sample %d rows (limit 65535)", m);
     /* About four blocks per SM in all, each at least SCAN_MIN_CHUNK logits. */
     int splits = (4 * be->num_sms + m - 1) / m;
     splits = min(splits, min(SCAN_MAX_SPLITS, (vocab + SCAN_MIN_CHUNK - 1) / SCAN_MIN_CHUNK));
@@ -600,10 +563,9 @@ nl_status cuda_sample(nl_backend *b, const float *logits, int32_t m, int32_t voc
     splits = (vocab + chunk - 1) / chunk;
     bool vec4 = vocab % 4 == 0 && ((uintptr_t)logits & 15) == 0;
     scan_part *parts = reinterpret_cast<scan_part *>(be->step_scratch);
-    const char *t = getenv("NANOLLM_SAMPLE_THREADS"); /* an A/B switch, to go */
-    const int threads = t && strcmp(t, "256") == 0 ? 256 : SAMPLE_THREADS;
-    NL_CUDA_CHECK(cuda_launch(be, kernel_sample, dim3(splits, m), threads, 0, logits, vocab,
-                              rows, chunk, vec4, parts, be->sample_arrivals, ids, logprobs, top_ids,
-                              top_logprobs));
+    NL_CUDA_CHECK(cuda_launch(be, kernel_sample_scan, dim3(splits, m), SCAN_THREADS, 0, logits, vocab,
+                              rows, chunk, vec4, parts));
+    NL_CUDA_CHECK(cuda_launch(be, kernel_sample_finish, m, SAMPLE_THREADS, 0, logits, vocab, rows,
+                              parts, splits, ids, logprobs, top_ids, top_logprobs));
     return NL_OK;
 }
