@@ -67,6 +67,16 @@ static void expect_usage(const char *const *args, const char *needle)
     ck_assert_msg(strstr(err_text, needle) != NULL, "stderr lacks '%s': %s", needle, err_text);
 }
 
+/* Writes text into a new temporary file; path (a mkstemp template) gets
+ * its name. */
+static void write_temp(char *path, const char *text)
+{
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+}
+
 START_TEST(test_bad_usage)
 {
     expect_usage((const char *[]){"--bogus", "generate", "x", NULL}, "--bogus");
@@ -105,18 +115,21 @@ START_TEST(test_bad_usage)
                  "/nonexistent/in.jsonl");
     expect_usage((const char *[]){"bench", "--num-seqs", "0", NULL}, "--num-seqs");
     expect_usage((const char *[]){"bench", "--workload", "/nonexistent/w.jsonl", NULL}, "/nonexistent/w.jsonl");
-    /* Workload lines are checked element by element, before any model loads. */
+    /* Workload lines are checked element by element, before any model loads,
+     * as `batch` checks its lines. */
     static const char *const bad_lines[][2] = {
-        {"{\"prompt_token_ids\": [1, \"x\"], \"max_tokens\": 4}\n", "prompt_token_ids[1]"},
-        {"{\"prompt_token_ids\": [1, 4294967297], \"max_tokens\": 4}\n", "prompt_token_ids[1]"},
+        {"{\"prompt_token_ids\": [1, \"x\"], \"max_tokens\": 4}\n", "\"prompt_token_ids\": element 1"},
+        {"{\"prompt_token_ids\": [1, 4294967297], \"max_tokens\": 4}\n", "\"prompt_token_ids\": element 1"},
         {"{\"prompt_token_ids\": [1], \"max_tokens\": 4294967297}\n", "max_tokens"},
+        {"{\"prompt_token_ids\": [1]}\n", "needs \"max_tokens\""},
+        {"{\"prompt_token_ids\": [], \"max_tokens\": 4}\n", "non-empty \"prompt_token_ids\""},
+        {"{\"prompt\": \"hi\", \"max_tokens\": 4}\n", "non-empty \"prompt_token_ids\""},
+        {"{\"prompt_token_ids\": [1], \"max_tokens\": 4, \"top_p\": \"x\"}\n", "\"top_p\""},
+        {"{\"prompt_token_ids\": [1], \"max_tokens\": 4, \"top_pp\": 1}\n", "unknown field \"top_pp\""},
     };
     for (size_t k = 0; k < sizeof(bad_lines) / sizeof(bad_lines[0]); k++) {
         char wl[] = "/tmp/nl-launch-wl-XXXXXX";
-        int fd = mkstemp(wl);
-        ck_assert_int_ge(fd, 0);
-        ck_assert_int_eq(write(fd, bad_lines[k][0], strlen(bad_lines[k][0])), (ssize_t)strlen(bad_lines[k][0]));
-        close(fd);
+        write_temp(wl, bad_lines[k][0]);
         expect_usage((const char *[]){"bench", "--workload", wl, NULL}, bad_lines[k][1]);
         unlink(wl);
     }
@@ -304,6 +317,31 @@ START_TEST(test_generate_demo_model)
     ck_assert_ptr_nonnull(strstr(out_text, "=== [1] Hello\n"));
     ck_assert_ptr_nonnull(strstr(out_text, "=== [2] World\n"));
     ck_assert_ptr_nonnull(strstr(err_text, "3 generated, finish: length"));
+}
+END_TEST
+
+/* A workload line's sampling fields reach the engine as `batch` reads them:
+ * cuts, a seed and stops run, and a value the engine refuses is named at
+ * submission. */
+START_TEST(test_bench_workload_sampling)
+{
+    if (!have_tokenizer()) return;
+    setenv("NANOLLM_CPU_KV_BYTES", "67108864", 1);
+    char wl[] = "/tmp/nl-bench-wl-XXXXXX";
+    write_temp(wl, "{\"id\": \"a\", \"prompt_token_ids\": [1, 2, 3], \"max_tokens\": 4, \"temperature\": 0.7, "
+                   "\"top_p\": 0.9, \"top_k\": 20, \"min_p\": 0.05, \"seed\": 7, \"stop\": [\"x\"], "
+                   "\"ignore_eos\": true}\n"
+                   "{\"prompt_token_ids\": [5, 6], \"max_tokens\": 3}\n");
+    int rc = launch((const char *[]){"--device", "cpu", "--max-model-len", "64", "bench", "--workload", wl, NULL});
+    unlink(wl);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, err_text);
+    ck_assert_ptr_nonnull(strstr(err_text, "bench: 2 requests"));
+
+    char bad[] = "/tmp/nl-bench-wl-XXXXXX";
+    write_temp(bad, "{\"prompt_token_ids\": [1], \"max_tokens\": 4, \"top_p\": 0}\n");
+    rc = launch((const char *[]){"--device", "cpu", "--max-model-len", "64", "bench", "--workload", bad, NULL});
+    unlink(bad);
+    ck_assert_msg(rc == 2 && strstr(err_text, "bench request 1: top_p 0"), "exit %d: %s", rc, err_text);
 }
 END_TEST
 
@@ -553,6 +591,7 @@ int main(void)
     tcase_add_test(tc, test_batch_stop_token_ids);
     tcase_add_test(tc, test_generate_demo_model);
     tcase_add_test(tc, test_bench_random_workload_fits);
+    tcase_add_test(tc, test_bench_workload_sampling);
     tcase_add_test(tc, test_batch_openai_format);
     tcase_add_test(tc, test_batch_long_error_utf8);
     tcase_add_test(tc, test_batch_same_file_refused);

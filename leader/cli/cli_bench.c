@@ -2,9 +2,11 @@
  *
  * Measures as nano-vllm's bench.py does: one warm-up generate, then the
  * wall time of one generate over the whole workload, reported as output
- * tokens per second.  The workload is a JSONL file of
+ * tokens per second.  The workload is a JSONL file of native batch lines
+ * (cli_batch.h) with prompt_token_ids and max_tokens, such as
  * {"prompt_token_ids": [...], "max_tokens": N, "temperature": T,
- * "ignore_eos": B} lines, or, without --workload, a random one shaped like
+ * "ignore_eos": B}; their other sampling fields (top_k, top_p, min_p,
+ * seed, stop, ...) are read as `batch` reads them.  Or, without --workload, a random one shaped like
  * bench.py's: --num-seqs prompts (default 256) of 100..--max-input-len
  * random ids in [0, 10000] (below the model's vocabulary), each with
  * max_tokens 100..--max-output-len (both scaled into max_model_len when
@@ -30,51 +32,66 @@
 #include <unistd.h>
 
 #include "leader/cli/cli.h"
+#include "leader/cli/cli_batch.h"
 
+/* One request: its ids and sampling, owned by its workload line when it
+ * has one (the stop strings point into the line), else malloc'd here. */
 typedef struct bench_req {
     int32_t *ids;
     int32_t n;
     nl_sampling_params params;
+    batch_request *line;
 } bench_req;
+
+static void bench_reqs_free(bench_req *reqs, int32_t n)
+{
+    for (int32_t k = 0; reqs && k < n; k++) {
+        if (reqs[k].line) {
+            batch_request_free(reqs[k].line);
+            free(reqs[k].line);
+        } else {
+            free(reqs[k].ids);
+        }
+    }
+    free(reqs);
+}
 
 static int32_t rand_between(uint64_t *s, int32_t lo, int32_t hi)
 {
     return lo + (int32_t)(nl_random_next(s) % (uint64_t)(hi - lo + 1));
 }
 
-/* One workload line into r (r->ids malloc'd); false with why set when a
- * field is missing or out of range. */
-static bool parse_request(json_t *o, bench_req *r, char *why, size_t cap)
+/* Workload line `index` (0-based) into r; false with why set when the
+ * line is refused: anything `batch` refuses, a prompt that is not
+ * prompt_token_ids (bench replays ids), or no max_tokens. */
+static bool parse_request(const char *text, size_t len, int64_t index, bench_req *r, char *why,
+                          size_t cap)
 {
-    json_t *ids = json_object_get(o, "prompt_token_ids");
-    json_t *mt = json_object_get(o, "max_tokens");
-    json_t *temp = json_object_get(o, "temperature");
-    json_t *ie = json_object_get(o, "ignore_eos");
-    if (!json_is_array(ids) || json_array_size(ids) == 0 || json_array_size(ids) > INT32_MAX / 2 ||
-        !json_is_integer(mt) || json_integer_value(mt) < 1 || json_integer_value(mt) > INT32_MAX / 2 ||
-        (temp && !json_is_number(temp)) || (ie && !json_is_boolean(ie))) {
-        snprintf(why, cap, "needs prompt_token_ids (a non-empty array) and max_tokens (an integer in "
-                 "[1, %d]); temperature a number, ignore_eos a boolean", INT32_MAX / 2);
+    r->line = calloc(1, sizeof(*r->line));
+    if (!r->line) {
+        snprintf(why, cap, "out of memory");
         return false;
     }
-    nl_sampling_params_init(&r->params);
-    r->n = (int32_t)json_array_size(ids);
-    r->ids = malloc(sizeof(int32_t) * (size_t)r->n);
-    if (!r->ids) {
-        snprintf(why, cap, "out of memory for %d ids", r->n);
+    cli_sampling defaults;
+    cli_sampling_init(&defaults);
+    batch_request *rq = r->line;
+    batch_request_parse(rq, &defaults, text, len, index);
+    if (rq->error) {
+        snprintf(why, cap, "%s", rq->error);
         return false;
     }
-    for (int32_t k = 0; k < r->n; k++) {
-        json_t *v = json_array_get(ids, (size_t)k);
-        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX) {
-            snprintf(why, cap, "prompt_token_ids[%d] is not a token id (an integer in [0, %d])", k, INT32_MAX);
-            return false;
-        }
-        r->ids[k] = (int32_t)json_integer_value(v);
+    if (rq->meta.format != BATCH_NATIVE || rq->prompt.kind != NL_PROMPT_TOKENS || rq->prompt.n_tokens == 0) {
+        snprintf(why, cap, "needs a non-empty \"prompt_token_ids\" (a native batch line: bench replays "
+                 "token ids)");
+        return false;
     }
-    r->params.max_tokens = (int32_t)json_integer_value(mt);
-    if (temp) r->params.temperature = (float)json_number_value(temp);
-    if (ie) r->params.ignore_eos = json_is_true(ie);
+    if (!json_object_get(rq->obj, "max_tokens")) {
+        snprintf(why, cap, "needs \"max_tokens\"");
+        return false;
+    }
+    r->ids = rq->ids; /* the prompt's ids, owned by the line */
+    r->n = rq->prompt.n_tokens;
+    r->params = rq->params;
     return true;
 }
 
@@ -102,15 +119,11 @@ static int read_workload(const char *path, bench_req **out, int32_t *n_out)
             }
             reqs = p;
         }
-        json_error_t jerr;
-        json_t *o = json_loadb(line, (size_t)len, 0, &jerr);
-        char why[256];
+        char why[512];
         bench_req *r = &reqs[n];
         memset(r, 0, sizeof(*r));
-        if (!o) snprintf(why, sizeof(why), "%s", jerr.text);
-        bool ok = o && parse_request(o, r, why, sizeof(why));
-        json_decref(o);
-        n++; /* counted even when refused, so its ids are freed */
+        bool ok = parse_request(line, (size_t)len, lineno - 1, r, why, sizeof(why));
+        n++; /* counted even when refused, so its line is freed */
         if (!ok) {
             fprintf(stderr, "nanollm-launch: bench: %s:%d: %s\n", path, lineno, why);
             rc = 2;
@@ -294,8 +307,7 @@ int cli_bench(const nl_engine_config *config, int argc, char **argv)
     if (workload) {
         int rc = read_workload(workload, &reqs, &n);
         if (rc != 0) {
-            for (int32_t k = 0; k < n; k++) free(reqs[k].ids);
-            free(reqs);
+            bench_reqs_free(reqs, n);
             return rc;
         }
     }
@@ -303,8 +315,7 @@ int cli_bench(const nl_engine_config *config, int argc, char **argv)
     nl_engine *engine = NULL;
     int open_rc = cli_open_engine(config, &engine);
     if (open_rc != 0) {
-        for (int32_t k = 0; k < n; k++) free(reqs[k].ids);
-        free(reqs);
+        bench_reqs_free(reqs, n);
         return open_rc;
     }
     cli_demo_note(engine);
@@ -456,8 +467,7 @@ int cli_bench(const nl_engine_config *config, int argc, char **argv)
         json_decref(rec);
     }
 out:
-    for (int32_t k = 0; reqs && k < n; k++) free(reqs[k].ids);
-    free(reqs);
+    bench_reqs_free(reqs, n);
     free(ids);
     free(ttft);
     free(tpot);
