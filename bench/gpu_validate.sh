@@ -9,11 +9,12 @@
 # checkpoint being written beside a timed run slows it); the throughput
 # bench twice with the bf16 and twice with the e4m3 KV cache; batch 1
 # (512 tokens after a 128-id prompt) three times at the 0.6B and 8B shapes
-# and once more under the stream profile (NANOLLM_PROFILE=stream); launch -> first token five
+# and once more under the stream profile (NANOLLM_PROFILE=stream), and
+# twice at 0.6B with top_p 0.9 and top_k 50 (part "cuts"); launch -> first token five
 # times; a 980-id prompt generating 160 greedy tokens with graphs and
 # eagerly (its context crosses the short graphs' 1,024-key bound), which
 # must agree; greedy parity against transformers in four modes at tp 1 and
-# 2.  SKIP="parity 8b ..." leaves parts out (parts: ops bench fp8 batch1 8b
+# 2.  SKIP="parity 8b ..." leaves parts out (parts: ops bench fp8 batch1 cuts 8b
 # profile first long parity).  OUT_DIR ends with summary.txt (the figures)
 # and raw.tgz (every output behind them).
 set -uo pipefail
@@ -50,6 +51,9 @@ ids = first * (1000 // len(first) + 1)
 with open(sys.argv[2] + "/batch1.jsonl", "w") as f:
     f.write(json.dumps({"id": "b1", "prompt_token_ids": first[:128], "max_tokens": 512,
                         "temperature": 0.6, "ignore_eos": True}) + "\n")
+with open(sys.argv[2] + "/batch1_cuts.jsonl", "w") as f:
+    f.write(json.dumps({"id": "b1", "prompt_token_ids": first[:128], "max_tokens": 512,
+                        "temperature": 0.6, "top_p": 0.9, "top_k": 50, "ignore_eos": True}) + "\n")
 with open(sys.argv[2] + "/long.jsonl", "w") as f:
     f.write(json.dumps({"id": "long", "prompt_token_ids": ids[:980], "max_tokens": 160,
                         "temperature": 0, "ignore_eos": True}) + "\n")
@@ -70,6 +74,9 @@ if want fp8; then
 fi
 if want batch1; then
     for i in 1 2 3; do bench "batch1_06b_$i" "$m06" --max-num-seqs 8 bench --workload "$out/batch1.jsonl"; done
+fi
+if want cuts; then
+    for i in 1 2; do bench "batch1_06b_cuts_$i" "$m06" --max-num-seqs 8 bench --workload "$out/batch1_cuts.jsonl"; done
 fi
 if want 8b; then
     for i in 1 2 3; do bench "batch1_8b_$i" "$m8" --max-num-seqs 8 bench --workload "$out/batch1.jsonl"; done
