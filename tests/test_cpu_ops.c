@@ -693,6 +693,82 @@ START_TEST(test_sample_race_definition)
 }
 END_TEST
 
+/* The order of the definition: logit descending, lower id first. */
+static const float *order_logits;
+static int definition_order(const void *a_, const void *b_)
+{
+    int a = *(const int *)a_, b = *(const int *)b_;
+    float la = order_logits[a], lb = order_logits[b];
+    if (la != lb) return la > lb ? -1 : 1;
+    return a < b ? -1 : 1;
+}
+
+/* Row r's token by the definition (common/sampling.h), recomputed here
+ * from a full sort: top_k, then top_p over the top_k kept (sums in double
+ * in order), then min_p, then the race in double. */
+static int sample_by_definition(const float *l, int vocab, const nl_sample_row *sr)
+{
+    int *order = malloc(sizeof(int) * (size_t)vocab);
+    for (int i = 0; i < vocab; i++) order[i] = i;
+    order_logits = l;
+    qsort(order, (size_t)vocab, sizeof(int), definition_order);
+    double lmax = l[order[0]], inv_t = 1.0 / sr->temperature;
+    int kept = sr->top_k > 0 && sr->top_k < vocab ? sr->top_k : vocab;
+    if (sr->top_p < 1.0f) {
+        double mass = 0.0, cum = 0.0;
+        for (int i = 0; i < kept; i++) mass += exp((l[order[i]] - lmax) * inv_t);
+        int i = 0;
+        while (i < kept) {
+            cum += exp((l[order[i]] - lmax) * inv_t);
+            i++;
+            if (cum >= sr->top_p * mass) break;
+        }
+        kept = i;
+    }
+    uint64_t key = nl_rng_row_key(sr->seed, sr->offset);
+    double best = -INFINITY;
+    int want = -1;
+    for (int k = 0; k < kept; k++) {
+        int i = order[k];
+        if (sr->min_p > 0.0f && exp((l[i] - lmax) * inv_t) < sr->min_p) continue;
+        double v = nl_rng_race_uniform(nl_rng_race_bits(key, (uint32_t)i));
+        double score = l[i] * inv_t - log(-log1p(-v));
+        if (score > best || (score == best && i < want)) best = score, want = i;
+    }
+    free(order);
+    return want;
+}
+
+/* Every cut against the definition: top_k selected (up to 4,096) or
+ * sorted out of the row (above), with top_p and min_p after it, on logits
+ * with many ties (rounded to quarters), so that the order's id rule
+ * decides boundaries. */
+START_TEST(test_sample_cuts_definition)
+{
+    enum { V = 6000, M = 8 };
+    float *l = rand_array(M * V);
+    for (int i = 0; i < M * V; i++) l[i] = roundf(l[i] * 16.0f) / 4.0f;
+    static const int top_k[M] = {1, 7, 50, 4096, 4097, 0, 300, 2};
+    static const float top_p[M] = {1.0f, 0.5f, 0.9f, 0.95f, 0.8f, 0.6f, 1.0f, 1.0f};
+    static const float min_p[M] = {0.0f, 0.0f, 0.05f, 0.0f, 0.0f, 0.01f, 0.2f, 0.0f};
+    nl_sample_row rows[M];
+    for (int r = 0; r < M; r++)
+        rows[r] = (nl_sample_row){.temperature = 0.4f + 0.3f * r, .top_p = top_p[r], .min_p = min_p[r],
+                                  .top_k = top_k[r], .seed = 500 + r, .offset = 11 * r};
+    for (int step = 0; step < 4; step++) {
+        sample_out o;
+        for (int r = 0; r < M; r++) rows[r].offset++;
+        run_sample(l, M, V, rows, &o);
+        for (int r = 0; r < M; r++)
+            ck_assert_msg(o.ids[r] == sample_by_definition(l + r * V, V, &rows[r]),
+                          "row %d (top_k %d, top_p %g, min_p %g) step %d: %d, the definition %d", r,
+                          top_k[r], top_p[r], min_p[r], step, o.ids[r],
+                          sample_by_definition(l + r * V, V, &rows[r]));
+    }
+    free(l);
+}
+END_TEST
+
 static Suite *cpu_ops_suite(void)
 {
     Suite *s = suite_create("cpu_ops");
@@ -720,6 +796,7 @@ static Suite *cpu_ops_suite(void)
     tcase_add_test(ts, test_sample_rejects_bad_params);
     tcase_add_test(ts, test_rng_race_uniform);
     tcase_add_test(ts, test_sample_race_definition);
+    tcase_add_test(ts, test_sample_cuts_definition);
     suite_add_tcase(s, ts);
     return s;
 }

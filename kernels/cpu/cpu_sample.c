@@ -2,10 +2,14 @@
  *
  * Per row: log_softmax of the raw logits for the reported logprobs (sums in
  * double); argmax at temperature 0; otherwise the exponential race over the
- * kept tokens.  Only top_k and top_p need the row in order: then it is put in
- * descending order (ties: lower id first) by a stable radix sort of the
- * logits, and the cuts are made over that order in double.  Ordering by logit
- * equals ordering by p = softmax(logits / T) for T > 0.
+ * kept tokens.  Only top_k and top_p need the row in order.  With a top_k of
+ * at most SELECT_MAX the order needed is that of the top_k tokens alone,
+ * which one pass selects (a heap of top_k) and a sort of top_k puts in
+ * order; otherwise the whole row is put in descending order (ties: lower id
+ * first) by a stable radix sort of the logits.  The cuts are made over that
+ * order in double.  Ordering by logit equals ordering by p = softmax(logits
+ * / T) for T > 0.  The race skips the logarithms of a token whose score
+ * cannot reach the best so far, by the bound the CUDA sampler uses.
  *
  * top_p is measured on the distribution renormalised over the top_k kept
  * tokens (as vLLM does); min_p compares with the most likely token, which
@@ -58,6 +62,51 @@ static inline bool ranks_before(float a, int32_t ia, float b, int32_t ib)
     return a > b || (a == b && ia < ib);
 }
 
+/* top_k up to this many is selected rather than sorted out of the row. */
+#define SELECT_MAX 4096
+
+typedef struct ranked {
+    float l;
+    int32_t id;
+} ranked;
+
+static int rank_order(const void *a_, const void *b_)
+{
+    const ranked *a = a_, *b = b_;
+    return ranks_before(a->l, a->id, b->l, b->id) ? -1 : 1; /* ids differ: never equal */
+}
+
+/* Moves heap[at] down to its place in a heap whose root ranks last. */
+static void sift_down(ranked *heap, int32_t n, int32_t at)
+{
+    for (;;) {
+        int32_t last = at, c = 2 * at + 1;
+        for (int32_t k = c; k < n && k <= c + 1; k++)
+            if (ranks_before(heap[last].l, heap[last].id, heap[k].l, heap[k].id)) last = k;
+        if (last == at) return;
+        ranked t = heap[at];
+        heap[at] = heap[last];
+        heap[last] = t;
+        at = last;
+    }
+}
+
+/* Fills order[k] with the ids of the k first tokens of the order (k <
+ * vocab): a heap of the k best so far, whose root (the one ranking last)
+ * each later token must beat, then those k sorted.  heap: k entries. */
+static void select_first(const float *l, int32_t vocab, int32_t k, int32_t *order, ranked *heap)
+{
+    for (int32_t i = 0; i < k; i++) heap[i] = (ranked){l[i], i};
+    for (int32_t i = k / 2 - 1; i >= 0; i--) sift_down(heap, k, i);
+    for (int32_t i = k; i < vocab; i++)
+        if (ranks_before(l[i], i, heap[0].l, heap[0].id)) {
+            heap[0] = (ranked){l[i], i};
+            sift_down(heap, k, 0);
+        }
+    qsort(heap, (size_t)k, sizeof *heap, rank_order);
+    for (int32_t i = 0; i < k; i++) order[i] = heap[i].id;
+}
+
 struct sample_ctx {
     const float *logits;
     int32_t vocab;
@@ -67,8 +116,14 @@ struct sample_ctx {
     atomic_bool failed; /* rows run on several threads */
 };
 
+#define LN2 0.693147182f
+
 /* The race over ids[0, n) (ids == NULL: over 0..n-1) whose p relative to
- * the most likely token is at least min_ratio. */
+ * the most likely token is at least min_ratio.  A token's score is x - ln E
+ * with x = l / T and E = -log1p(-v) >= v >= 2^-(1 + clz(bits)), so x + ln2
+ * (1 + clz) bounds it (32 ln2 whatever the bits); the slack covers the
+ * float rounding of the score, so a token skipped by the bound could not
+ * have won. */
 static int32_t race(const float *l, const int32_t *ids, int32_t n, const nl_sample_row *sr,
                     float lmax, double min_ratio)
 {
@@ -78,8 +133,12 @@ static int32_t race(const float *l, const int32_t *ids, int32_t n, const nl_samp
     int32_t chosen = -1;
     for (int32_t k = 0; k < n; k++) {
         int32_t i = ids ? ids[k] : k;
+        float x = l[i] * inv_t, slack = 0.01f + fabsf(x) * 1e-6f;
+        if (x + 32.0f * LN2 + slack < best) continue;
         if (min_ratio > 0.0 && exp(((double)l[i] - lmax) / sr->temperature) < min_ratio) continue;
-        float score = nl_race_score(l[i], inv_t, nl_rng_race_uniform(nl_rng_race_bits(key, (uint32_t)i)));
+        uint32_t bits = nl_rng_race_bits(key, (uint32_t)i);
+        if (x + LN2 * (float)(1 + (bits ? __builtin_clz(bits) : 32)) + slack < best) continue;
+        float score = nl_race_score(l[i], inv_t, nl_rng_race_uniform(bits));
         if (chosen < 0 || score > best || (score == best && i < chosen)) {
             best = score;
             chosen = i;
@@ -88,12 +147,12 @@ static int32_t race(const float *l, const int32_t *ids, int32_t n, const nl_samp
     return chosen;
 }
 
-/* The kept prefix of order[] after top_k and top_p. */
-static int32_t kept_prefix(const float *l, int32_t vocab, const nl_sample_row *sr,
-                           const int32_t *order)
+/* The kept prefix of order[n] (the first n tokens of the order: the row,
+ * or its top_k) after top_k and top_p. */
+static int32_t kept_prefix(const float *l, int32_t n, const nl_sample_row *sr, const int32_t *order)
 {
     double inv_t = 1.0 / sr->temperature, lmax = l[order[0]];
-    int32_t kept = sr->top_k > 0 && sr->top_k < vocab ? sr->top_k : vocab;
+    int32_t kept = sr->top_k > 0 && sr->top_k < n ? sr->top_k : n;
     if (sr->top_p < 1.0f) {
         /* p relative to the most likely token: ratios are all that matter. */
         double mass = 0.0;
@@ -116,6 +175,7 @@ static void sample_task(void *ctx_, int64_t begin, int64_t end)
     int32_t vocab = c->vocab;
     int32_t *order = NULL, *tmp_ids = NULL;
     uint32_t *keys = NULL, *tmp_keys = NULL;
+    ranked *heap = NULL;
     for (int64_t r = begin; r < end; r++) {
         const float *l = c->logits + r * vocab;
         const nl_sample_row *sr = &c->rows[r];
@@ -158,18 +218,31 @@ static void sample_task(void *ctx_, int64_t begin, int64_t end)
         if (sr->temperature > 0.0f && !cuts) {
             chosen = race(l, NULL, vocab, sr, lmax, sr->min_p);
         } else if (sr->temperature > 0.0f) {
+            if (!order) order = malloc(sizeof(int32_t) * (size_t)vocab);
             if (!order) {
-                order = malloc(sizeof(int32_t) * (size_t)vocab);
-                tmp_ids = malloc(sizeof(int32_t) * (size_t)vocab);
-                keys = malloc(sizeof(uint32_t) * (size_t)vocab);
-                tmp_keys = malloc(sizeof(uint32_t) * (size_t)vocab);
-                if (!order || !tmp_ids || !keys || !tmp_keys) {
+                atomic_store(&c->failed, true);
+                break;
+            }
+            int32_t n_order = vocab;
+            if (sr->top_k > 0 && sr->top_k < vocab && sr->top_k <= SELECT_MAX) {
+                if (!heap) heap = malloc(sizeof(ranked) * SELECT_MAX);
+                if (!heap) {
                     atomic_store(&c->failed, true);
                     break;
                 }
+                n_order = sr->top_k;
+                select_first(l, vocab, n_order, order, heap);
+            } else {
+                if (!tmp_ids) tmp_ids = malloc(sizeof(int32_t) * (size_t)vocab);
+                if (!keys) keys = malloc(sizeof(uint32_t) * (size_t)vocab);
+                if (!tmp_keys) tmp_keys = malloc(sizeof(uint32_t) * (size_t)vocab);
+                if (!tmp_ids || !keys || !tmp_keys) {
+                    atomic_store(&c->failed, true);
+                    break;
+                }
+                sort_descending(l, vocab, order, keys, tmp_ids, tmp_keys);
             }
-            sort_descending(l, vocab, order, keys, tmp_ids, tmp_keys);
-            chosen = race(l, order, kept_prefix(l, vocab, sr, order), sr, lmax, sr->min_p);
+            chosen = race(l, order, kept_prefix(l, n_order, sr, order), sr, lmax, sr->min_p);
         }
         c->ids[r] = chosen;
         c->logprobs[r] = (float)(l[chosen] - lse);
@@ -178,6 +251,7 @@ static void sample_task(void *ctx_, int64_t begin, int64_t end)
     free(tmp_ids);
     free(keys);
     free(tmp_keys);
+    free(heap);
 }
 
 nl_status cpu_sample(nl_backend *be, const float *logits, int32_t m, int32_t vocab,
