@@ -91,6 +91,32 @@ static inline NL_HOST_DEVICE float nl_race_score(float logit, float inv_t, float
     return logit * inv_t - logf(-log1pf(-v));
 }
 
+/* The race's shortcut, shared by the samplers.  A token's score is x - ln E
+ * with x = logit / T and E = -log1p(-v) >= v >= 2^-(1 + clz(bits)) (v =
+ * nl_rng_race_uniform(bits)), so x + ln2 (1 + clz(bits)) bounds it, and
+ * x + 32 ln2 whatever the bits; the slack covers the float rounding of the
+ * score.  A token out of reach of the best score so far cannot win (nor
+ * tie), so a sampler may skip hashing its bits (nl_race_out_of_reach) or
+ * taking its logarithms (nl_race_bits_out_of_reach). */
+#define NL_RACE_LN2 0.693147182f
+static inline NL_HOST_DEVICE float nl_race_slack(float x)
+{
+    return 0.01f + fabsf(x) * 1e-6f;
+}
+static inline NL_HOST_DEVICE bool nl_race_out_of_reach(float x, float best)
+{
+    return x + 32.0f * NL_RACE_LN2 + nl_race_slack(x) < best;
+}
+static inline NL_HOST_DEVICE bool nl_race_bits_out_of_reach(float x, uint32_t bits, float best)
+{
+#ifdef __CUDA_ARCH__
+    const int zeros = __clz(bits | 1u);
+#else
+    const int zeros = __builtin_clz(bits | 1u);
+#endif
+    return x + NL_RACE_LN2 * (float)(1 + zeros) + nl_race_slack(x) < best;
+}
+
 #ifndef __CUDACC__ /* a C function of the leader; device code only reads rows */
 /* The row for the step after a request has generated `generated` tokens;
  * seed is params->seed or, for an unseeded request, the engine's pick. */

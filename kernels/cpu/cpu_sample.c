@@ -8,8 +8,7 @@
  * order; otherwise the whole row is put in descending order (ties: lower id
  * first) by a stable radix sort of the logits.  The cuts are made over that
  * order in double.  Ordering by logit equals ordering by p = softmax(logits
- * / T) for T > 0.  The race skips the logarithms of a token whose score
- * cannot reach the best so far, by the bound the CUDA sampler uses.
+ * / T) for T > 0.
  *
  * top_p is measured on the distribution renormalised over the top_k kept
  * tokens (as vLLM does); min_p compares with the most likely token, which
@@ -116,14 +115,9 @@ struct sample_ctx {
     atomic_bool failed; /* rows run on several threads */
 };
 
-#define LN2 0.693147182f
-
 /* The race over ids[0, n) (ids == NULL: over 0..n-1) whose p relative to
- * the most likely token is at least min_ratio.  A token's score is x - ln E
- * with x = l / T and E = -log1p(-v) >= v >= 2^-(1 + clz(bits)), so x + ln2
- * (1 + clz) bounds it (32 ln2 whatever the bits); the slack covers the
- * float rounding of the score, so a token skipped by the bound could not
- * have won. */
+ * the most likely token is at least min_ratio; tokens out of reach of the
+ * best so far (common/sampling.h) skip the hash and the logarithms. */
 static int32_t race(const float *l, const int32_t *ids, int32_t n, const nl_sample_row *sr,
                     float lmax, double min_ratio)
 {
@@ -133,11 +127,11 @@ static int32_t race(const float *l, const int32_t *ids, int32_t n, const nl_samp
     int32_t chosen = -1;
     for (int32_t k = 0; k < n; k++) {
         int32_t i = ids ? ids[k] : k;
-        float x = l[i] * inv_t, slack = 0.01f + fabsf(x) * 1e-6f;
-        if (x + 32.0f * LN2 + slack < best) continue;
+        float x = l[i] * inv_t;
+        if (nl_race_out_of_reach(x, best)) continue;
         if (min_ratio > 0.0 && exp(((double)l[i] - lmax) / sr->temperature) < min_ratio) continue;
         uint32_t bits = nl_rng_race_bits(key, (uint32_t)i);
-        if (x + LN2 * (float)(1 + (bits ? __builtin_clz(bits) : 32)) + slack < best) continue;
+        if (nl_race_bits_out_of_reach(x, bits, best)) continue;
         float score = nl_race_score(l[i], inv_t, nl_rng_race_uniform(bits));
         if (chosen < 0 || score > best || (score == best && i < chosen)) {
             best = score;

@@ -180,10 +180,11 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
     const int lo = min(kv, sub * span), hi = min(kv, lo + span);
     int row = blockIdx.x * SLOTS + slot, round = lo, parity = 0;
     uint4 wv[R][GEMV_UNROLL];
+    /* weight row r (gate or up) of output row r0, in pieces */
+    auto row_pieces = [&](int r, int r0) { return (const uint4 *)(w + ((size_t)r * m + r0) * k); };
     auto load = [&](int r0, int b0) {
 #pragma unroll
-        for (int r = 0; r < R; r++)
-            gemv_load_pieces(wv[r], (const uint4 *)(w + ((size_t)r * m + r0) * k), b0, hi);
+        for (int r = 0; r < R; r++) gemv_load_pieces(wv[r], row_pieces(r, r0), b0, hi);
     };
     /* the lane that finishes the slot's rows holds their addends */
     const bool finisher = lane == 0 && sub == 0;
@@ -227,9 +228,8 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
                 const int j = next_round + lane + u * 32;
 #pragma unroll
                 for (int r = 0; r < R; r++)
-                    wv[r][u] = next_row < m && j < hi
-                                   ? load_stream16((const uint4 *)(w + ((size_t)r * m + next_row) * k) + j)
-                                   : make_uint4(0, 0, 0, 0);
+                    wv[r][u] = next_row < m && j < hi ? load_stream16(row_pieces(r, next_row) + j)
+                                                      : make_uint4(0, 0, 0, 0);
             }
         } else {
             uint4 cur[R][GEMV_UNROLL];
@@ -314,8 +314,8 @@ static double gemv_rounds(int m, long long warps, int ks)
 }
 
 template <typename OUT, int EPI, bool NORM, int KS, bool ROLL>
-static nl_status gemv_launch_kernel(cuda_backend *be, OUT *out, const bf16 *x, const nl_weight *w,
-                                    const bf16 *bias, const bf16 *norm_w, float eps, int m)
+static nl_status gemv_launch_split(cuda_backend *be, OUT *out, const bf16 *x, const nl_weight *w,
+                                   const bf16 *bias, const bf16 *norm_w, float eps, int m)
 {
     constexpr int SLOTS = GEMV_WARPS / KS;
     const int k = (int)w->cols;
@@ -330,38 +330,36 @@ static nl_status gemv_launch_kernel(cuda_backend *be, OUT *out, const bf16 *x, c
     return NL_OK;
 }
 
-template <typename OUT, int EPI, bool NORM, int KS>
-static nl_status gemv_launch_split(cuda_backend *be, OUT *out, const bf16 *x, const nl_weight *w,
-                                   const bf16 *bias, const bf16 *norm_w, float eps, int m)
-{
-    return w->cols >= GEMV_ROLL_MIN_COLS
-               ? gemv_launch_kernel<OUT, EPI, NORM, KS, true>(be, out, x, w, bias, norm_w, eps, m)
-               : gemv_launch_kernel<OUT, EPI, NORM, KS, false>(be, out, x, w, bias, norm_w, eps, m);
-}
-
 /* Splits the rows when that shortens the busiest warp's work (parts of at
  * least one piece a lane). */
-template <typename OUT, int EPI, bool NORM>
-static nl_status gemv_launch(cuda_backend *be, OUT *out, const bf16 *x, const nl_weight *w,
-                             const nl_weight *bias, const nl_weight *norm_w, float eps)
+template <typename OUT, int EPI, bool NORM, bool ROLL>
+static nl_status gemv_launch_loop(cuda_backend *be, OUT *out, const bf16 *x, const nl_weight *w,
+                                  const nl_weight *bias, const nl_weight *norm_w, float eps)
 {
     const int m = (int)(EPI == GEMV_SILU_MUL ? w->rows / 2 : w->rows), kv = (int)(w->cols / 8);
     const size_t smem = NORM ? (size_t)w->cols * sizeof(bf16) : 0;
-    const bool roll = w->cols >= GEMV_ROLL_MIN_COLS;
-    const long long warps = (long long)(roll ? cuda_blocks_per_sm(kernel_gemv<OUT, EPI, NORM, 1, true>,
-                                                                  GEMV_WARPS * 32, smem)
-                                             : cuda_blocks_per_sm(kernel_gemv<OUT, EPI, NORM, 1, false>,
-                                                                  GEMV_WARPS * 32, smem)) *
+    const long long warps = (long long)cuda_blocks_per_sm(kernel_gemv<OUT, EPI, NORM, 1, ROLL>,
+                                                          GEMV_WARPS * 32, smem) *
                             be->num_sms * GEMV_WARPS;
     int ks = 1;
     for (int c = 2; c <= 4; c *= 2)
         if (kv >= 32 * c && gemv_rounds(m, warps, c) < gemv_rounds(m, warps, ks)) ks = c;
     const bf16 *b = bias ? bias->data : NULL, *nw = norm_w ? norm_w->data : NULL;
     switch (ks) {
-    case 4: return gemv_launch_split<OUT, EPI, NORM, 4>(be, out, x, w, b, nw, eps, m);
-    case 2: return gemv_launch_split<OUT, EPI, NORM, 2>(be, out, x, w, b, nw, eps, m);
-    default: return gemv_launch_split<OUT, EPI, NORM, 1>(be, out, x, w, b, nw, eps, m);
+    case 4: return gemv_launch_split<OUT, EPI, NORM, 4, ROLL>(be, out, x, w, b, nw, eps, m);
+    case 2: return gemv_launch_split<OUT, EPI, NORM, 2, ROLL>(be, out, x, w, b, nw, eps, m);
+    default: return gemv_launch_split<OUT, EPI, NORM, 1, ROLL>(be, out, x, w, b, nw, eps, m);
     }
+}
+
+/* The loop for the row length (GEMV_ROLL_MIN_COLS). */
+template <typename OUT, int EPI, bool NORM>
+static nl_status gemv_launch(cuda_backend *be, OUT *out, const bf16 *x, const nl_weight *w,
+                             const nl_weight *bias, const nl_weight *norm_w, float eps)
+{
+    return w->cols >= GEMV_ROLL_MIN_COLS
+               ? gemv_launch_loop<OUT, EPI, NORM, true>(be, out, x, w, bias, norm_w, eps)
+               : gemv_launch_loop<OUT, EPI, NORM, false>(be, out, x, w, bias, norm_w, eps);
 }
 
 nl_status cuda_gemv(cuda_backend *be, void *out, bool out_f32, int epilogue, const void *x,

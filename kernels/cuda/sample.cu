@@ -283,7 +283,6 @@ static __device__ bool find_crossing(const row_view &v, float target, bool stric
 #define SCAN_THREADS 256
 #define SCAN_MAX_SPLITS 64
 #define SCAN_MIN_CHUNK 1024 /* logits per block, at least */
-#define LN2 0.693147182f
 
 static __device__ __forceinline__ bool row_has_cuts(const nl_sample_row &sp, int vocab)
 {
@@ -331,19 +330,16 @@ static __device__ __forceinline__ scan_part scan_empty(void)
     return scan_part{-3.402823466e38f, 0.0f, NO_ID, -INFINITY, NO_ID};
 }
 
-/* Token i in the race.  Its score is x - ln E with x = l / T, and
- * E = -log1p(-v) >= v >= 2^-(1 + clz(bits)), so x + ln2 (1 + clz) bounds it
- * (32 ln2 whatever the bits): the hash and the logarithms run only when that
- * bound reaches the thread's best.  The slack covers float rounding of the
- * score, so skipping never changes the winner. */
+/* Token i in the race: the hash and the logarithms run only when the
+ * score's bound reaches the thread's best (common/sampling.h), so skipping
+ * never changes the winner. */
 static __device__ __forceinline__ void race_visit(scan_part &p, float l, int i, float inv_t,
                                                   uint64_t key)
 {
     float x = l * inv_t;
-    float slack = 0.01f + fabsf(x) * 1e-6f;
-    if (x + (32.0f * LN2) + slack < p.race) return;
+    if (nl_race_out_of_reach(x, p.race)) return;
     uint32_t bits = nl_rng_race_bits(key, (uint32_t)i);
-    if (x + LN2 * (float)(1 + __clz(bits | 1u)) + slack < p.race) return;
+    if (nl_race_bits_out_of_reach(x, bits, p.race)) return;
     float score = nl_race_score(l, inv_t, nl_rng_race_uniform(bits));
     if (score > p.race || (score == p.race && i < p.race_id)) {
         p.race = score;
