@@ -18,6 +18,7 @@ libnlcuda_a_SOURCES = \
 	kernels/cuda/backend.cu kernels/cuda/gemm.cu kernels/cuda/gemv.cu kernels/cuda/elementwise.cu \
 	kernels/cuda/attention.cuh \
 	kernels/cuda/attention.cu kernels/cuda/attention_decode.cu kernels/cuda/attention_prefill.cu \
+	kernels/cuda/sample_block.cuh kernels/cuda/sample_head.cuh kernels/cuda/sample_radix.cuh \
 	kernels/cuda/sample.cu kernels/cuda/comm_nccl.cu \
 	kernels/cuda/comm_ipc.h kernels/cuda/comm_ipc.cu kernels/cuda/op_timer.cu
 NVCCFLAGS = -O3 -std=c++17 $(CUDA_ARCH_FLAGS) -Xcompiler -fPIC -I$(top_srcdir) -I$(top_srcdir)/include -DNL_HAVE_CUDA=1 -I$(top_builddir) $(CUDA_CPPFLAGS)
@@ -32,4 +33,6 @@ $(libnlcuda_a_OBJECTS): $(top_srcdir)/kernels/cuda/cuda_common.cuh \
 	$(top_srcdir)/kernels/cuda/comm_ipc.h $(top_srcdir)/common/comm_area.h
 kernels/cuda/attention.o kernels/cuda/attention_decode.o kernels/cuda/attention_prefill.o: \
 	$(top_srcdir)/kernels/cuda/attention.cuh
+kernels/cuda/sample.o: $(top_srcdir)/kernels/cuda/sample_block.cuh \
+	$(top_srcdir)/kernels/cuda/sample_head.cuh $(top_srcdir)/kernels/cuda/sample_radix.cuh
 endif

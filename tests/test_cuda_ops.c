@@ -1264,6 +1264,11 @@ START_TEST(test_sample)
     check_sample(48, 1000, 1.0f, false);
     check_sample(32, 5000, 2.0f, true);
     check_sample(16, 32000, 0.05f, false); /* nearly flat: long kept prefixes */
+    /* Which way a row is cut depends on its head: peaked rows sort a short
+     * head in shared memory, flat rows' cuts (and the top_p rows of spread
+     * 3 above) need the radix search.  Both must pick the CPU's ids. */
+    check_sample(40, 151936, 8.0f, false);
+    check_sample(20, 151936, 0.01f, false);
 }
 END_TEST
 
