@@ -498,15 +498,17 @@ END_TEST
 
 /* ---- sampler ------------------------------------------------------------ */
 
+enum { SAMPLE_OUT_ROWS = 16 };
 typedef struct sample_out {
-    int32_t ids[8];
-    float lp[8];
-    int32_t top_ids[8 * NL_MAX_LOGPROBS];
-    float top_lp[8 * NL_MAX_LOGPROBS];
+    int32_t ids[SAMPLE_OUT_ROWS];
+    float lp[SAMPLE_OUT_ROWS];
+    int32_t top_ids[SAMPLE_OUT_ROWS * NL_MAX_LOGPROBS];
+    float top_lp[SAMPLE_OUT_ROWS * NL_MAX_LOGPROBS];
 } sample_out;
 
 static void run_sample(const float *logits, int m, int vocab, const nl_sample_row *rows, sample_out *o)
 {
+    ck_assert_int_le(m, SAMPLE_OUT_ROWS);
     ck_assert_int_eq(be->ops->sample(be, logits, m, vocab, rows, o->ids, o->lp, o->top_ids, o->top_lp), NL_OK);
 }
 
@@ -740,22 +742,25 @@ static int sample_by_definition(const float *l, int vocab, const nl_sample_row *
 }
 
 /* Every cut against the definition: top_k selected (up to 4,096) or
- * sorted out of the row (above), with top_p and min_p after it, on logits
- * with many ties (rounded to quarters), so that the order's id rule
- * decides boundaries. */
+ * sorted out of the row (above), top_p alone from a head of the row (cold
+ * rows: a few quarters of logits hold the mass) or from the whole row
+ * sorted (hot rows), with top_p and min_p after top_k, on logits with many
+ * ties (rounded to quarters), so that the order's id rule decides
+ * boundaries. */
 START_TEST(test_sample_cuts_definition)
 {
-    enum { V = 6000, M = 8 };
+    enum { V = 6000, M = 11, STEPS = 32 };
     float *l = rand_array(M * V);
     for (int i = 0; i < M * V; i++) l[i] = roundf(l[i] * 16.0f) / 4.0f;
-    static const int top_k[M] = {1, 7, 50, 4096, 4097, 0, 300, 2};
-    static const float top_p[M] = {1.0f, 0.5f, 0.9f, 0.95f, 0.8f, 0.6f, 1.0f, 1.0f};
-    static const float min_p[M] = {0.0f, 0.0f, 0.05f, 0.0f, 0.0f, 0.01f, 0.2f, 0.0f};
+    static const float temperature[M] = {0.4f, 0.7f, 1.0f, 1.3f, 1.6f, 1.9f, 2.2f, 2.5f, 0.1f, 0.3f, 5.0f};
+    static const int top_k[M] = {1, 7, 50, 4096, 4097, 0, 300, 2, 0, 0, 0};
+    static const float top_p[M] = {1.0f, 0.5f, 0.9f, 0.95f, 0.8f, 0.6f, 1.0f, 1.0f, 0.9f, 0.99f, 0.9f};
+    static const float min_p[M] = {0.0f, 0.0f, 0.05f, 0.0f, 0.0f, 0.01f, 0.2f, 0.0f, 0.0f, 0.02f, 0.0f};
     nl_sample_row rows[M];
     for (int r = 0; r < M; r++)
-        rows[r] = (nl_sample_row){.temperature = 0.4f + 0.3f * r, .top_p = top_p[r], .min_p = min_p[r],
+        rows[r] = (nl_sample_row){.temperature = temperature[r], .top_p = top_p[r], .min_p = min_p[r],
                                   .top_k = top_k[r], .seed = 500 + r, .offset = 11 * r};
-    for (int step = 0; step < 4; step++) {
+    for (int step = 0; step < STEPS; step++) {
         sample_out o;
         for (int r = 0; r < M; r++) rows[r].offset++;
         run_sample(l, M, V, rows, &o);

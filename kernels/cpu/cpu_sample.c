@@ -2,13 +2,18 @@
  *
  * Per row: log_softmax of the raw logits for the reported logprobs (sums in
  * double); argmax at temperature 0; otherwise the exponential race over the
- * kept tokens.  Only top_k and top_p need the row in order.  With a top_k of
- * at most SELECT_MAX the order needed is that of the top_k tokens alone,
- * which one pass selects (a heap of top_k) and a sort of top_k puts in
- * order; otherwise the whole row is put in descending order (ties: lower id
- * first) by a stable radix sort of the logits.  The cuts are made over that
- * order in double.  Ordering by logit equals ordering by p = softmax(logits
- * / T) for T > 0.
+ * kept tokens.  Only top_k and top_p need the row in order, and only its
+ * head: the tokens they can keep.  With a top_k of at most SELECT_MAX that
+ * head is the top_k tokens, which one pass selects (a heap of top_k) and a
+ * sort of top_k puts in order.  For top_p without such a top_k, one pass
+ * bins the row by distance below its largest logit, counting each bin's
+ * mass, and the nearest bins holding top_p of the row's mass (with a margin
+ * for rounding) are the head, gathered and sorted (the CUDA sampler's way,
+ * sample_head.cuh).  Only a head of over SELECT_MAX tokens (a flat row)
+ * puts the whole row in descending order (ties: lower id first) by a
+ * stable radix sort of the logits.  The cuts are made over that order in
+ * double.  Ordering by logit equals ordering by p = softmax(logits / T) for
+ * T > 0.
  *
  * top_p is measured on the distribution renormalised over the top_k kept
  * tokens (as vLLM does); min_p compares with the most likely token, which
@@ -106,6 +111,53 @@ static void select_first(const float *l, int32_t vocab, int32_t k, int32_t *orde
     for (int32_t i = 0; i < k; i++) order[i] = heap[i].id;
 }
 
+#define HEAD_BINS 2048
+#define HEAD_BINS_PER_LOGIT 16.0 /* 128 logits below the max binned */
+#define HEAD_MASS_MARGIN (1.0 + 1e-9) /* the bins' sums are in double */
+
+static inline int32_t head_bin(float l, float lmax)
+{
+    double d = ((double)lmax - l) * HEAD_BINS_PER_LOGIT;
+    if (!(d < HEAD_BINS - 1)) return HEAD_BINS - 1; /* far below, or NaN */
+    return d > 0.0 ? (int32_t)d : 0;
+}
+
+/* Fills order[] with the row's head in order: the tokens of the nearest
+ * bins below lmax that hold at least min_count tokens and top_p of the
+ * row's mass at 1 / inv_t, whose total goes to *row_mass.  Returns the
+ * head's size, or -1 when it is over SELECT_MAX tokens.  head: SELECT_MAX
+ * entries. */
+static int32_t select_head(const float *l, int32_t vocab, float lmax, int32_t min_count,
+                           double top_p, double inv_t, int32_t *order, ranked *head,
+                           double *row_mass)
+{
+    int32_t count[HEAD_BINS] = {0};
+    double mass[HEAD_BINS] = {0.0}, total = 0.0;
+    for (int32_t i = 0; i < vocab; i++) {
+        double w = exp((l[i] - (double)lmax) * inv_t);
+        int32_t b = head_bin(l[i], lmax);
+        count[b]++;
+        mass[b] += w;
+        total += w;
+    }
+    int32_t last = 0, n = 0;
+    double cum = 0.0;
+    for (; last < HEAD_BINS - 1; last++) {
+        n += count[last];
+        cum += mass[last];
+        if (n >= min_count && cum >= top_p * total * HEAD_MASS_MARGIN) break;
+    }
+    if (last == HEAD_BINS - 1) n += count[last];
+    if (n > SELECT_MAX) return -1;
+    int32_t at = 0;
+    for (int32_t i = 0; i < vocab; i++)
+        if (head_bin(l[i], lmax) <= last) head[at++] = (ranked){l[i], i};
+    qsort(head, (size_t)at, sizeof *head, rank_order);
+    for (int32_t i = 0; i < at; i++) order[i] = head[i].id;
+    *row_mass = total;
+    return at;
+}
+
 struct sample_ctx {
     const float *logits;
     int32_t vocab;
@@ -142,23 +194,30 @@ static int32_t race(const float *l, const int32_t *ids, int32_t n, const nl_samp
 }
 
 /* The kept prefix of order[n] (the first n tokens of the order: the row,
- * or its top_k) after top_k and top_p. */
-static int32_t kept_prefix(const float *l, int32_t n, const nl_sample_row *sr, const int32_t *order)
+ * its top_k or a head of it) after top_k and top_p.  Without a top_k, top_p
+ * is measured against row_mass, the whole row's; returns -1 when that mass
+ * is not reached within a head (rounding at its margin). */
+static int32_t kept_prefix(const float *l, int32_t n, int32_t vocab, const nl_sample_row *sr,
+                           const int32_t *order, double row_mass)
 {
     double inv_t = 1.0 / sr->temperature, lmax = l[order[0]];
-    int32_t kept = sr->top_k > 0 && sr->top_k < n ? sr->top_k : n;
+    bool by_k = sr->top_k > 0 && sr->top_k < vocab;
+    int32_t kept = by_k && sr->top_k < n ? sr->top_k : n;
     if (sr->top_p < 1.0f) {
         /* p relative to the most likely token: ratios are all that matter. */
-        double mass = 0.0;
-        for (int32_t i = 0; i < kept; i++) mass += exp((l[order[i]] - lmax) * inv_t);
+        double mass = row_mass;
+        if (by_k) {
+            mass = 0.0;
+            for (int32_t i = 0; i < kept; i++) mass += exp((l[order[i]] - lmax) * inv_t);
+        }
         double cum = 0.0, target = (double)sr->top_p * mass;
         int32_t i = 0;
         while (i < kept) {
             cum += exp((l[order[i]] - lmax) * inv_t);
             i++;
-            if (cum >= target) break;
+            if (cum >= target) return i;
         }
-        kept = i;
+        if (!by_k && n < vocab) return -1;
     }
     return kept;
 }
@@ -217,16 +276,22 @@ static void sample_task(void *ctx_, int64_t begin, int64_t end)
                 atomic_store(&c->failed, true);
                 break;
             }
-            int32_t n_order = vocab;
-            if (sr->top_k > 0 && sr->top_k < vocab && sr->top_k <= SELECT_MAX) {
-                if (!heap) heap = malloc(sizeof(ranked) * SELECT_MAX);
-                if (!heap) {
-                    atomic_store(&c->failed, true);
-                    break;
-                }
-                n_order = sr->top_k;
-                select_first(l, vocab, n_order, order, heap);
-            } else {
+            if (!heap) heap = malloc(sizeof(ranked) * SELECT_MAX);
+            if (!heap) {
+                atomic_store(&c->failed, true);
+                break;
+            }
+            bool by_k = sr->top_k > 0 && sr->top_k < vocab;
+            double inv_t = 1.0 / sr->temperature, row_mass = 0.0;
+            int32_t kept = -1;
+            if (by_k && sr->top_k <= SELECT_MAX) {
+                select_first(l, vocab, sr->top_k, order, heap);
+                kept = kept_prefix(l, sr->top_k, vocab, sr, order, 0.0);
+            } else if (!by_k) {
+                int32_t n = select_head(l, vocab, lmax, 1, sr->top_p, inv_t, order, heap, &row_mass);
+                if (n >= 0) kept = kept_prefix(l, n, vocab, sr, order, row_mass);
+            }
+            if (kept < 0) { /* the head is too large: the whole row in order */
                 if (!tmp_ids) tmp_ids = malloc(sizeof(int32_t) * (size_t)vocab);
                 if (!keys) keys = malloc(sizeof(uint32_t) * (size_t)vocab);
                 if (!tmp_keys) tmp_keys = malloc(sizeof(uint32_t) * (size_t)vocab);
@@ -235,8 +300,11 @@ static void sample_task(void *ctx_, int64_t begin, int64_t end)
                     break;
                 }
                 sort_descending(l, vocab, order, keys, tmp_ids, tmp_keys);
+                row_mass = 0.0;
+                for (int32_t i = 0; i < vocab; i++) row_mass += exp((l[order[i]] - (double)lmax) * inv_t);
+                kept = kept_prefix(l, vocab, vocab, sr, order, row_mass);
             }
-            chosen = race(l, order, kept_prefix(l, n_order, sr, order), sr, lmax, sr->min_p);
+            chosen = race(l, order, kept, sr, lmax, sr->min_p);
         }
         c->ids[r] = chosen;
         c->logprobs[r] = (float)(l[chosen] - lse);
