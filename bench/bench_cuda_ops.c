@@ -368,6 +368,15 @@ sample:
     bench_sample(8, 151936, 0.6f, 0, 1.0f, 0);
     bench_sample(256, 151936, 0.0f, 0, 1.0f, 0);
     bench_sample(256, 151936, 0.6f, 50, 0.9f, 0);
+    /* one sequence: cuts and logprobs from the row's head, and top_p over
+     * a flat row (logits uniform over 20: at T 0.7 its mass needs ~12k
+     * tokens, more than a head holds), which takes the radix search */
+    bench_sample(1, 151936, 0.6f, 0, 1.0f, 0);
+    bench_sample(1, 151936, 0.7f, 50, 0.9f, 0);
+    bench_sample(1, 151936, 0.0f, 0, 1.0f, 5);
+    bench_sample(1, 151936, 0.2f, 0, 0.9f, 0);
+    bench_sample(1, 151936, 0.7f, 0, 0.9f, 0);
+    bench_sample(64, 151936, 0.2f, 0, 0.9f, 0);
     nl_backend_destroy(be);
     return 0;
 }
