@@ -774,6 +774,26 @@ START_TEST(test_sample_cuts_definition)
 }
 END_TEST
 
+/* -0 and +0 are one logit: a flat row of both, alternating, is ordered by
+ * id alone, also where the whole row is sorted (a head too large). */
+START_TEST(test_sample_signed_zeros)
+{
+    enum { V = 6000 };
+    float *l = malloc(sizeof(float) * V);
+    for (int i = 0; i < V; i++) l[i] = i % 2 ? 0.0f : -0.0f;
+    nl_sample_row row = {.temperature = 1.0f, .top_p = 0.5f, .seed = 77};
+    for (int step = 0; step < 16; step++) {
+        sample_out o;
+        row.offset = step;
+        run_sample(l, 1, V, &row, &o);
+        ck_assert_msg(o.ids[0] == sample_by_definition(l, V, &row), "step %d: %d, the definition %d",
+                      step, o.ids[0], sample_by_definition(l, V, &row));
+        ck_assert_int_lt(o.ids[0], V / 2);
+    }
+    free(l);
+}
+END_TEST
+
 static Suite *cpu_ops_suite(void)
 {
     Suite *s = suite_create("cpu_ops");
@@ -802,6 +822,7 @@ static Suite *cpu_ops_suite(void)
     tcase_add_test(ts, test_rng_race_uniform);
     tcase_add_test(ts, test_sample_race_definition);
     tcase_add_test(ts, test_sample_cuts_definition);
+    tcase_add_test(ts, test_sample_signed_zeros);
     suite_add_tcase(s, ts);
     return s;
 }

@@ -1272,6 +1272,55 @@ START_TEST(test_sample)
 }
 END_TEST
 
+/* -0 and +0 are one logit: rows of both, alternating, are ordered by id
+ * alone, through the sorted head (vocab 3,000) and the radix search (a flat
+ * row of 6,000 is a head too large), in the logprobs and in every cut. */
+START_TEST(test_sample_signed_zeros)
+{
+    enum { M = 4 };
+    static const int vocabs[2] = {3000, 6000};
+    for (int v = 0; v < 2; v++) {
+        const int vocab = vocabs[v];
+        float *logits = malloc(sizeof(float) * M * vocab);
+        for (int i = 0; i < M * vocab; i++) logits[i] = i % 2 ? 0.0f : -0.0f;
+        nl_sample_row rows[M] = {
+            {.temperature = 0.0f, .top_p = 1.0f, .n_logprobs = 5},
+            {.temperature = 1.0f, .top_p = 1.0f, .top_k = 10, .seed = 3, .n_logprobs = 5},
+            {.temperature = 1.0f, .top_p = 0.5f, .seed = 4},
+            {.temperature = 1.0f, .top_p = 0.25f, .top_k = 100, .seed = 5},
+        };
+        raw pl = raw_from(logits, sizeof(float) * M * vocab), pr = raw_from(rows, sizeof rows);
+        raw ids = raw_from(NULL, M * 4), lps = raw_from(NULL, M * 4);
+        raw tids = raw_from(NULL, M * NL_MAX_LOGPROBS * 4), tlps = raw_from(NULL, M * NL_MAX_LOGPROBS * 4);
+        OK_BOTH(cpu->ops->sample(cpu, pl.c, M, vocab, pr.c, ids.c, lps.c, tids.c, tlps.c),
+                gpu->ops->sample(gpu, pl.g, M, vocab, pr.g, ids.g, lps.g, tids.g, tlps.g));
+        int32_t ic[M], ig[M], tic[M * NL_MAX_LOGPROBS], tig[M * NL_MAX_LOGPROBS];
+        cpu->ops->download(cpu, ic, ids.c, sizeof ic);
+        gpu->ops->download(gpu, ig, ids.g, sizeof ig);
+        cpu->ops->download(cpu, tic, tids.c, sizeof tic);
+        gpu->ops->download(gpu, tig, tids.g, sizeof tig);
+        static const int kept[M] = {1, 10, 0, 25}; /* 0: half the row */
+        for (int r = 0; r < M; r++) {
+            int bound = kept[r] ? kept[r] : vocab / 2;
+            ck_assert_msg(ig[r] == ic[r], "vocab %d row %d: cuda %d, cpu %d", vocab, r, ig[r], ic[r]);
+            ck_assert_msg(ig[r] < bound, "vocab %d row %d: %d is not among the first %d", vocab, r,
+                          ig[r], bound);
+            for (int j = 0; j < rows[r].n_logprobs; j++) {
+                ck_assert_int_eq(tic[r * NL_MAX_LOGPROBS + j], j);
+                ck_assert_int_eq(tig[r * NL_MAX_LOGPROBS + j], j);
+            }
+        }
+        raw_free(pl);
+        raw_free(pr);
+        raw_free(ids);
+        raw_free(lps);
+        raw_free(tids);
+        raw_free(tlps);
+        free(logits);
+    }
+}
+END_TEST
+
 /* ---- NCCL ------------------------------------------------------------------------------ */
 
 typedef struct comm_job {
@@ -1401,6 +1450,7 @@ int main(void)
     tcase_add_test(tc, test_attention_head_dim_refused);
     tcase_add_test(tc, test_graph_replay);
     tcase_add_test(tc, test_sample);
+    tcase_add_test(tc, test_sample_signed_zeros);
     tcase_add_test(tc, test_nccl);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

@@ -27,10 +27,12 @@
 #include "kernels/cpu/cpu_backend.h"
 
 /* Maps a float to an unsigned key whose ascending order is the float's
- * descending order (-0 and +0 compare equal as floats, adjacent here). */
+ * descending order; -0 becomes +0 first (f + 0.0f), so that equal floats
+ * share a key and the stable sort keeps them in id order. */
 static inline uint32_t descending_key(float f)
 {
     uint32_t b;
+    f += 0.0f;
     memcpy(&b, &f, sizeof b);
     b = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
     return ~b;

@@ -210,7 +210,7 @@ __global__ void __launch_bounds__(SAMPLE_THREADS)
     const float lmax = row[argmax];
     const float lse = whole.max + logf(whole.sum);
 
-    const int n_top = min(min(sp.n_logprobs, NL_MAX_LOGPROBS), vocab);
+    const int n_top = max(0, min(min(sp.n_logprobs, NL_MAX_LOGPROBS), vocab));
     const bool sampled = sp.temperature > 0.0f;
     const bool by_k = sp.top_k > 0 && sp.top_k < vocab;
     const bool ordered = sampled && (by_k || sp.top_p < 1.0f); /* cuts needing the order */

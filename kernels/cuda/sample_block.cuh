@@ -12,10 +12,11 @@
 #define NO_ID 0x7fffffff
 #define SAMPLE_THREADS 1024 /* the finishing block's */
 
-/* The logit's order-preserving key: ascending keys are ascending logits. */
+/* The logit's order-preserving key: ascending keys are ascending logits.
+ * + 0.0f makes -0 into +0: equal floats get one key, so ties go by id. */
 static __device__ __forceinline__ uint32_t order_key(float f)
 {
-    uint32_t u = __float_as_uint(f);
+    uint32_t u = __float_as_uint(f + 0.0f);
     return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
