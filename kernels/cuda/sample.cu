@@ -250,6 +250,10 @@ __global__ void __launch_bounds__(SAMPLE_THREADS)
         kept.min_ratio = sp.min_p;
         chosen = race_over_kept(kept, sp, &bs);
     }
+    /* Rows come checked (the CPU backend refuses a min_p above 1, which
+     * keeps no token); should one keep nothing, the row's argmax stands in
+     * rather than an id past the row. */
+    if ((unsigned)chosen >= (unsigned)vocab) chosen = argmax;
     __syncthreads(); /* top_id complete */
     write_top(r, top_id, n_found, row, lse, top_ids, top_logprobs);
     if (threadIdx.x == 0) {
