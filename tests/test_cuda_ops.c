@@ -1155,6 +1155,52 @@ static double tie_margin(const float *l, int vocab, const nl_sample_row *sr, int
     return margin;
 }
 
+/* One sampler call on both backends, and what each returned: ids, their
+ * logprobs, top-N ids and logprobs (c: the CPU's, g: the GPU's). */
+typedef struct both_samples {
+    int32_t *ic, *ig, *tic, *tig;
+    float *lc, *lg, *tlc, *tlg;
+} both_samples;
+
+static both_samples sample_both(const float *logits, int m, int vocab, const nl_sample_row *rows)
+{
+    const size_t n = (size_t)m * 4, n_top = (size_t)m * NL_MAX_LOGPROBS * 4;
+    raw pl = raw_from(logits, (size_t)m * vocab * 4), pr = raw_from(rows, m * sizeof *rows);
+    raw ids = raw_from(NULL, n), lps = raw_from(NULL, n);
+    raw tids = raw_from(NULL, n_top), tlps = raw_from(NULL, n_top);
+    OK_BOTH(cpu->ops->sample(cpu, pl.c, m, vocab, pr.c, ids.c, lps.c, tids.c, tlps.c),
+            gpu->ops->sample(gpu, pl.g, m, vocab, pr.g, ids.g, lps.g, tids.g, tlps.g));
+    both_samples s = {malloc(n), malloc(n), malloc(n_top), malloc(n_top),
+                      malloc(n), malloc(n), malloc(n_top), malloc(n_top)};
+    cpu->ops->download(cpu, s.ic, ids.c, n);
+    gpu->ops->download(gpu, s.ig, ids.g, n);
+    cpu->ops->download(cpu, s.lc, lps.c, n);
+    gpu->ops->download(gpu, s.lg, lps.g, n);
+    cpu->ops->download(cpu, s.tic, tids.c, n_top);
+    gpu->ops->download(gpu, s.tig, tids.g, n_top);
+    cpu->ops->download(cpu, s.tlc, tlps.c, n_top);
+    gpu->ops->download(gpu, s.tlg, tlps.g, n_top);
+    raw_free(pl);
+    raw_free(pr);
+    raw_free(ids);
+    raw_free(lps);
+    raw_free(tids);
+    raw_free(tlps);
+    return s;
+}
+
+static void both_samples_free(both_samples *s)
+{
+    free(s->ic);
+    free(s->ig);
+    free(s->tic);
+    free(s->tig);
+    free(s->lc);
+    free(s->lg);
+    free(s->tlc);
+    free(s->tlg);
+}
+
 static void check_sample(int m, int vocab, float spread, bool ties)
 {
     float *logits = malloc((size_t)m * vocab * 4);
@@ -1180,24 +1226,9 @@ static void check_sample(int m, int vocab, float spread, bool ties)
         rows[r].seed = 1000 + r / 8;
         rows[r].offset = r;
     }
-    raw pl = raw_from(logits, (size_t)m * vocab * 4), pr = raw_from(rows, m * sizeof *rows);
-    raw ids = raw_from(NULL, m * 4), lps = raw_from(NULL, m * 4);
-    raw tids = raw_from(NULL, (size_t)m * NL_MAX_LOGPROBS * 4);
-    raw tlps = raw_from(NULL, (size_t)m * NL_MAX_LOGPROBS * 4);
-    OK_BOTH(cpu->ops->sample(cpu, pl.c, m, vocab, pr.c, ids.c, lps.c, tids.c, tlps.c),
-            gpu->ops->sample(gpu, pl.g, m, vocab, pr.g, ids.g, lps.g, tids.g, tlps.g));
-    int32_t *ic = malloc(m * 4), *ig = malloc(m * 4);
-    float *lc = malloc(m * 4), *lg = malloc(m * 4);
-    int32_t *tic = malloc((size_t)m * 80), *tig = malloc((size_t)m * 80);
-    float *tlc = malloc((size_t)m * 80), *tlg = malloc((size_t)m * 80);
-    cpu->ops->download(cpu, ic, ids.c, m * 4);
-    gpu->ops->download(gpu, ig, ids.g, m * 4);
-    cpu->ops->download(cpu, lc, lps.c, m * 4);
-    gpu->ops->download(gpu, lg, lps.g, m * 4);
-    cpu->ops->download(cpu, tic, tids.c, (size_t)m * 80);
-    gpu->ops->download(gpu, tig, tids.g, (size_t)m * 80);
-    cpu->ops->download(cpu, tlc, tlps.c, (size_t)m * 80);
-    gpu->ops->download(gpu, tlg, tlps.g, (size_t)m * 80);
+    both_samples res = sample_both(logits, m, vocab, rows);
+    const int32_t *ic = res.ic, *ig = res.ig, *tic = res.tic, *tig = res.tig;
+    const float *lc = res.lc, *lg = res.lg, *tlc = res.tlc, *tlg = res.tlg;
     int *order = malloc(vocab * sizeof *order);
     int greedy = 0, sampled = 0, near = 0;
     double max_lp = 0.0;
@@ -1237,20 +1268,7 @@ static void check_sample(int m, int vocab, float spread, bool ties)
            max_lp);
     ck_assert_int_le(near, m / 20 + 1);
     free(order);
-    free(ic);
-    free(ig);
-    free(lc);
-    free(lg);
-    free(tic);
-    free(tig);
-    free(tlc);
-    free(tlg);
-    raw_free(pl);
-    raw_free(pr);
-    raw_free(ids);
-    raw_free(lps);
-    raw_free(tids);
-    raw_free(tlps);
+    both_samples_free(&res);
     free(logits);
     free(rows);
 }
@@ -1289,16 +1307,8 @@ START_TEST(test_sample_signed_zeros)
             {.temperature = 1.0f, .top_p = 0.5f, .seed = 4},
             {.temperature = 1.0f, .top_p = 0.25f, .top_k = 100, .seed = 5},
         };
-        raw pl = raw_from(logits, sizeof(float) * M * vocab), pr = raw_from(rows, sizeof rows);
-        raw ids = raw_from(NULL, M * 4), lps = raw_from(NULL, M * 4);
-        raw tids = raw_from(NULL, M * NL_MAX_LOGPROBS * 4), tlps = raw_from(NULL, M * NL_MAX_LOGPROBS * 4);
-        OK_BOTH(cpu->ops->sample(cpu, pl.c, M, vocab, pr.c, ids.c, lps.c, tids.c, tlps.c),
-                gpu->ops->sample(gpu, pl.g, M, vocab, pr.g, ids.g, lps.g, tids.g, tlps.g));
-        int32_t ic[M], ig[M], tic[M * NL_MAX_LOGPROBS], tig[M * NL_MAX_LOGPROBS];
-        cpu->ops->download(cpu, ic, ids.c, sizeof ic);
-        gpu->ops->download(gpu, ig, ids.g, sizeof ig);
-        cpu->ops->download(cpu, tic, tids.c, sizeof tic);
-        gpu->ops->download(gpu, tig, tids.g, sizeof tig);
+        both_samples res = sample_both(logits, M, vocab, rows);
+        const int32_t *ic = res.ic, *ig = res.ig, *tic = res.tic, *tig = res.tig;
         static const int kept[M] = {1, 10, 0, 25}; /* 0: half the row */
         for (int r = 0; r < M; r++) {
             int bound = kept[r] ? kept[r] : vocab / 2;
@@ -1310,12 +1320,7 @@ START_TEST(test_sample_signed_zeros)
                 ck_assert_int_eq(tig[r * NL_MAX_LOGPROBS + j], j);
             }
         }
-        raw_free(pl);
-        raw_free(pr);
-        raw_free(ids);
-        raw_free(lps);
-        raw_free(tids);
-        raw_free(tlps);
+        both_samples_free(&res);
         free(logits);
     }
 }
