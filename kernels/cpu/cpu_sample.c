@@ -9,9 +9,9 @@
  * bins the row by distance below its largest logit, counting each bin's
  * mass, and the nearest bins holding top_p of the row's mass (with a margin
  * for rounding) are the head, gathered and sorted (the CUDA sampler's way,
- * sample_head.cuh).  Only a head of over SELECT_MAX tokens (a flat row)
- * puts the whole row in descending order (ties: lower id first) by a
- * stable radix sort of the logits.  The cuts are made over that order in
+ * sample_head.cuh).  Only a top_k or a head of over SELECT_MAX tokens (a
+ * flat row) puts the whole row in descending order (ties: lower id first)
+ * by a stable radix sort of the logits.  The cuts are made over that order in
  * double.  Ordering by logit equals ordering by p = softmax(logits / T) for
  * T > 0.
  *
@@ -82,6 +82,13 @@ static int rank_order(const void *a_, const void *b_)
     return ranks_before(a->l, a->id, b->l, b->id) ? -1 : 1; /* ids differ: never equal */
 }
 
+/* Sorts r[n] into the order and writes their ids to order[n]. */
+static void order_ranked(ranked *r, int32_t n, int32_t *order)
+{
+    qsort(r, (size_t)n, sizeof *r, rank_order);
+    for (int32_t i = 0; i < n; i++) order[i] = r[i].id;
+}
+
 /* Moves heap[at] down to its place in a heap whose root ranks last. */
 static void sift_down(ranked *heap, int32_t n, int32_t at)
 {
@@ -109,8 +116,7 @@ static void select_first(const float *l, int32_t vocab, int32_t k, int32_t *orde
             heap[0] = (ranked){l[i], i};
             sift_down(heap, k, 0);
         }
-    qsort(heap, (size_t)k, sizeof *heap, rank_order);
-    for (int32_t i = 0; i < k; i++) order[i] = heap[i].id;
+    order_ranked(heap, k, order);
 }
 
 #define HEAD_BINS 2048
@@ -125,13 +131,11 @@ static inline int32_t head_bin(float l, float lmax)
 }
 
 /* Fills order[] with the row's head in order: the tokens of the nearest
- * bins below lmax that hold at least min_count tokens and top_p of the
- * row's mass at 1 / inv_t, whose total goes to *row_mass.  Returns the
- * head's size, or -1 when it is over SELECT_MAX tokens.  head: SELECT_MAX
- * entries. */
-static int32_t select_head(const float *l, int32_t vocab, float lmax, int32_t min_count,
-                           double top_p, double inv_t, int32_t *order, ranked *head,
-                           double *row_mass)
+ * bins below lmax that hold top_p of the row's mass at 1 / inv_t, whose
+ * total goes to *row_mass.  Returns the head's size, or -1 when it is over
+ * SELECT_MAX tokens.  head: SELECT_MAX entries. */
+static int32_t select_head(const float *l, int32_t vocab, float lmax, double top_p, double inv_t,
+                           int32_t *order, ranked *head, double *row_mass)
 {
     int32_t count[HEAD_BINS] = {0};
     double mass[HEAD_BINS] = {0.0}, total = 0.0;
@@ -147,15 +151,14 @@ static int32_t select_head(const float *l, int32_t vocab, float lmax, int32_t mi
     for (; last < HEAD_BINS - 1; last++) {
         n += count[last];
         cum += mass[last];
-        if (n >= min_count && cum >= top_p * total * HEAD_MASS_MARGIN) break;
+        if (cum >= top_p * total * HEAD_MASS_MARGIN) break;
     }
     if (last == HEAD_BINS - 1) n += count[last];
     if (n > SELECT_MAX) return -1;
     int32_t at = 0;
     for (int32_t i = 0; i < vocab; i++)
         if (head_bin(l[i], lmax) <= last) head[at++] = (ranked){l[i], i};
-    qsort(head, (size_t)at, sizeof *head, rank_order);
-    for (int32_t i = 0; i < at; i++) order[i] = head[i].id;
+    order_ranked(head, at, order);
     *row_mass = total;
     return at;
 }
@@ -196,9 +199,10 @@ static int32_t race(const float *l, const int32_t *ids, int32_t n, const nl_samp
 }
 
 /* The kept prefix of order[n] (the first n tokens of the order: the row,
- * its top_k or a head of it) after top_k and top_p.  Without a top_k, top_p
- * is measured against row_mass, the whole row's; returns -1 when that mass
- * is not reached within a head (rounding at its margin). */
+ * its top_k or a head of it) after top_k and top_p.  top_p is measured
+ * against the mass of the top_k kept or of the whole row; with only a head
+ * in order that is row_mass, and -1 is returned when the head ends before
+ * the mass is reached (rounding at its margin). */
 static int32_t kept_prefix(const float *l, int32_t n, int32_t vocab, const nl_sample_row *sr,
                            const int32_t *order, double row_mass)
 {
@@ -208,7 +212,7 @@ static int32_t kept_prefix(const float *l, int32_t n, int32_t vocab, const nl_sa
     if (sr->top_p < 1.0f) {
         /* p relative to the most likely token: ratios are all that matter. */
         double mass = row_mass;
-        if (by_k) {
+        if (by_k || n == vocab) {
             mass = 0.0;
             for (int32_t i = 0; i < kept; i++) mass += exp((l[order[i]] - lmax) * inv_t);
         }
@@ -290,7 +294,7 @@ static void sample_task(void *ctx_, int64_t begin, int64_t end)
                 select_first(l, vocab, sr->top_k, order, heap);
                 kept = kept_prefix(l, sr->top_k, vocab, sr, order, 0.0);
             } else if (!by_k) {
-                int32_t n = select_head(l, vocab, lmax, 1, sr->top_p, inv_t, order, heap, &row_mass);
+                int32_t n = select_head(l, vocab, lmax, sr->top_p, inv_t, order, heap, &row_mass);
                 if (n >= 0) kept = kept_prefix(l, n, vocab, sr, order, row_mass);
             }
             if (kept < 0) { /* the head is too large: the whole row in order */
@@ -302,9 +306,7 @@ static void sample_task(void *ctx_, int64_t begin, int64_t end)
                     break;
                 }
                 sort_descending(l, vocab, order, keys, tmp_ids, tmp_keys);
-                row_mass = 0.0;
-                for (int32_t i = 0; i < vocab; i++) row_mass += exp((l[order[i]] - (double)lmax) * inv_t);
-                kept = kept_prefix(l, vocab, vocab, sr, order, row_mass);
+                kept = kept_prefix(l, vocab, vocab, sr, order, 0.0);
             }
             chosen = race(l, order, kept, sr, lmax, sr->min_p);
         }

@@ -212,14 +212,14 @@ __global__ void __launch_bounds__(SAMPLE_THREADS)
 
     const int n_top = max(0, min(min(sp.n_logprobs, NL_MAX_LOGPROBS), vocab));
     const bool sampled = sp.temperature > 0.0f;
+    const bool cut = sampled && row_has_cuts(sp, vocab);
     const bool by_k = sp.top_k > 0 && sp.top_k < vocab;
     const bool ordered = sampled && (by_k || sp.top_p < 1.0f); /* cuts needing the order */
-    int chosen = argmax;
-    if (sampled && !row_has_cuts(sp, vocab)) chosen = whole.race_id;
+    int chosen = sampled && !cut ? whole.race_id : argmax;
 
     int n_found = 0;
-    bool top_found = n_top == 0, cut_made = !ordered;
-    if (!top_found || !cut_made) {
+    bool top_found = n_top == 0, cut_made = !cut;
+    if (!top_found || ordered) {
         /* One head serves both: at least n_top tokens, and top_k's or top_p's. */
         const int need = max(n_top, ordered && by_k ? sp.top_k : 0);
         const float top_p = ordered && !by_k ? sp.top_p : 1.0f;
@@ -231,7 +231,7 @@ __global__ void __launch_bounds__(SAMPLE_THREADS)
             if (threadIdx.x < n_top) top_id[threadIdx.x] = ranked_id(head.token[threadIdx.x]);
             n_found = n_top;
             top_found = true;
-            if (!cut_made) {
+            if (ordered) {
                 int c = head_race(&head, n, vocab, sp, lmax, row_mass, &bs);
                 if (c >= 0) {
                     chosen = c;
@@ -242,14 +242,8 @@ __global__ void __launch_bounds__(SAMPLE_THREADS)
     }
     const row_view v = whole_row(row, vocab, lmax);
     if (!top_found) n_found = radix_top(v, n_top, top_id, &radix, &bs);
+    /* min_p alone also ends here: a threshold, no crossing, one race pass */
     if (!cut_made) chosen = radix_cut_race(v, sp, &radix, &bs);
-    if (sampled && !ordered && sp.min_p > 0.0f) {
-        /* min_p alone: a threshold, no order needed */
-        row_view kept = v;
-        kept.inv_t = 1.0f / sp.temperature;
-        kept.min_ratio = sp.min_p;
-        chosen = race_over_kept(kept, sp, &bs);
-    }
     /* Rows come checked (the CPU backend refuses a min_p above 1, which
      * keeps no token); should one keep nothing, the row's argmax stands in
      * rather than an id past the row. */

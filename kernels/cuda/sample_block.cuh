@@ -9,6 +9,8 @@
 
 #include <stdint.h>
 
+#include "common/sampling.h"
+
 #define NO_ID 0x7fffffff
 #define SAMPLE_THREADS 1024 /* the finishing block's */
 
@@ -39,6 +41,16 @@ static __device__ __forceinline__ int ranked_id(unsigned long long t)
 static __device__ __forceinline__ float ranked_logit(unsigned long long t)
 {
     return key_logit((uint32_t)(t >> 32));
+}
+
+/* Token id's entry in the race, as a word whose largest value over the
+ * kept tokens is the winner: its score (+ 0.0f: -0 and +0 are one score,
+ * as in a float comparison), then the lower id. */
+static __device__ __forceinline__ unsigned long long race_entry(float l, int id, float inv_t,
+                                                                uint64_t key)
+{
+    float score = nl_race_score(l, inv_t, nl_rng_race_uniform(nl_rng_race_bits(key, id))) + 0.0f;
+    return ranked_token(score, id);
 }
 
 /* One slot per warp for each kind of block reduction. */

@@ -194,9 +194,7 @@ static __device__ int head_race(const head_shared *hs, int n, int vocab, const n
         float l = ranked_logit(hs->token[j]);
         int id = ranked_id(hs->token[j]);
         if (sp.min_p > 0.0f && expf((l - lmax) * inv_t) < sp.min_p) continue;
-        /* + 0.0f: -0 and +0 are one score, as in a float comparison */
-        float score = nl_race_score(l, inv_t, nl_rng_race_uniform(nl_rng_race_bits(key, id))) + 0.0f;
-        best = max(best, ranked_token(score, id));
+        best = max(best, race_entry(l, id, inv_t, key));
     }
     return ranked_id(block_max_u64(best, bs));
 }

@@ -197,10 +197,7 @@ static __device__ int race_over_kept(const row_view &v, const nl_sample_row &sp,
     unsigned long long best = 0;
     for (int i = threadIdx.x; i < v.vocab; i += blockDim.x) {
         float l = v.row[i];
-        if (!v.takes_part(order_key(l), i, l)) continue;
-        /* + 0.0f: -0 and +0 are one score, as in a float comparison */
-        float score = nl_race_score(l, v.inv_t, nl_rng_race_uniform(nl_rng_race_bits(key, i))) + 0.0f;
-        best = max(best, ranked_token(score, i));
+        if (v.takes_part(order_key(l), i, l)) best = max(best, race_entry(l, i, v.inv_t, key));
     }
     return ranked_id(block_max_u64(best, bs));
 }
@@ -239,8 +236,9 @@ static __device__ int radix_top(const row_view &v, int n_top, int *top_id, radix
     return n;
 }
 
-/* The race after top_k, top_p and min_p, each cut found by a crossing
- * search over the whole row. */
+/* The race after top_k, top_p and min_p, top_k's and top_p's cuts found
+ * by crossing searches over the whole row (min_p is a threshold: with it
+ * alone this is one race pass). */
 static __device__ int radix_cut_race(row_view v, const nl_sample_row &sp, radix_shared *sh,
                                      block_scratch *bs)
 {
