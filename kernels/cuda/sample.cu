@@ -43,20 +43,30 @@ static __device__ __forceinline__ bool row_has_cuts(const nl_sample_row &sp, int
     return (sp.top_k > 0 && sp.top_k < vocab) || sp.top_p < 1.0f || sp.min_p > 0.0f;
 }
 
-/* What one thread, block or row slice has seen.  sum is of exp(l - max);
+/* top_p without a top_k: the head must hold the mass top_p of the row */
+static __device__ __forceinline__ bool cut_by_mass_alone(const nl_sample_row &sp, int vocab)
+{
+    return sp.top_p < 1.0f && !(sp.top_k > 0 && sp.top_k < vocab);
+}
+
+/* What one thread, block or row slice has seen.  sum is of exp(l - max),
+ * tmass of exp((l - max) / T) for a row cut by top_p alone (0 otherwise):
+ * it tells the finish when no head of HEAD_MAX tokens can hold top_p's
+ * mass (sample_head.cuh), a flat row whose head passes would be wasted.
  * argmax and race_id take the lowest id on ties, as the definition does. */
 struct scan_part {
-    float max, sum;
+    float max, sum, tmass;
     int argmax;
     float race;   /* best race score, -inf before any */
     int race_id;  /* NO_ID before any                 */
 };
 
-static __device__ __forceinline__ scan_part scan_merge(scan_part a, scan_part b)
+static __device__ __forceinline__ scan_part scan_merge(scan_part a, scan_part b, float inv_t)
 {
     scan_part o;
     o.max = fmaxf(a.max, b.max);
     o.sum = a.sum * expf(a.max - o.max) + b.sum * expf(b.max - o.max);
+    o.tmass = a.tmass * expf((a.max - o.max) * inv_t) + b.tmass * expf((b.max - o.max) * inv_t);
     o.argmax = a.max > b.max || (a.max == b.max && a.argmax < b.argmax) ? a.argmax : b.argmax;
     bool ra = a.race > b.race || (a.race == b.race && a.race_id < b.race_id);
     o.race = ra ? a.race : b.race;
@@ -64,16 +74,17 @@ static __device__ __forceinline__ scan_part scan_merge(scan_part a, scan_part b)
     return o;
 }
 
-static __device__ __forceinline__ scan_part warp_merge(scan_part p)
+static __device__ __forceinline__ scan_part warp_merge(scan_part p, float inv_t)
 {
     for (int o = 16; o > 0; o >>= 1) {
         scan_part q;
         q.max = __shfl_xor_sync(0xffffffffu, p.max, o);
         q.sum = __shfl_xor_sync(0xffffffffu, p.sum, o);
+        q.tmass = __shfl_xor_sync(0xffffffffu, p.tmass, o);
         q.argmax = __shfl_xor_sync(0xffffffffu, p.argmax, o);
         q.race = __shfl_xor_sync(0xffffffffu, p.race, o);
         q.race_id = __shfl_xor_sync(0xffffffffu, p.race_id, o);
-        p = scan_merge(p, q);
+        p = scan_merge(p, q, inv_t);
     }
     return p;
 }
@@ -81,7 +92,7 @@ static __device__ __forceinline__ scan_part warp_merge(scan_part p)
 static __device__ __forceinline__ scan_part scan_empty(void)
 {
     /* -FLT_MAX rather than -inf: exp(l - max) stays 0, never NaN, for l = -inf */
-    return scan_part{-3.402823466e38f, 0.0f, NO_ID, -INFINITY, NO_ID};
+    return scan_part{-3.402823466e38f, 0.0f, 0.0f, NO_ID, -INFINITY, NO_ID};
 }
 
 /* Token i in the race: the hash and the logarithms run only when the
@@ -102,14 +113,16 @@ static __device__ __forceinline__ void race_visit(scan_part &p, float l, int i, 
 }
 
 static __device__ __forceinline__ void scan_visit(scan_part &p, float l, int i, bool race,
-                                                  float inv_t, uint64_t key)
+                                                  bool tmass, float inv_t, uint64_t key)
 {
     if (l > p.max) {
         p.sum = p.sum * expf(p.max - l) + 1.0f;
+        if (tmass) p.tmass = p.tmass * expf((p.max - l) * inv_t) + 1.0f;
         p.max = l;
         p.argmax = i;
     } else {
         p.sum += expf(l - p.max);
+        if (tmass) p.tmass += expf((l - p.max) * inv_t);
     }
     if (race) race_visit(p, l, i, inv_t, key);
 }
@@ -126,7 +139,8 @@ __global__ void __launch_bounds__(SCAN_THREADS)
     const int r = blockIdx.y;
     const nl_sample_row sp = rows[r];
     const bool race = sp.temperature > 0.0f && !row_has_cuts(sp, vocab);
-    const float inv_t = race ? 1.0f / sp.temperature : 1.0f;
+    const bool tmass = sp.temperature > 0.0f && cut_by_mass_alone(sp, vocab);
+    const float inv_t = race || tmass ? 1.0f / sp.temperature : 1.0f;
     const uint64_t key = nl_rng_row_key(sp.seed, sp.offset);
     const float *row = logits + (size_t)r * vocab;
     const int begin = blockIdx.x * chunk, end = min(vocab, begin + chunk);
@@ -142,28 +156,28 @@ __global__ void __launch_bounds__(SCAN_THREADS)
             bool has_b = j + B < n4;
             float4 b = has_b ? __ldg(q + j + B) : a;
             int i = begin + 4 * j;
-            scan_visit(p, a.x, i, race, inv_t, key);
-            scan_visit(p, a.y, i + 1, race, inv_t, key);
-            scan_visit(p, a.z, i + 2, race, inv_t, key);
-            scan_visit(p, a.w, i + 3, race, inv_t, key);
+            scan_visit(p, a.x, i, race, tmass, inv_t, key);
+            scan_visit(p, a.y, i + 1, race, tmass, inv_t, key);
+            scan_visit(p, a.z, i + 2, race, tmass, inv_t, key);
+            scan_visit(p, a.w, i + 3, race, tmass, inv_t, key);
             if (has_b) {
                 i += 4 * B;
-                scan_visit(p, b.x, i, race, inv_t, key);
-                scan_visit(p, b.y, i + 1, race, inv_t, key);
-                scan_visit(p, b.z, i + 2, race, inv_t, key);
-                scan_visit(p, b.w, i + 3, race, inv_t, key);
+                scan_visit(p, b.x, i, race, tmass, inv_t, key);
+                scan_visit(p, b.y, i + 1, race, tmass, inv_t, key);
+                scan_visit(p, b.z, i + 2, race, tmass, inv_t, key);
+                scan_visit(p, b.w, i + 3, race, tmass, inv_t, key);
             }
         }
     } else {
         for (int i = begin + threadIdx.x; i < end; i += blockDim.x)
-            scan_visit(p, __ldg(row + i), i, race, inv_t, key);
+            scan_visit(p, __ldg(row + i), i, race, tmass, inv_t, key);
     }
-    p = warp_merge(p);
+    p = warp_merge(p, inv_t);
     if ((threadIdx.x & 31) == 0) warp_parts[threadIdx.x >> 5] = p;
     __syncthreads();
     if (threadIdx.x < 32) {
         p = threadIdx.x < (blockDim.x >> 5) ? warp_parts[threadIdx.x] : scan_empty();
-        p = warp_merge(p);
+        p = warp_merge(p, inv_t);
         if (threadIdx.x == 0) parts[(size_t)r * gridDim.x + blockIdx.x] = p;
     }
 }
@@ -197,12 +211,14 @@ __global__ void __launch_bounds__(SAMPLE_THREADS)
     const int r = blockIdx.x;
     const float *row = logits + (size_t)r * vocab;
     const nl_sample_row sp = rows[r];
+    const bool sampled = sp.temperature > 0.0f;
 
     if (threadIdx.x < 32) {
+        const float inv_t = sampled ? 1.0f / sp.temperature : 1.0f;
         scan_part p = scan_empty();
         for (int s = threadIdx.x; s < splits; s += 32)
-            p = scan_merge(p, parts[(size_t)r * splits + s]);
-        p = warp_merge(p);
+            p = scan_merge(p, parts[(size_t)r * splits + s], inv_t);
+        p = warp_merge(p, inv_t);
         if (threadIdx.x == 0) whole = p;
     }
     __syncthreads();
@@ -211,7 +227,6 @@ __global__ void __launch_bounds__(SAMPLE_THREADS)
     const float lse = whole.max + logf(whole.sum);
 
     const int n_top = max(0, min(min(sp.n_logprobs, NL_MAX_LOGPROBS), vocab));
-    const bool sampled = sp.temperature > 0.0f;
     const bool cut = sampled && row_has_cuts(sp, vocab);
     const bool by_k = sp.top_k > 0 && sp.top_k < vocab;
     const bool ordered = sampled && (by_k || sp.top_p < 1.0f); /* cuts needing the order */
@@ -224,8 +239,13 @@ __global__ void __launch_bounds__(SAMPLE_THREADS)
         const int need = max(n_top, ordered && by_k ? sp.top_k : 0);
         const float top_p = ordered && !by_k ? sp.top_p : 1.0f;
         double row_mass = 0.0;
-        int n = need > HEAD_MAX ? -1
-                                : head_sort(row, vocab, lmax, need, top_p, 1.0f / sp.temperature,
+        /* Each token's share of the row's mass at T is at most 1 / tmass,
+         * so a head of HEAD_MAX tokens holds at most HEAD_MAX / tmass of it
+         * (the factor covers tmass's float rounding). */
+        const bool head_too_light = top_p < 1.0f && HEAD_MAX < 0.999 * top_p * whole.tmass;
+        int n = need > HEAD_MAX || head_too_light
+                    ? -1
+                    : head_sort(row, vocab, lmax, need, top_p, 1.0f / sp.temperature,
                                             &row_mass, &head, &bs);
         if (n >= 0) {
             if (threadIdx.x < n_top) top_id[threadIdx.x] = ranked_id(head.token[threadIdx.x]);
