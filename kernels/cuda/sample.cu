@@ -61,12 +61,17 @@ struct scan_part {
     int race_id;  /* NO_ID before any                 */
 };
 
-static __device__ __forceinline__ scan_part scan_merge(scan_part a, scan_part b, float inv_t)
+/* tmass: the row keeps a tempered mass (at inv_t); other rows skip its
+ * exponentials, which lengthen a merge's chain of dependent steps. */
+static __device__ __forceinline__ scan_part scan_merge(scan_part a, scan_part b, bool tmass,
+                                                       float inv_t)
 {
     scan_part o;
     o.max = fmaxf(a.max, b.max);
     o.sum = a.sum * expf(a.max - o.max) + b.sum * expf(b.max - o.max);
-    o.tmass = a.tmass * expf((a.max - o.max) * inv_t) + b.tmass * expf((b.max - o.max) * inv_t);
+    o.tmass = 0.0f;
+    if (tmass)
+        o.tmass = a.tmass * expf((a.max - o.max) * inv_t) + b.tmass * expf((b.max - o.max) * inv_t);
     o.argmax = a.max > b.max || (a.max == b.max && a.argmax < b.argmax) ? a.argmax : b.argmax;
     bool ra = a.race > b.race || (a.race == b.race && a.race_id < b.race_id);
     o.race = ra ? a.race : b.race;
@@ -74,7 +79,7 @@ static __device__ __forceinline__ scan_part scan_merge(scan_part a, scan_part b,
     return o;
 }
 
-static __device__ __forceinline__ scan_part warp_merge(scan_part p, float inv_t)
+static __device__ __forceinline__ scan_part warp_merge(scan_part p, bool tmass, float inv_t)
 {
     for (int o = 16; o > 0; o >>= 1) {
         scan_part q;
@@ -84,7 +89,7 @@ static __device__ __forceinline__ scan_part warp_merge(scan_part p, float inv_t)
         q.argmax = __shfl_xor_sync(0xffffffffu, p.argmax, o);
         q.race = __shfl_xor_sync(0xffffffffu, p.race, o);
         q.race_id = __shfl_xor_sync(0xffffffffu, p.race_id, o);
-        p = scan_merge(p, q, inv_t);
+        p = scan_merge(p, q, tmass, inv_t);
     }
     return p;
 }
@@ -172,12 +177,12 @@ __global__ void __launch_bounds__(SCAN_THREADS)
         for (int i = begin + threadIdx.x; i < end; i += blockDim.x)
             scan_visit(p, __ldg(row + i), i, race, tmass, inv_t, key);
     }
-    p = warp_merge(p, inv_t);
+    p = warp_merge(p, tmass, inv_t);
     if ((threadIdx.x & 31) == 0) warp_parts[threadIdx.x >> 5] = p;
     __syncthreads();
     if (threadIdx.x < 32) {
         p = threadIdx.x < (blockDim.x >> 5) ? warp_parts[threadIdx.x] : scan_empty();
-        p = warp_merge(p, inv_t);
+        p = warp_merge(p, tmass, inv_t);
         if (threadIdx.x == 0) parts[(size_t)r * gridDim.x + blockIdx.x] = p;
     }
 }
@@ -214,11 +219,12 @@ __global__ void __launch_bounds__(SAMPLE_THREADS)
     const bool sampled = sp.temperature > 0.0f;
 
     if (threadIdx.x < 32) {
+        const bool tmass = sampled && cut_by_mass_alone(sp, vocab);
         const float inv_t = sampled ? 1.0f / sp.temperature : 1.0f;
         scan_part p = scan_empty();
         for (int s = threadIdx.x; s < splits; s += 32)
-            p = scan_merge(p, parts[(size_t)r * splits + s], inv_t);
-        p = warp_merge(p, inv_t);
+            p = scan_merge(p, parts[(size_t)r * splits + s], tmass, inv_t);
+        p = warp_merge(p, tmass, inv_t);
         if (threadIdx.x == 0) whole = p;
     }
     __syncthreads();
