@@ -53,6 +53,28 @@ static __device__ __forceinline__ unsigned long long race_entry(float l, int id,
     return ranked_token(score, id);
 }
 
+/* Calls visit(i, l) for every logit of the row, each thread taking ids
+ * threadIdx.x + j * blockDim.x.  One block reads a whole row, so each
+ * thread loads ROW_LOADS logits before it looks at any: a loop of one load
+ * an iteration waits out the memory's latency each time.  Every thread
+ * calls visit the same number of times (ids past the row read as -inf with
+ * i >= vocab), so visit may use warp votes and shuffles. */
+#define ROW_LOADS 8
+template <typename F>
+static __device__ __forceinline__ void for_each_logit(const float *row, int vocab, F &&visit)
+{
+    for (int base = threadIdx.x; base - (int)threadIdx.x < vocab; base += ROW_LOADS * blockDim.x) {
+        float l[ROW_LOADS];
+#pragma unroll
+        for (int u = 0; u < ROW_LOADS; u++) {
+            const int i = base + u * blockDim.x;
+            l[u] = i < vocab ? __ldg(row + i) : -INFINITY;
+        }
+#pragma unroll
+        for (int u = 0; u < ROW_LOADS; u++) visit(base + u * (int)blockDim.x, l[u]);
+    }
+}
+
 /* One slot per warp for each kind of block reduction. */
 struct block_scratch {
     float f[32];

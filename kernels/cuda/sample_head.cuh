@@ -90,25 +90,21 @@ static __device__ int head_sort(const float *row, int vocab, float lmax, int nee
     }
     __syncthreads();
     double z = 0.0;
-    for (int base = 0; base < vocab; base += blockDim.x) {
-        int i = base + threadIdx.x, bin = -1;
+    for_each_logit(row, vocab, [&](int i, float l) {
+        const int bin = i < vocab ? head_bin(l, lmax) : -1;
         float w = 0.0f;
-        if (i < vocab) {
-            float l = row[i];
-            bin = head_bin(l, lmax);
-            if (by_mass) {
-                w = expf((l - lmax) * inv_t);
-                z += w;
-            }
+        if (by_mass && i < vocab) {
+            w = expf((l - lmax) * inv_t);
+            z += w;
         }
         /* the tail past the binned range is one address: a warp adds once */
-        unsigned far = __ballot_sync(0xffffffffu, bin == HEAD_BINS - 1);
+        const unsigned far = __ballot_sync(0xffffffffu, bin == HEAD_BINS - 1);
         if (bin >= 0 && bin < HEAD_BINS - 1) {
             atomicAdd(&hs->bins.count[bin], 1);
             if (by_mass) atomicAdd(&hs->bins.mass[bin], w);
         }
         if (lane == 0 && far) atomicAdd(&hs->bins.count[HEAD_BINS - 1], __popc(far));
-    }
+    });
     __syncthreads();
     if (by_mass) z = block_sum(z, bs);
 
@@ -129,21 +125,15 @@ static __device__ int head_sort(const float *row, int vocab, float lmax, int nee
     const int n = hs->n_head;
     if (n > HEAD_MAX) return -1;
 
-    for (int base = 0; base < vocab; base += blockDim.x) {
-        int i = base + threadIdx.x;
-        bool take = false;
-        float l = 0.0f;
-        if (i < vocab) {
-            l = row[i];
-            take = head_bin(l, lmax) <= last;
-        }
-        unsigned takers = __ballot_sync(0xffffffffu, take);
-        if (takers == 0) continue;
+    for_each_logit(row, vocab, [&](int i, float l) {
+        const bool take = i < vocab && head_bin(l, lmax) <= last;
+        const unsigned takers = __ballot_sync(0xffffffffu, take);
+        if (takers == 0) return;
         int at = 0;
         if (lane == 0) at = atomicAdd(&hs->n_gathered, __popc(takers));
         at = __shfl_sync(0xffffffffu, at, 0) + __popc(takers & ((1u << lane) - 1));
         if (take && at < HEAD_MAX) hs->token[at] = ranked_token(l, i);
-    }
+    });
     __syncthreads();
     int size = 32;
     while (size < n) size <<= 1;

@@ -95,12 +95,10 @@ static __device__ bool find_crossing(const row_view &v, float target, bool stric
         /* Logits crowd into a few buckets (the top byte is sign and
          * exponent), so lanes of a warp that share a bucket add up first and
          * one of them does the shared-memory atomics. */
-        for (int base = 0; base < v.vocab; base += blockDim.x) {
-            int i = base + threadIdx.x;
+        for_each_logit(v.row, v.vocab, [&](int i, float l) {
             int b = -1;
             float w = 0.0f;
             if (i < v.vocab) {
-                float l = v.row[i];
                 uint32_t k = order_key(l);
                 if ((k & mask) == prefix && v.takes_part(k, i, l)) {
                     b = (k >> shift) & 255;
@@ -120,7 +118,7 @@ static __device__ bool find_crossing(const row_view &v, float target, bool stric
                 atomicAdd(&sh->hist[b], w);
                 atomicAdd(&sh->hist_n[b], __popc(peers));
             }
-        }
+        });
         __syncthreads();
         if (threadIdx.x == 0) {
             float acc = above;
@@ -149,10 +147,9 @@ static __device__ bool find_crossing(const row_view &v, float target, bool stric
         if (shift == 0 && n_tied == 1) {
             /* The usual case: one token has this exact logit. */
             int id = NO_ID;
-            for (int i = threadIdx.x; i < v.vocab; i += blockDim.x) {
-                float l = v.row[i];
-                if (order_key(l) == prefix && v.takes_part(prefix, i, l)) id = i;
-            }
+            for_each_logit(v.row, v.vocab, [&](int i, float l) {
+                if (i < v.vocab && order_key(l) == prefix && v.takes_part(prefix, i, l)) id = min(id, i);
+            });
             out->key = prefix;
             out->id = block_min_i(id, bs);
             return true;
@@ -195,10 +192,9 @@ static __device__ int race_over_kept(const row_view &v, const nl_sample_row &sp,
 {
     const uint64_t key = nl_rng_row_key(sp.seed, sp.offset);
     unsigned long long best = 0;
-    for (int i = threadIdx.x; i < v.vocab; i += blockDim.x) {
-        float l = v.row[i];
-        if (v.takes_part(order_key(l), i, l)) best = max(best, race_entry(l, i, v.inv_t, key));
-    }
+    for_each_logit(v.row, v.vocab, [&](int i, float l) {
+        if (i < v.vocab && v.takes_part(order_key(l), i, l)) best = max(best, race_entry(l, i, v.inv_t, key));
+    });
     return ranked_id(block_max_u64(best, bs));
 }
 
@@ -212,11 +208,12 @@ static __device__ int radix_top(const row_view &v, int n_top, int *top_id, radix
     if (threadIdx.x == 0) sh->n_top = 0;
     __syncthreads();
     if (ok) {
-        for (int i = threadIdx.x; i < v.vocab; i += blockDim.x)
-            if (through(order_key(v.row[i]), i, c)) {
+        for_each_logit(v.row, v.vocab, [&](int i, float l) {
+            if (i < v.vocab && through(order_key(l), i, c)) {
                 int at = atomicAdd(&sh->n_top, 1);
                 if (at < NL_MAX_LOGPROBS) top_id[at] = i;
             }
+        });
     }
     __syncthreads();
     int n = min(sh->n_top, NL_MAX_LOGPROBS);
@@ -251,10 +248,9 @@ static __device__ int radix_cut_race(row_view v, const nl_sample_row &sp, radix_
         /* top_p is measured on the distribution renormalised over the
          * top_k survivors. */
         float z = 0.0f;
-        for (int i = threadIdx.x; i < v.vocab; i += blockDim.x) {
-            float l = v.row[i];
-            if (v.takes_part(order_key(l), i, l)) z += v.weight(l);
-        }
+        for_each_logit(v.row, v.vocab, [&](int i, float l) {
+            if (i < v.vocab && v.takes_part(order_key(l), i, l)) z += v.weight(l);
+        });
         z = block_sum(z, bs);
         if (find_crossing(v, sp.top_p * z, false, &c, sh, bs)) v.limit = earlier(v.limit, c);
     }
