@@ -18,8 +18,9 @@
  * it and sorts that in shared memory (sample_head.cuh), two passes over the
  * row.  A row whose head would be too large (a nearly flat row, a huge
  * top_k) is cut instead by radix searches over the whole row
- * (sample_radix.cuh), about ten passes.  min_p alone is a threshold: one
- * pass, no order.
+ * (sample_radix.cuh), about ten passes; for top_p alone the scan's
+ * tempered mass often shows that before the head's passes are spent.
+ * min_p alone is a threshold: one pass, no order.
  *
  * The partials live in the backend's step scratch, which the sampler has to
  * itself while it runs: ops are ordered on the one stream and none keeps
@@ -251,8 +252,8 @@ __global__ void __launch_bounds__(SAMPLE_THREADS)
         const bool head_too_light = top_p < 1.0f && HEAD_MAX < 0.999 * top_p * whole.tmass;
         int n = need > HEAD_MAX || head_too_light
                     ? -1
-                    : head_sort(row, vocab, lmax, need, top_p, 1.0f / sp.temperature,
-                                            &row_mass, &head, &bs);
+                    : head_sort(row, vocab, lmax, need, top_p, 1.0f / sp.temperature, &row_mass,
+                                &head, &bs);
         if (n >= 0) {
             if (threadIdx.x < n_top) top_id[threadIdx.x] = ranked_id(head.token[threadIdx.x]);
             n_found = n_top;
