@@ -302,14 +302,6 @@ enum { GEMV_STORE, GEMV_SILU_MUL, GEMV_ADD };
 bool cuda_gemv_fits(const void *x, const nl_weight *w, int32_t n);
 nl_status cuda_gemv(cuda_backend *be, void *out, bool out_f32, int epilogue, const void *x,
                     const nl_weight *w, const nl_weight *bias, const nl_weight *norm_w, float eps);
-/* The decode batch's GEMM (gemm_decode.cu), for 2 to CUDA_DGEMM_MAX_N
- * tokens: cuda_gemm_decode_fits says whether it takes x @ w^T for n tokens;
- * cuda_gemm_decode writes out[n, w.rows] (bf16) = x @ w^T + bias, or with
- * add adds that product, rounded, into the residual stream out. */
-#define CUDA_DGEMM_MAX_N 256
-bool cuda_gemm_decode_fits(const void *x, const nl_weight *w, int32_t n);
-nl_status cuda_gemm_decode(cuda_backend *be, void *out, bool add, const void *x,
-                           const nl_weight *w, const nl_weight *bias, int32_t n);
 nl_status cuda_take_ids(nl_backend *b, int32_t *ids, const int32_t *src, const int32_t *pairs, int32_t n);
 nl_status cuda_copy_pieces(nl_backend *b, const nl_copy_piece *pieces, int32_t n);
 nl_status cuda_gather_rows(nl_backend *b, void *out, const void *x, const int32_t *rows,
