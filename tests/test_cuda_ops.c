@@ -117,6 +117,13 @@ static raw raw_from(const void *h, size_t bytes)
     return r;
 }
 
+/* The first `bytes` of r from each backend: the CPU's into hc, the GPU's into hg. */
+static void raw_get(raw r, void *hc, void *hg, size_t bytes)
+{
+    ck_assert_int_eq(cpu->ops->download(cpu, hc, r.c, bytes), NL_OK);
+    ck_assert_msg(gpu->ops->download(gpu, hg, r.g, bytes) == NL_OK, "%s", nl_last_error());
+}
+
 static void raw_free(raw r)
 {
     cpu->ops->free(cpu, r.c);
@@ -192,8 +199,7 @@ static void check_linear(int n, int rows, int cols, bool bias, bool f32)
         OK_BOTH(cpu->ops->linear_f32(cpu, out.c, px.c, pw.c, n),
                 gpu->ops->linear_f32(gpu, out.g, px.g, pw.g, n));
         float *hc = malloc((size_t)n * rows * 4), *hg = malloc((size_t)n * rows * 4);
-        cpu->ops->download(cpu, hc, out.c, (size_t)n * rows * 4);
-        gpu->ops->download(gpu, hg, out.g, (size_t)n * rows * 4);
+        raw_get(out, hc, hg, (size_t)n * rows * 4);
         double e = rel_err(hg, hc, (size_t)n * rows);
         snprintf(what, sizeof what, "linear_f32 n=%d [%d x %d]", n, rows, cols);
         printf("  %-58s rel err %.2e\n", what, e);
@@ -394,8 +400,7 @@ START_TEST(test_linear_warm)
     OK_BOTH(cpu->ops->linear_f32(cpu, logits.c, px.c, ph.c, 3),
             gpu->ops->linear_f32(gpu, logits.g, px.g, ph.g, 3));
     float *hc = malloc((size_t)3 * vocab * 4), *hg = malloc((size_t)3 * vocab * 4);
-    cpu->ops->download(cpu, hc, logits.c, (size_t)3 * vocab * 4);
-    gpu->ops->download(gpu, hg, logits.g, (size_t)3 * vocab * 4);
+    raw_get(logits, hc, hg, (size_t)3 * vocab * 4);
     const double e = rel_err(hg, hc, (size_t)3 * vocab);
     printf("  %-58s rel err %.2e\n", "prepared linear_f32 n=3", e);
     ck_assert_msg(e < 1e-3, "prepared linear_f32: %g", e);
@@ -1172,14 +1177,10 @@ static both_samples sample_both(const float *logits, int m, int vocab, const nl_
             gpu->ops->sample(gpu, pl.g, m, vocab, pr.g, ids.g, lps.g, tids.g, tlps.g));
     both_samples s = {malloc(n), malloc(n), malloc(n_top), malloc(n_top),
                       malloc(n), malloc(n), malloc(n_top), malloc(n_top)};
-    cpu->ops->download(cpu, s.ic, ids.c, n);
-    gpu->ops->download(gpu, s.ig, ids.g, n);
-    cpu->ops->download(cpu, s.lc, lps.c, n);
-    gpu->ops->download(gpu, s.lg, lps.g, n);
-    cpu->ops->download(cpu, s.tic, tids.c, n_top);
-    gpu->ops->download(gpu, s.tig, tids.g, n_top);
-    cpu->ops->download(cpu, s.tlc, tlps.c, n_top);
-    gpu->ops->download(gpu, s.tlg, tlps.g, n_top);
+    raw_get(ids, s.ic, s.ig, n);
+    raw_get(lps, s.lc, s.lg, n);
+    raw_get(tids, s.tic, s.tig, n_top);
+    raw_get(tlps, s.tlc, s.tlg, n_top);
     raw_free(pl);
     raw_free(pr);
     raw_free(ids);

@@ -41,13 +41,13 @@
 
 static __device__ __forceinline__ bool row_has_cuts(const nl_sample_row &sp, int vocab)
 {
-    return (sp.top_k > 0 && sp.top_k < vocab) || sp.top_p < 1.0f || sp.min_p > 0.0f;
+    return cuts_by_k(sp, vocab) || sp.top_p < 1.0f || sp.min_p > 0.0f;
 }
 
 /* top_p without a top_k: the head must hold the mass top_p of the row */
 static __device__ __forceinline__ bool cut_by_mass_alone(const nl_sample_row &sp, int vocab)
 {
-    return sp.top_p < 1.0f && !(sp.top_k > 0 && sp.top_k < vocab);
+    return sp.top_p < 1.0f && !cuts_by_k(sp, vocab);
 }
 
 /* What one thread, block or row slice has seen.  sum is of exp(l - max),
@@ -86,7 +86,7 @@ static __device__ __forceinline__ scan_part warp_merge(scan_part p, bool tmass, 
         scan_part q;
         q.max = __shfl_xor_sync(0xffffffffu, p.max, o);
         q.sum = __shfl_xor_sync(0xffffffffu, p.sum, o);
-        q.tmass = __shfl_xor_sync(0xffffffffu, p.tmass, o);
+        q.tmass = tmass ? __shfl_xor_sync(0xffffffffu, p.tmass, o) : 0.0f; /* uniform */
         q.argmax = __shfl_xor_sync(0xffffffffu, p.argmax, o);
         q.race = __shfl_xor_sync(0xffffffffu, p.race, o);
         q.race_id = __shfl_xor_sync(0xffffffffu, p.race_id, o);
@@ -235,7 +235,7 @@ __global__ void __launch_bounds__(SAMPLE_THREADS)
 
     const int n_top = max(0, min(min(sp.n_logprobs, NL_MAX_LOGPROBS), vocab));
     const bool cut = sampled && row_has_cuts(sp, vocab);
-    const bool by_k = sp.top_k > 0 && sp.top_k < vocab;
+    const bool by_k = cuts_by_k(sp, vocab);
     const bool ordered = sampled && (by_k || sp.top_p < 1.0f); /* cuts needing the order */
     int chosen = sampled && !cut ? whole.race_id : argmax;
 
@@ -248,8 +248,9 @@ __global__ void __launch_bounds__(SAMPLE_THREADS)
         double row_mass = 0.0;
         /* Each token's share of the row's mass at T is at most 1 / tmass,
          * so a head of HEAD_MAX tokens holds at most HEAD_MAX / tmass of it
-         * (the factor covers tmass's float rounding). */
-        const bool head_too_light = top_p < 1.0f && HEAD_MAX < 0.999 * top_p * whole.tmass;
+         * (the factor covers tmass's float rounding).  tmass is 0 unless
+         * the row is cut by top_p alone, the rows whose top_p is below 1 here. */
+        const bool head_too_light = HEAD_MAX < 0.999 * top_p * whole.tmass;
         int n = need > HEAD_MAX || head_too_light
                     ? -1
                     : head_sort(row, vocab, lmax, need, top_p, 1.0f / sp.temperature, &row_mass,
