@@ -1161,7 +1161,8 @@ static double tie_margin(const float *l, int vocab, const nl_sample_row *sr, int
 }
 
 /* One sampler call on both backends, and what each returned: ids, their
- * logprobs, top-N ids and logprobs (c: the CPU's, g: the GPU's). */
+ * logprobs, top-N ids and logprobs (c: the CPU's, g: the GPU's), all in
+ * one allocation that starts at ic. */
 typedef struct both_samples {
     int32_t *ic, *ig, *tic, *tig;
     float *lc, *lg, *tlc, *tlg;
@@ -1175,8 +1176,14 @@ static both_samples sample_both(const float *logits, int m, int vocab, const nl_
     raw tids = raw_from(NULL, n_top), tlps = raw_from(NULL, n_top);
     OK_BOTH(cpu->ops->sample(cpu, pl.c, m, vocab, pr.c, ids.c, lps.c, tids.c, tlps.c),
             gpu->ops->sample(gpu, pl.g, m, vocab, pr.g, ids.g, lps.g, tids.g, tlps.g));
-    both_samples s = {malloc(n), malloc(n), malloc(n_top), malloc(n_top),
-                      malloc(n), malloc(n), malloc(n_top), malloc(n_top)};
+    /* ids and logprobs (n bytes each), then the four top-N arrays (n_top each) */
+    char *block = malloc(4 * n + 4 * n_top), *top = block + 4 * n;
+    both_samples s = {
+        .ic = (int32_t *)block,       .ig = (int32_t *)(block + n),
+        .lc = (float *)(block + 2 * n), .lg = (float *)(block + 3 * n),
+        .tic = (int32_t *)top,        .tig = (int32_t *)(top + n_top),
+        .tlc = (float *)(top + 2 * n_top), .tlg = (float *)(top + 3 * n_top),
+    };
     raw_get(ids, s.ic, s.ig, n);
     raw_get(lps, s.lc, s.lg, n);
     raw_get(tids, s.tic, s.tig, n_top);
@@ -1193,13 +1200,6 @@ static both_samples sample_both(const float *logits, int m, int vocab, const nl_
 static void both_samples_free(both_samples *s)
 {
     free(s->ic);
-    free(s->ig);
-    free(s->tic);
-    free(s->tig);
-    free(s->lc);
-    free(s->lg);
-    free(s->tlc);
-    free(s->tlg);
 }
 
 static void check_sample(int m, int vocab, float spread, bool ties)
