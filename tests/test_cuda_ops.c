@@ -1179,9 +1179,9 @@ static both_samples sample_both(const float *logits, int m, int vocab, const nl_
     /* ids and logprobs (n bytes each), then the four top-N arrays (n_top each) */
     char *block = malloc(4 * n + 4 * n_top), *top = block + 4 * n;
     both_samples s = {
-        .ic = (int32_t *)block,       .ig = (int32_t *)(block + n),
+        .ic = (int32_t *)block, .ig = (int32_t *)(block + n),
         .lc = (float *)(block + 2 * n), .lg = (float *)(block + 3 * n),
-        .tic = (int32_t *)top,        .tig = (int32_t *)(top + n_top),
+        .tic = (int32_t *)top, .tig = (int32_t *)(top + n_top),
         .tlc = (float *)(top + 2 * n_top), .tlg = (float *)(top + 3 * n_top),
     };
     raw_get(ids, s.ic, s.ig, n);
