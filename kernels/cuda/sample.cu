@@ -102,15 +102,18 @@ static __device__ __forceinline__ scan_part scan_empty(void)
 }
 
 /* Token i in the race: the hash and the logarithms run only when the
- * score's bound reaches the thread's best (common/sampling.h), so skipping
- * never changes the winner. */
+ * score's bound reaches the best score seen so far, the thread's own or
+ * bar, its warp's (common/sampling.h): the row's winner scores at least
+ * that, so skipping never changes it.  bar rises 32 times as fast as a
+ * thread's own best, which matters most for the logarithms, whose bound
+ * is tight: early in a thread's slice most tokens would reach its own. */
 static __device__ __forceinline__ void race_visit(scan_part &p, float l, int i, float inv_t,
-                                                  uint64_t key)
+                                                  uint64_t key, float bar)
 {
-    float x = l * inv_t;
-    if (nl_race_out_of_reach(x, p.race)) return;
+    const float x = l * inv_t, reach = fmaxf(p.race, bar);
+    if (nl_race_out_of_reach(x, reach)) return;
     uint32_t bits = nl_rng_race_bits(key, (uint32_t)i);
-    if (nl_race_bits_out_of_reach(x, bits, p.race)) return;
+    if (nl_race_bits_out_of_reach(x, bits, reach)) return;
     float score = nl_race_score(l, inv_t, nl_rng_race_uniform(bits));
     if (score > p.race || (score == p.race && i < p.race_id)) {
         p.race = score;
@@ -119,7 +122,7 @@ static __device__ __forceinline__ void race_visit(scan_part &p, float l, int i, 
 }
 
 static __device__ __forceinline__ void scan_visit(scan_part &p, float l, int i, bool race,
-                                                  bool tmass, float inv_t, uint64_t key)
+                                                  bool tmass, float inv_t, uint64_t key, float bar)
 {
     if (l > p.max) {
         p.sum = p.sum * expf(p.max - l) + 1.0f;
@@ -130,7 +133,7 @@ static __device__ __forceinline__ void scan_visit(scan_part &p, float l, int i, 
         p.sum += expf(l - p.max);
         if (tmass) p.tmass += expf((l - p.max) * inv_t);
     }
-    if (race) race_visit(p, l, i, inv_t, key);
+    if (race) race_visit(p, l, i, inv_t, key, bar);
 }
 
 /* grid (splits, m): block (s, r) reduces logits [s chunk, (s + 1) chunk) of
@@ -152,31 +155,48 @@ __global__ void __launch_bounds__(SCAN_THREADS)
     const int begin = blockIdx.x * chunk, end = min(vocab, begin + chunk);
 
     scan_part p = scan_empty();
+    /* The warp's lanes take the same number of turns (lanes past the end
+     * visit nothing), so after each the warp can share its best race score. */
+    const int lane = threadIdx.x & 31, B = blockDim.x;
+    float bar = -INFINITY;
+    auto share_best = [&]() {
+        if (!race) return;
+        float b = p.race;
+        for (int o = 16; o > 0; o >>= 1) b = fmaxf(b, __shfl_xor_sync(0xffffffffu, b, o));
+        bar = b;
+    };
     if (vec4) {
         /* begin and end are multiples of 4: two 16-byte loads in flight per
          * thread before any arithmetic */
         const float4 *q = reinterpret_cast<const float4 *>(row + begin);
-        const int n4 = (end - begin) >> 2, B = blockDim.x;
-        for (int j = threadIdx.x; j < n4; j += 2 * B) {
-            float4 a = __ldg(q + j);
-            bool has_b = j + B < n4;
+        const int n4 = (end - begin) >> 2;
+        for (int base = threadIdx.x - lane; base < n4; base += 2 * B) {
+            const int j = base + lane;
+            const bool has_a = j < n4, has_b = j + B < n4;
+            float4 a = has_a ? __ldg(q + j) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             float4 b = has_b ? __ldg(q + j + B) : a;
             int i = begin + 4 * j;
-            scan_visit(p, a.x, i, race, tmass, inv_t, key);
-            scan_visit(p, a.y, i + 1, race, tmass, inv_t, key);
-            scan_visit(p, a.z, i + 2, race, tmass, inv_t, key);
-            scan_visit(p, a.w, i + 3, race, tmass, inv_t, key);
+            if (has_a) {
+                scan_visit(p, a.x, i, race, tmass, inv_t, key, bar);
+                scan_visit(p, a.y, i + 1, race, tmass, inv_t, key, bar);
+                scan_visit(p, a.z, i + 2, race, tmass, inv_t, key, bar);
+                scan_visit(p, a.w, i + 3, race, tmass, inv_t, key, bar);
+            }
             if (has_b) {
                 i += 4 * B;
-                scan_visit(p, b.x, i, race, tmass, inv_t, key);
-                scan_visit(p, b.y, i + 1, race, tmass, inv_t, key);
-                scan_visit(p, b.z, i + 2, race, tmass, inv_t, key);
-                scan_visit(p, b.w, i + 3, race, tmass, inv_t, key);
+                scan_visit(p, b.x, i, race, tmass, inv_t, key, bar);
+                scan_visit(p, b.y, i + 1, race, tmass, inv_t, key, bar);
+                scan_visit(p, b.z, i + 2, race, tmass, inv_t, key, bar);
+                scan_visit(p, b.w, i + 3, race, tmass, inv_t, key, bar);
             }
+            share_best();
         }
     } else {
-        for (int i = begin + threadIdx.x; i < end; i += blockDim.x)
-            scan_visit(p, __ldg(row + i), i, race, tmass, inv_t, key);
+        for (int base = begin + threadIdx.x - lane; base < end; base += B) {
+            const int i = base + lane;
+            if (i < end) scan_visit(p, __ldg(row + i), i, race, tmass, inv_t, key, bar);
+            share_best();
+        }
     }
     p = warp_merge(p, tmass, inv_t);
     if ((threadIdx.x & 31) == 0) warp_parts[threadIdx.x >> 5] = p;
