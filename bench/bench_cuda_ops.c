@@ -4,12 +4,12 @@
  * a warm-up, timed around a stream synchronisation, with the bytes or flops
  * it moved, so it can be set against the GPU's ceilings.
  *
- * Usage: bench_cuda_ops [iterations] [attention|decode|graph|gemv|dgemm|plans|sample]
+ * Usage: bench_cuda_ops [iterations] [attention|decode|graph|gemv|plans|sample]
  * (prints a Markdown table; "attention" or "sample" times only those shapes,
  * "plans" a GEMM shape's first call (its cuBLASLt plan) against a repeat,
  * "decode" the decode attention of the throughput benchmark's batch sizes,
  * "graph" only decode attention at small batches under a CUDA graph's host
- * maximum, "gemv" the batch-1 linear shapes, "dgemm" the decode batches).
+ * maximum, "gemv" the batch-1 linear shapes).
  * NL_ATTN_GENERIC=1 in the environment times the backend's generic attention
  * kernel instead.
  */
@@ -277,19 +277,6 @@ int main(int argc, char **argv)
         bench_gemm("8B down", 1, 4096, 12288, false);
         bench_gemm("0.6B gate_up", 4, 6144, 1024, false);
         bench_gemm("8B gate_up", 4, 24576, 4096, false);
-        nl_backend_destroy(be);
-        return 0;
-    }
-    if (argc > 2 && strcmp(argv[2], "dgemm") == 0) {
-        /* decode batches of Qwen3-0.6B's projections (gemm_decode.cu;
-         * NANOLLM_DGEMM=0: cuBLASLt) */
-        const int sizes[] = {8, 64, 131, 256};
-        for (int i = 0; i < 4; i++) {
-            bench_gemm("0.6B qkv", sizes[i], 4096, 1024, false);
-            bench_gemm("0.6B o_proj", sizes[i], 1024, 2048, false);
-            bench_gemm("0.6B gate_up", sizes[i], 6144, 1024, false);
-            bench_gemm("0.6B down", sizes[i], 1024, 3072, false);
-        }
         nl_backend_destroy(be);
         return 0;
     }

@@ -15,7 +15,7 @@ if HAVE_CUDA
 noinst_LIBRARIES += libnlcuda.a
 libnlcuda_a_SOURCES = \
 	kernels/cuda/cuda_common.cuh kernels/cuda/cuda_backend.h kernels/cuda/comm_nccl.h \
-	kernels/cuda/backend.cu kernels/cuda/gemm.cu kernels/cuda/gemm_decode.cu kernels/cuda/gemv.cu kernels/cuda/elementwise.cu \
+	kernels/cuda/backend.cu kernels/cuda/gemm.cu kernels/cuda/gemv.cu kernels/cuda/elementwise.cu \
 	kernels/cuda/attention.cuh \
 	kernels/cuda/attention.cu kernels/cuda/attention_decode.cu kernels/cuda/attention_prefill.cu \
 	kernels/cuda/sample_block.cuh kernels/cuda/sample_head.cuh kernels/cuda/sample_radix.cuh \

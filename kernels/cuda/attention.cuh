@@ -75,6 +75,23 @@ static __device__ __forceinline__ uint4 attn_load8_as_bf16(const KV *p)
     }
 }
 
+static __device__ __forceinline__ void attn_cp_async16(void *smem, const void *gmem)
+{
+    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
+}
+
+static __device__ __forceinline__ void attn_cp_async_commit(void)
+{
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+
+template <int N>
+static __device__ __forceinline__ void attn_cp_async_wait(void)
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
 /* Four 8x8 bf16 matrices; lane l gives the row address of matrix l / 8. */
 static __device__ __forceinline__ void attn_ldsm_x4(uint32_t r[4], const bf16 *p)
 {

@@ -167,6 +167,17 @@ static __device__ __forceinline__ void dec_cluster_wait(void)
 #endif
 }
 
+/* The address of `local`'s twin in the shared memory of block `rank` of
+ * the cluster. */
+static __device__ __forceinline__ float *dec_cluster_at(float *local, int rank)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    return cooperative_groups::this_cluster().map_shared_rank(local, rank);
+#else
+    __trap();
+    return local;
+#endif
+}
 
 /* Block `split`'s partial of output idx (head gi, element d) to the block
  * that finishes it; the thread of each head's first element also sends
@@ -177,10 +188,10 @@ static __device__ __forceinline__ void dec_cluster_push(float *cl_o, float (*cl_
                                                         int d, float o, float m, float l)
 {
     const int rank = idx / c.per;
-    cluster_at(cl_o, rank)[split * c.per + idx - rank * c.per] = o;
+    dec_cluster_at(cl_o, rank)[split * c.per + idx - rank * c.per] = o;
     if (d == 0)
         for (int r = 0; r < c.n; r++) {
-            float *ml = cluster_at(&cl_ml[split][gi][0], r);
+            float *ml = dec_cluster_at(&cl_ml[split][gi][0], r);
             ml[0] = m;
             ml[1] = l;
         }

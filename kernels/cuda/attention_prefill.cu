@@ -88,7 +88,7 @@ __global__ void __launch_bounds__(PF_WARPS * 32) kernel_prefill(pf_params p)
         const int r = c / PIECES, piece = c % PIECES;
         bf16 *dst = qs + r * ST + piece * 8;
         if (r < t_count)
-            cp_async16(dst, p.qkv + (size_t)(q0 + t_first + r) * qkv_stride +
+            attn_cp_async16(dst, p.qkv + (size_t)(q0 + t_first + r) * qkv_stride +
                                      (size_t)h * HD + piece * 8);
         else
             *(uint4 *)dst = make_uint4(0, 0, 0, 0);
@@ -106,8 +106,8 @@ __global__ void __launch_bounds__(PF_WARPS * 32) kernel_prefill(pf_params p)
                 const size_t slot = (size_t)table[bi] * p.block_size + (key - bi * p.block_size);
                 const size_t off = (slot * p.hk + kvh) * HD + piece * 8;
                 if constexpr (sizeof(KV) == 2) {
-                    cp_async16(kd + j * ST + piece * 8, (const KV *)p.k_cache + off);
-                    cp_async16(vd + j * ST + piece * 8, (const KV *)p.v_cache + off);
+                    attn_cp_async16(kd + j * ST + piece * 8, (const KV *)p.k_cache + off);
+                    attn_cp_async16(vd + j * ST + piece * 8, (const KV *)p.v_cache + off);
                 } else { /* converted on the way: a plain load, then a store */
                     *(uint4 *)(kd + j * ST + piece * 8) = attn_load8_as_bf16((const KV *)p.k_cache + off);
                     *(uint4 *)(vd + j * ST + piece * 8) = attn_load8_as_bf16((const KV *)p.v_cache + off);
@@ -119,7 +119,7 @@ __global__ void __launch_bounds__(PF_WARPS * 32) kernel_prefill(pf_params p)
         }
     };
     if (n_tiles > 0) load_tile(0, 0);
-    cp_async_commit();
+    attn_cp_async_commit();
 
     /* This thread's two rows: r_a = lane / 4 and r_a + 8 of the warp's 16. */
     const int wr0 = warp * 16;
@@ -138,10 +138,10 @@ __global__ void __launch_bounds__(PF_WARPS * 32) kernel_prefill(pf_params p)
     for (int j = 0; j < n_tiles; j++) {
         if (j + 1 < n_tiles) {
             load_tile(j + 1, (j + 1) & 1);
-            cp_async_commit();
-            cp_async_wait<1>();
+            attn_cp_async_commit();
+            attn_cp_async_wait<1>();
         } else {
-            cp_async_wait<0>();
+            attn_cp_async_wait<0>();
         }
         __syncthreads();
         if (QREG && j == 0) {
@@ -251,7 +251,7 @@ __global__ void __launch_bounds__(PF_WARPS * 32) kernel_prefill(pf_params p)
         }
         __syncthreads(); /* the buffer is refilled two iterations on */
     }
-    cp_async_wait<0>();
+    attn_cp_async_wait<0>();
 
 #pragma unroll
     for (int r = 0; r < 2; r++) {

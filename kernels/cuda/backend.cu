@@ -456,13 +456,6 @@ int cuda_cluster_max_of(const void *kernel, int threads, size_t smem)
     return remembered(ask_cluster_max, kernel, threads, smem);
 }
 
-/* Whether the environment switches a path off: NAME=0 (A/B runs). */
-static bool env_off(const char *name)
-{
-    const char *v = getenv(name);
-    return v && strcmp(v, "0") == 0;
-}
-
 static nl_status backend_init(cuda_backend *be)
 {
     NL_CUDA_CHECK(cudaSetDevice(be->device));
@@ -471,9 +464,10 @@ static nl_status backend_init(cuda_backend *be)
     NL_CUDA_CHECK(cudaStreamCreateWithFlags(&be->stream, cudaStreamNonBlocking));
     int major = 0;
     NL_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, be->device));
-    be->pdl = major >= 9 && !env_off("NANOLLM_PDL");
-    be->clusters = major >= 9 && !env_off("NANOLLM_CLUSTERS");
-    be->decode_gemm = !env_off("NANOLLM_DGEMM");
+    const char *pdl = getenv("NANOLLM_PDL");
+    be->pdl = major >= 9 && !(pdl && strcmp(pdl, "0") == 0);
+    const char *clusters = getenv("NANOLLM_CLUSTERS");
+    be->clusters = major >= 9 && !(clusters && strcmp(clusters, "0") == 0);
     NL_CUBLAS_CHECK(cublasLtCreate(&be->lt));
     be->workspace_bytes = WORKSPACE_BYTES;
     NL_CUDA_CHECK(cudaMalloc(&be->workspace, be->workspace_bytes));

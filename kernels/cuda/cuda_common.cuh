@@ -9,7 +9,6 @@
 #ifndef NL_KERNELS_CUDA_COMMON_CUH
 #define NL_KERNELS_CUDA_COMMON_CUH
 
-#include <cooperative_groups.h>
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -69,40 +68,6 @@ static __device__ __forceinline__ uint4 load_stream16(const void *p)
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                  : "l"(p));
     return v;
-}
-
-/* cp.async: a 16-byte copy from global into shared memory that this
- * thread issues and later waits for (by commit groups: cp_async_wait<N>
- * returns once all but the newest N of its groups have landed; a barrier
- * then shows every thread's copies to the block). */
-static __device__ __forceinline__ void cp_async16(void *smem, const void *gmem)
-{
-    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
-}
-
-static __device__ __forceinline__ void cp_async_commit(void)
-{
-    asm volatile("cp.async.commit_group;\n" ::);
-}
-
-template <int N>
-static __device__ __forceinline__ void cp_async_wait(void)
-{
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
-/* The address of `local`'s twin in the shared memory of block `rank` of
- * the thread-block cluster (Hopper and later). */
-template <typename T>
-static __device__ __forceinline__ T *cluster_at(T *local, int rank)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    return cooperative_groups::this_cluster().map_shared_rank(local, rank);
-#else
-    __trap();
-    return local;
-#endif
 }
 
 /* Eight e4m3 bytes (element 0 in the lowest byte) to floats, exactly: every
@@ -199,8 +164,6 @@ typedef struct cuda_backend {
     bool pdl;                  /* programmatic dependent launch (cuda_launch) */
     bool clusters;             /* kernels may launch in thread-block clusters; */
                                /* NANOLLM_CLUSTERS=0: never (A/B runs)     */
-    bool decode_gemm;          /* decode batches on gemm_decode.cu;        */
-                               /* NANOLLM_DGEMM=0: on cuBLASLt (A/B runs)  */
     cudaStream_t stream;       /* every op is enqueued here, nothing else */
     cublasLtHandle_t lt;
     void *workspace;           /* cuBLASLt workspace, fixed at creation    */
@@ -339,15 +302,6 @@ enum { GEMV_STORE, GEMV_SILU_MUL, GEMV_ADD };
 bool cuda_gemv_fits(const void *x, const nl_weight *w, int32_t n);
 nl_status cuda_gemv(cuda_backend *be, void *out, bool out_f32, int epilogue, const void *x,
                     const nl_weight *w, const nl_weight *bias, const nl_weight *norm_w, float eps);
-/* The decode batch's GEMM (gemm_decode.cu), for 2 to CUDA_DGEMM_MAX_N
- * tokens: cuda_gemm_decode_fits says whether it takes x @ w^T for n tokens;
- * cuda_gemm_decode writes out[n, w.rows] (bf16) = x @ w^T + bias, or with
- * add adds that product, rounded, into the residual stream out. */
-#define CUDA_DGEMM_MAX_N 256
-bool cuda_gemm_decode_fits(const cuda_backend *be, const void *x, const nl_weight *w,
-                           int32_t n);
-nl_status cuda_gemm_decode(cuda_backend *be, void *out, bool add, const void *x,
-                           const nl_weight *w, const nl_weight *bias, int32_t n);
 nl_status cuda_take_ids(nl_backend *b, int32_t *ids, const int32_t *src, const int32_t *pairs, int32_t n);
 nl_status cuda_copy_pieces(nl_backend *b, const nl_copy_piece *pieces, int32_t n);
 nl_status cuda_gather_rows(nl_backend *b, void *out, const void *x, const int32_t *rows,

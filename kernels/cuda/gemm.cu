@@ -12,10 +12,8 @@
  * backend's, fixed at creation, so a captured graph can replay the call.
  * A single token takes the GEMV kernel (gemv.cu) instead, which also
  * absorbs the RMSNorm before a projection, the SiLU-and-multiply after
- * gate_up and the residual add after o_proj and down; decode batches up to
- * CUDA_DGEMM_MAX_N tokens take the decode GEMM (gemm_decode.cu), which
- * absorbs the residual add; larger batches run those steps as their own
- * kernels around cuBLASLt.
+ * gate_up and the residual add after o_proj and down; larger batches run
+ * those steps as their own kernels around cuBLASLt.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -197,8 +195,6 @@ static nl_status cuda_gemm(cuda_backend *be, void *out, cudaDataType_t out_type,
     NL_TRY(check_bias(w, bias));
     if (cuda_gemv_fits(x, w, n))
         return cuda_gemv(be, out, out_type == CUDA_R_32F, GEMV_STORE, x, w, bias, NULL, 0.0f);
-    if (out_type == CUDA_R_16BF && cuda_gemm_decode_fits(be, x, w, n))
-        return cuda_gemm_decode(be, out, false, x, w, bias, n);
     const bool has_bias = bias != NULL;
     cuda_gemm_plan *p = plan_find(be, w->rows, n, w->cols, out_type, has_bias);
     if (!p)
@@ -258,7 +254,6 @@ nl_status cuda_linear_add(nl_backend *b, void *residual, void *work, const void 
     if (n <= 0) return NL_OK;
     if (cuda_gemv_fits(x, w, n))
         return cuda_gemv(be, residual, false, GEMV_ADD, x, w, bias, NULL, 0.0f);
-    if (cuda_gemm_decode_fits(be, x, w, n)) return cuda_gemm_decode(be, residual, true, x, w, bias, n);
     NL_TRY(cuda_gemm(be, work, CUDA_R_16BF, x, w, bias, n));
     return cuda_add(b, residual, work, (size_t)n * (size_t)w->rows);
 }
@@ -317,16 +312,13 @@ static void *warm_lane_run(void *arg)
     return NULL;
 }
 
-/* Whether cuda_gemm will need a plan for sh (the GEMV takes one token, the
- * decode GEMM most decode batches; the forward's buffers are aligned, as
- * the NULL stands for). */
+/* Whether cuda_gemm will need a plan for sh (the GEMV takes one token; the
+ * forward's buffers are aligned, as the NULL stands for). */
 static bool warm_wanted(cuda_backend *be, const nl_linear_shape *shapes, int i)
 {
     const nl_linear_shape *sh = &shapes[i];
     const cudaDataType_t t = sh->out_f32 ? CUDA_R_32F : CUDA_R_16BF;
     if (sh->n <= 0 || cuda_gemv_fits(NULL, sh->w, sh->n)) return false;
-    /* nor for a decode batch that the decode GEMM takes (NULL: aligned) */
-    if (!sh->out_f32 && cuda_gemm_decode_fits(be, NULL, sh->w, sh->n)) return false;
     if (plan_find(be, sh->w->rows, sh->n, sh->w->cols, t, sh->bias != NULL)) return false;
     for (int j = 0; j < i; j++) /* the same plan listed twice */
         if (shapes[j].w->rows == sh->w->rows && shapes[j].w->cols == sh->w->cols &&
