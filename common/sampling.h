@@ -55,6 +55,12 @@ typedef struct nl_sample_row {
 /* Host and device read the same bytes: no implicit padding may differ. */
 static_assert(sizeof(nl_sample_row) == 40, "nl_sample_row is 40 bytes on host and device");
 
+/* Whether the row's top_k cuts it (0, negative or past the vocabulary: no cut). */
+static inline NL_HOST_DEVICE bool nl_sample_cuts_by_k(const nl_sample_row *sr, int32_t vocab)
+{
+    return sr->top_k > 0 && sr->top_k < vocab;
+}
+
 
 /* Counter-based generator shared by all backends: the sampler's randomness
  * for a token depends on (seed, offset, token id) alone, so it does not

@@ -207,7 +207,7 @@ static int32_t kept_prefix(const float *l, int32_t n, int32_t vocab, const nl_sa
                            const int32_t *order, double row_mass)
 {
     double inv_t = 1.0 / sr->temperature, lmax = l[order[0]];
-    bool by_k = sr->top_k > 0 && sr->top_k < vocab;
+    bool by_k = nl_sample_cuts_by_k(sr, vocab);
     int32_t kept = by_k && sr->top_k < n ? sr->top_k : n;
     if (sr->top_p < 1.0f) {
         /* p relative to the most likely token: ratios are all that matter. */
@@ -273,7 +273,7 @@ static void sample_task(void *ctx_, int64_t begin, int64_t end)
         }
 
         int32_t chosen = best;
-        bool cuts = (sr->top_k > 0 && sr->top_k < vocab) || sr->top_p < 1.0f;
+        const bool by_k = nl_sample_cuts_by_k(sr, vocab), cuts = by_k || sr->top_p < 1.0f;
         if (sr->temperature > 0.0f && !cuts) {
             chosen = race(l, NULL, vocab, sr, lmax, sr->min_p);
         } else if (sr->temperature > 0.0f) {
@@ -287,7 +287,6 @@ static void sample_task(void *ctx_, int64_t begin, int64_t end)
                 atomic_store(&c->failed, true);
                 break;
             }
-            bool by_k = sr->top_k > 0 && sr->top_k < vocab;
             double inv_t = 1.0 / sr->temperature, row_mass = 0.0;
             int32_t kept = -1;
             if (by_k && sr->top_k <= SELECT_MAX) {

@@ -41,13 +41,13 @@
 
 static __device__ __forceinline__ bool row_has_cuts(const nl_sample_row &sp, int vocab)
 {
-    return cuts_by_k(sp, vocab) || sp.top_p < 1.0f || sp.min_p > 0.0f;
+    return nl_sample_cuts_by_k(&sp, vocab) || sp.top_p < 1.0f || sp.min_p > 0.0f;
 }
 
 /* top_p without a top_k: the head must hold the mass top_p of the row */
 static __device__ __forceinline__ bool cut_by_mass_alone(const nl_sample_row &sp, int vocab)
 {
-    return sp.top_p < 1.0f && !cuts_by_k(sp, vocab);
+    return sp.top_p < 1.0f && !nl_sample_cuts_by_k(&sp, vocab);
 }
 
 /* What one thread, block or row slice has seen.  sum is of exp(l - max),
@@ -86,7 +86,7 @@ static __device__ __forceinline__ scan_part warp_merge(scan_part p, bool tmass, 
         scan_part q;
         q.max = __shfl_xor_sync(0xffffffffu, p.max, o);
         q.sum = __shfl_xor_sync(0xffffffffu, p.sum, o);
-        q.tmass = tmass ? __shfl_xor_sync(0xffffffffu, p.tmass, o) : 0.0f; /* uniform */
+        q.tmass = tmass ? __shfl_xor_sync(0xffffffffu, p.tmass, o) : 0.0f; /* tmass: warp-uniform */
         q.argmax = __shfl_xor_sync(0xffffffffu, p.argmax, o);
         q.race = __shfl_xor_sync(0xffffffffu, p.race, o);
         q.race_id = __shfl_xor_sync(0xffffffffu, p.race_id, o);
@@ -255,7 +255,7 @@ __global__ void __launch_bounds__(SAMPLE_THREADS)
 
     const int n_top = max(0, min(min(sp.n_logprobs, NL_MAX_LOGPROBS), vocab));
     const bool cut = sampled && row_has_cuts(sp, vocab);
-    const bool by_k = cuts_by_k(sp, vocab);
+    const bool by_k = nl_sample_cuts_by_k(&sp, vocab);
     const bool ordered = sampled && (by_k || sp.top_p < 1.0f); /* cuts needing the order */
     int chosen = sampled && !cut ? whole.race_id : argmax;
 

@@ -14,12 +14,6 @@
 #define NO_ID 0x7fffffff
 #define SAMPLE_THREADS 1024 /* the finishing block's */
 
-/* Whether the row's top_k cuts it (0 or past the vocabulary: no cut). */
-static __device__ __forceinline__ bool cuts_by_k(const nl_sample_row &sp, int vocab)
-{
-    return sp.top_k > 0 && sp.top_k < vocab;
-}
-
 /* The logit's order-preserving key: ascending keys are ascending logits.
  * + 0.0f makes -0 into +0: equal floats get one key, so ties go by id. */
 static __device__ __forceinline__ uint32_t order_key(float f)

@@ -152,7 +152,7 @@ static __device__ int head_race(const head_shared *hs, int n, int vocab, const n
                                 float lmax, double row_mass, block_scratch *bs)
 {
     const float inv_t = 1.0f / sp.temperature;
-    const bool by_k = cuts_by_k(sp, vocab);
+    const bool by_k = nl_sample_cuts_by_k(&sp, vocab);
     int kept = by_k ? min(sp.top_k, n) : n;
     if (sp.top_p < 1.0f) {
         /* running mass in order, in double as on the CPU: thread t holds

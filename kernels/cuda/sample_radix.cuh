@@ -241,7 +241,7 @@ static __device__ int radix_cut_race(row_view v, const nl_sample_row &sp, radix_
 {
     v.inv_t = 1.0f / sp.temperature;
     cut c;
-    if (cuts_by_k(sp, v.vocab) && find_crossing(v, (float)sp.top_k, false, &c, sh, bs))
+    if (nl_sample_cuts_by_k(&sp, v.vocab) && find_crossing(v, (float)sp.top_k, false, &c, sh, bs))
         v.limit = c;
     v.mass = true;
     if (sp.top_p < 1.0f) {
