@@ -6,9 +6,10 @@
  * WIRE_TOKEN_PREVIOUS: "the token step N sampled for this seq".  Only rank 0
  * samples, so after every RUN (failed or not) it publishes that step's
  * (seq id, token) pairs here, and every rank, rank 0 included, resolves the
- * placeholders of the next command from them before running it.  (A tp 1
- * worker that launches ahead takes them on its device instead and
- * publishes nothing: worker/worker_loop.c.)
+ * placeholders of the next command from them before running it.  This is
+ * the path of a worker that executes whole steps (worker_loop.h: no launch
+ * and finish); the model runner samples on every rank and takes them on
+ * its device instead, publishing nothing (worker/worker_loop.c).
  *
  * Two slots, by step parity: rank 0 writes step N + 1's slot only after
  * step N + 1 ran, which every rank joined, so nobody still reads the slot

@@ -22,10 +22,10 @@ typedef struct nl_comm nl_comm;
 typedef struct nl_comm_ops {
     /* buf[count] = sum over ranks of buf[count], on every rank. */
     nl_status (*all_reduce_sum)(nl_comm *c, void *buf, size_t count, nl_dtype dtype);
-    /* Rank 0 receives recv[rank * count + i] = send_of_rank[i]; recv is
-     * ignored on other ranks. */
-    nl_status (*gather)(nl_comm *c, const void *send, void *recv, size_t count,
-                        nl_dtype dtype);
+    /* Every rank receives recv[r * count + i] = send of rank r [i]: the
+     * same bytes on every rank. */
+    nl_status (*all_gather)(nl_comm *c, const void *send, void *recv, size_t count,
+                            nl_dtype dtype);
     void (*destroy)(nl_comm *c);
     /* Optional: an error if the group abandoned a collective (a peer died
      * or a wait timed out).  Collectives only enqueue work on a GPU, so a

@@ -1,4 +1,4 @@
-/* comm_shm.c — all-reduce and gather between CPU workers through shared
+/* comm_shm.c — all-reduce and all-gather between CPU workers through shared
  * memory.
  *
  * Area layout: the abort word of common/comm_area.h, a barrier (arrival
@@ -176,23 +176,22 @@ static nl_status shm_all_reduce(nl_comm *base, void *buf, size_t count, nl_dtype
     return NL_OK;
 }
 
-static nl_status shm_gather(nl_comm *base, const void *send, void *recv, size_t count,
-                            nl_dtype dtype)
+/* A chunk: every rank copies its values into its slot; barrier; every rank
+ * copies every slot out; barrier (before the next chunk overwrites them). */
+static nl_status shm_all_gather(nl_comm *base, const void *send, void *recv, size_t count,
+                                nl_dtype dtype)
 {
     comm_shm *c = (comm_shm *)base;
     size_t elem = nl_dtype_size(dtype);
     size_t per_chunk = c->slot_bytes / elem;
     const uint8_t *s = send;
     uint8_t *d = recv;
-    if (base->rank == 0 && !recv)
-        return nl_error(NL_ERR_INVALID_ARG, "comm_shm: gather on rank 0 without a receive buffer");
     for (size_t off = 0; off < count; off += per_chunk) {
         size_t n = count - off < per_chunk ? count - off : per_chunk;
         memcpy(slot(c, base->rank), s + off * elem, n * elem);
         NL_TRY(barrier(c));
-        if (base->rank == 0)
-            for (int r = 0; r < base->size; r++)
-                memcpy(d + ((size_t)r * count + off) * elem, slot(c, r), n * elem);
+        for (int r = 0; r < base->size; r++)
+            memcpy(d + ((size_t)r * count + off) * elem, slot(c, r), n * elem);
         NL_TRY(barrier(c));
     }
     return NL_OK;
@@ -205,7 +204,7 @@ static void shm_destroy(nl_comm *base)
 
 static const nl_comm_ops shm_ops = {
     .all_reduce_sum = shm_all_reduce,
-    .gather = shm_gather,
+    .all_gather = shm_all_gather,
     .destroy = shm_destroy,
 };
 

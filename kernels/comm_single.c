@@ -8,13 +8,14 @@ static nl_status single_all_reduce(nl_comm *c, void *buf, size_t count, nl_dtype
     return NL_OK;
 }
 
-/* With one rank the gather is the identity, but send and recv are backend
- * memory the host cannot copy; a single-rank caller uses send directly. */
-static nl_status single_gather(nl_comm *c, const void *send, void *recv, size_t count,
+/* With one rank the all-gather is the identity, but send and recv are
+ * backend memory the host cannot copy; a single-rank caller uses send
+ * directly. */
+static nl_status single_all_gather(nl_comm *c, const void *send, void *recv, size_t count,
                                nl_dtype dtype)
 {
     if (send != recv)
-        return nl_error(NL_ERR_INVALID_ARG, "comm: a single-rank gather must be in place");
+        return nl_error(NL_ERR_INVALID_ARG, "comm: a single-rank all-gather must be in place");
     return NL_OK;
 }
 
@@ -22,7 +23,7 @@ static void single_destroy(nl_comm *c) {}
 
 static const nl_comm_ops single_ops = {
     .all_reduce_sum = single_all_reduce,
-    .gather = single_gather,
+    .all_gather = single_all_gather,
     .destroy = single_destroy,
 };
 

@@ -2,7 +2,7 @@
  *
  * The program plays the leader: it forks tp worker processes (before any
  * of them touches CUDA), gives them a shared area, and watches them.  Each
- * rank runs the same list of cases: an all-reduce or a gather of a size,
+ * rank runs the same list of cases: an all-reduce or an all-gather of a size,
  * dtype and algorithm, eagerly or replayed from a CUDA graph.  Inputs are
  * generated from (case, rank, element), so every rank can compute the host
  * reference for all ranks: the fp32 sum over ranks 0, 1, ... rounded once.
@@ -52,7 +52,7 @@
 #define MAX_TP NL_COMM_IPC_MAX_RANKS
 #define REPLAYS 3
 
-typedef enum { OP_ALL_REDUCE, OP_GATHER } op_kind;
+typedef enum { OP_ALL_REDUCE, OP_ALL_GATHER } op_kind;
 
 typedef struct test_case {
     op_kind op;
@@ -168,7 +168,7 @@ static int64_t check_all_reduce(const test_case *k, int c, int tp, int replay, c
     return bad;
 }
 
-static int64_t check_gather(const test_case *k, int c, int tp, int replay, const void *got)
+static int64_t check_all_gather(const test_case *k, int c, int tp, int replay, const void *got)
 {
     int64_t bad = 0;
     size_t es = nl_dtype_size(k->dtype);
@@ -220,10 +220,10 @@ static void build_cases(int tp, int64_t max_rows)
     /* logits: rows of a vocabulary shard (Qwen3's 151936 / tp) */
     int64_t shard = 151936 / tp;
     for (int64_t rows = 1; rows <= 64; rows *= 8) {
-        add(OP_GATHER, NL_DTYPE_F32, rows, rows * shard, 0, false);
-        add(OP_GATHER, NL_DTYPE_F32, rows, rows * shard, 0, true);
+        add(OP_ALL_GATHER, NL_DTYPE_F32, rows, rows * shard, 0, false);
+        add(OP_ALL_GATHER, NL_DTYPE_F32, rows, rows * shard, 0, true);
     }
-    add(OP_GATHER, NL_DTYPE_BF16, 0, 7, 0, false);
+    add(OP_ALL_GATHER, NL_DTYPE_BF16, 0, 7, 0, false);
 }
 
 /* ---- one rank ------------------------------------------------------------------- */
@@ -239,7 +239,7 @@ typedef struct rank_ctx {
 static nl_status run_op(rank_ctx *x, const test_case *k, void *dbuf, void *drecv)
 {
     if (k->op == OP_ALL_REDUCE) return x->comm->ops->all_reduce_sum(x->comm, dbuf, k->count, k->dtype);
-    return x->comm->ops->gather(x->comm, dbuf, drecv, k->count, k->dtype);
+    return x->comm->ops->all_gather(x->comm, dbuf, drecv, k->count, k->dtype);
 }
 
 static nl_status run_case(rank_ctx *x, int c)
@@ -247,13 +247,13 @@ static nl_status run_case(rank_ctx *x, int c)
     const test_case *k = &cases[c];
     nl_backend *be = x->be;
     size_t es = nl_dtype_size(k->dtype), bytes = k->count * es;
-    size_t out_bytes = k->op == OP_GATHER ? bytes * x->tp : bytes;
+    size_t out_bytes = k->op == OP_ALL_GATHER ? bytes * x->tp : bytes;
     void *host = malloc(bytes), *out = malloc(out_bytes);
     void *dsrc = NULL, *dbuf = NULL, *drecv = NULL;
     nl_graph *g = NULL;
     nl_status st = be->ops->alloc(be, bytes, &dsrc);
     if (st == NL_OK) st = be->ops->alloc(be, bytes, &dbuf);
-    if (st == NL_OK && k->op == OP_GATHER) st = be->ops->alloc(be, out_bytes, &drecv);
+    if (st == NL_OK && k->op == OP_ALL_GATHER) st = be->ops->alloc(be, out_bytes, &drecv);
     nl_comm_ipc_set_algo(x->comm, (nl_comm_ipc_algo)k->algo);
     int64_t bad = 0;
     uint64_t h = 0;
@@ -290,10 +290,10 @@ static nl_status run_case(rank_ctx *x, int c)
             bad += check_all_reduce(k, c, x->tp, rep, out, count_order ? &sens : NULL);
             if (count_order) x->rep->order_sensitive[c] = sens;
             h = h * 31 + hash_bytes(out, bytes);
-        } else if (x->rank == 0) {
+        } else {
             st = be->ops->download(be, out, drecv, out_bytes);
             if (st != NL_OK) break;
-            bad += check_gather(k, c, x->tp, rep, out);
+            bad += check_all_gather(k, c, x->tp, rep, out);
             h = h * 31 + hash_bytes(out, out_bytes);
         }
     }
@@ -519,12 +519,12 @@ static int report_sweep(int tp, int64_t max_rows, report *rep)
         bool ok = true, same = true;
         for (int r = 0; r < tp; r++) {
             if (rep->fail[c][r] != 0) ok = false;
-            if (k->op == OP_ALL_REDUCE && rep->hash[c][r] != rep->hash[c][0]) same = false;
+            if (rep->hash[c][r] != rep->hash[c][0]) same = false;
         }
         if (!ok || !same) {
             bad_cases++;
             printf("  FAIL tp %d %s %s count %lld (%lld rows) %s%s:", tp,
-                   k->op == OP_GATHER ? "gather" : "all-reduce", dtype_str(k->dtype),
+                   k->op == OP_ALL_GATHER ? "all-gather" : "all-reduce", dtype_str(k->dtype),
                    (long long)k->count, (long long)k->rows, algo_str(k->algo), k->graph ? " graph" : "");
             for (int r = 0; r < tp; r++) printf(" r%d=%d", r, rep->fail[c][r]);
             printf("%s\n", same ? "" : " (ranks differ)");
@@ -537,7 +537,7 @@ static int report_sweep(int tp, int64_t max_rows, report *rep)
             elems += cases[c].count;
         }
     printf("tp %d: %d cases (all-reduce bf16/f32 1..%lld rows x %d, eager and graph replays; "
-           "gathers): %d failed; %lld of %lld summed elements would differ summed in reverse order\n",
+           "all-gathers): %d failed; %lld of %lld summed elements would differ summed in reverse order\n",
            tp, n_cases, (long long)max_rows, hidden, bad_cases, (long long)sens,
            (long long)elems);
     for (int r = 0; r < tp; r++)

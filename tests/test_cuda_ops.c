@@ -1362,11 +1362,10 @@ static void *comm_rank(void *arg)
     be->ops->upload(be, bbuf, hb, count * 2);
     j->status = c->ops->all_reduce_sum(c, buf, count, NL_DTYPE_F32);
     if (j->status == NL_OK) j->status = c->ops->all_reduce_sum(c, bbuf, count, NL_DTYPE_BF16);
-    if (j->status == NL_OK) j->status = c->ops->gather(c, buf, gath, count, NL_DTYPE_F32);
+    if (j->status == NL_OK) j->status = c->ops->all_gather(c, buf, gath, count, NL_DTYPE_F32);
     if (j->status == NL_OK) j->status = be->ops->download(be, h, buf, count * 4);
     if (j->status == NL_OK) j->status = be->ops->download(be, hb, bbuf, count * 2);
-    if (j->status == NL_OK && j->rank == 0)
-        j->status = be->ops->download(be, back, gath, count * 4 * j->size);
+    if (j->status == NL_OK) j->status = be->ops->download(be, back, gath, count * 4 * j->size);
     if (j->status != NL_OK) goto out;
     double ranks = j->size * (j->size - 1) / 2.0;
     j->err = 0.0;
@@ -1375,9 +1374,8 @@ static void *comm_rank(void *arg)
         double wantb = (double)(i % 13) * j->size + ranks;
         j->err = fmax(j->err, fabs(h[i] - want));
         j->err = fmax(j->err, fabs(nl_bf16_to_f32(hb[i]) - wantb));
-        if (j->rank == 0)
-            for (int r = 0; r < j->size; r++)
-                j->err = fmax(j->err, fabs(back[(size_t)r * count + i] - want));
+        for (int r = 0; r < j->size; r++) /* every rank's all-gather */
+            j->err = fmax(j->err, fabs(back[(size_t)r * count + i] - want));
     }
 out:
     if (j->status != NL_OK) snprintf(j->error, sizeof j->error, "%s", nl_last_error());

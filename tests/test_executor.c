@@ -425,7 +425,7 @@ static float value_of(int rank, size_t i)
     return i % 2 ? v[rank] : (float)(rank + 1) * 0.1f * (float)(i % 7);
 }
 
-START_TEST(test_comm_shm_all_reduce_and_gather)
+START_TEST(test_comm_shm_all_reduce_and_all_gather)
 {
     enum { SIZE = 3 };
     const size_t count = 5000;
@@ -433,7 +433,7 @@ START_TEST(test_comm_shm_all_reduce_and_gather)
     const size_t area_bytes = 4096 + (SIZE + 1) * 1024;
     void *area = mmap(NULL, area_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     ck_assert_ptr_ne(area, MAP_FAILED);
-    float *results = mmap(NULL, sizeof(float) * count * (SIZE + SIZE), PROT_READ | PROT_WRITE,
+    float *results = mmap(NULL, sizeof(float) * count * (SIZE + SIZE * SIZE), PROT_READ | PROT_WRITE,
                           MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     pid_t pids[SIZE];
     for (int rank = 0; rank < SIZE; rank++) {
@@ -448,8 +448,8 @@ START_TEST(test_comm_shm_all_reduce_and_gather)
             }
             memcpy(results + (size_t)rank * count, buf, sizeof(float) * count);
             for (size_t i = 0; i < count; i++) buf[i] = (float)(rank * 100000 + (int)i);
-            if (c->ops->gather(c, buf, rank == 0 ? results + SIZE * count : NULL, count,
-                               NL_DTYPE_F32) != NL_OK)
+            if (c->ops->all_gather(c, buf, results + (size_t)(SIZE + SIZE * rank) * count, count,
+                                   NL_DTYPE_F32) != NL_OK)
                 _exit(4);
             nl_comm_destroy(c);
             _exit(0);
@@ -471,13 +471,15 @@ START_TEST(test_comm_shm_all_reduce_and_gather)
         if (i % 2 && want == 0.0f) odd_zero++;
     }
     ck_assert_int_eq(odd_zero, (int)count / 2); /* (1 + 1e8) - 1e8 == 0 in fp32 */
-    const float *gathered = results + SIZE * count;
-    for (int r = 0; r < SIZE; r++)
-        for (size_t i = 0; i < count; i++)
-            if (gathered[(size_t)r * count + i] != (float)(r * 100000 + (int)i))
-                ck_abort_msg("gather: rank %d element %zu", r, i);
+    for (int at = 0; at < SIZE; at++) {
+        const float *gathered = results + (size_t)(SIZE + SIZE * at) * count;
+        for (int r = 0; r < SIZE; r++)
+            for (size_t i = 0; i < count; i++)
+                if (gathered[(size_t)r * count + i] != (float)(r * 100000 + (int)i))
+                    ck_abort_msg("all-gather on rank %d: rank %d element %zu", at, r, i);
+    }
     munmap(area, area_bytes);
-    munmap(results, sizeof(float) * count * (SIZE + SIZE));
+    munmap(results, sizeof(float) * count * (SIZE + SIZE * SIZE));
 }
 END_TEST
 
@@ -498,7 +500,7 @@ int main(void)
     tcase_add_test(tc, test_bad_worker_program);
     tcase_add_test(tc, test_step_failure_is_reported);
     tcase_add_test(tc, test_kill_all);
-    tcase_add_test(tc, test_comm_shm_all_reduce_and_gather);
+    tcase_add_test(tc, test_comm_shm_all_reduce_and_all_gather);
     suite_add_tcase(s, tc);
     return check_run(s);
 }

@@ -812,7 +812,7 @@ static nl_status count_head(nl_backend *be, float *out, const void *x, const nl_
     return cpu_ops->linear_f32(be, out, x, w, n);
 }
 
-/* Rank 0 of a 2-rank group whose peer's rows are zeros: the gather is
+/* Rank 0 of a 2-rank group whose peer's rows are zeros: the all-gather is
  * counted, all-reduces leave the rank's own sums. */
 static nl_status count_gather(nl_comm *c, const void *send, void *recv, size_t count,
                               nl_dtype dtype)
@@ -865,7 +865,7 @@ START_TEST(test_left_out_ops)
 
     /* a shard's forward gathers its logits once, and not with logits_gather left out */
     f = open_forward_shard(gm, 2);
-    static const nl_comm_ops two_ops = {.all_reduce_sum = keep_own_sums, .gather = count_gather};
+    static const nl_comm_ops two_ops = {.all_reduce_sum = keep_own_sums, .all_gather = count_gather};
     nl_comm two = {.ops = &two_ops, .rank = 0, .size = 2};
     n_gathers = 0;
     forward_prompt_comm(f.be, &two, f.w, f.s, 3);

@@ -96,7 +96,7 @@ static void record(int tp, int step, const wire_reply *reply, int32_t tokens[N_S
 
 /* Prefill two prompts, then decode greedily; tokens[s][k], logprobs[s][k].
  * With async, each step is sent before the previous step's reply is read,
- * its inputs the placeholders every rank resolves from rank 0's samples. */
+ * its inputs placeholders that every rank takes from its own samples. */
 static void generate(int tp, bool async, int32_t tokens[N_SEQS][N_DECODE + 1],
                      float logprobs[N_SEQS][N_DECODE + 1])
 {
@@ -143,7 +143,9 @@ START_TEST(test_tp1_and_tp2_agree)
     /* tp 1 async: the worker launches each step while the one before runs
      * and takes its placeholders from the samples on the device */
     generate(1, true, ta, la);
-    /* tp 2 async: rank 1 takes its inputs from the samples rank 0 publishes */
+    /* tp 2 async: every rank samples the gathered logits and takes its
+     * inputs from its own samples (a rank that took other tokens would
+     * change the next step's logits on both) */
     generate(2, true, t2, l2);
     for (int s = 0; s < N_SEQS; s++)
         for (int k = 0; k <= N_DECODE; k++) {

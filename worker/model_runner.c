@@ -12,8 +12,9 @@
  *
  * A step is a pipeline: prepare_inputs fills the host mirrors (and picks a
  * graph or the eager path), upload_inputs moves them up, run_forward runs
- * the model, and on rank 0 the sampler runs and its outputs are queued for
- * the host; model_runner_finish waits for them and fills the reply.  The buffers
+ * the model, and the sampler runs (on every rank: each takes its next
+ * step's placeholders from its own samples) and its outputs are queued
+ * for the host; model_runner_finish waits for them and fills the reply.  The buffers
  * those stages move are rows of one table, step_bufs.
  *
  * Launching and finishing are apart, so a worker may launch step N + 1
@@ -82,9 +83,9 @@ typedef struct step_shape {
     int32_t n_tokens, n_seqs;
     int32_t stride;   /* block table row width                             */
     int32_t table_width; /* columns of each row the step's seqs use         */
-    int32_t n_logits; /* logits rows computed (and sampled on rank 0)      */
-    int32_t n_perm;   /* gather permutation entries: tp n_logits on rank 0
-                         with tp > 1, else 0                               */
+    int32_t n_logits; /* logits rows computed and sampled                  */
+    int32_t n_perm;   /* gather permutation entries: tp n_logits with
+                         tp > 1, else 0                                    */
     int32_t n_top;    /* logits rows whose top logprobs come back: n_logits
                          when any seq asks for them, else 0                */
     int32_t n_take;   /* placeholder inputs taken from the last samples     */
@@ -170,7 +171,7 @@ typedef struct step_plan {
 typedef struct launched_step {
     uint64_t step_id;
     int32_t n_seqs;
-    bool sampled;          /* the sampler ran (rank 0, some logits rows)   */
+    bool sampled;          /* the sampler ran (some logits rows)           */
     uint64_t *seq_ids;     /* [max_num_seqs]                               */
     int32_t *rows;         /* [max_num_seqs] logits row, -1: no sample     */
     int32_t *n_logprobs;   /* [max_num_seqs]                               */
@@ -466,7 +467,7 @@ static nl_status size_kv_cache(model_runner *r)
 static step_shape shape_of(const model_runner *r, int32_t n_tokens, int32_t n_seqs, int32_t stride,
                            int32_t n_logits)
 {
-    bool perm = r->p.tp > 1 && r->rank == 0;
+    bool perm = r->p.tp > 1;
     return (step_shape){.n_tokens = n_tokens, .n_seqs = n_seqs, .stride = stride,
                         .table_width = stride, .n_logits = n_logits,
                         .n_perm = perm ? n_logits * r->p.tp : 0, .n_top = n_logits};
@@ -862,7 +863,7 @@ static nl_status run_forward(model_runner *r, const step_plan *plan, const qwen_
     return qwen_forward(r->be, r->comm, r->w, r->s, in);
 }
 
-/* Stage 3, rank 0: samples every logits row into launch slot k's host
+/* Stage 3: samples every logits row into launch slot k's host
  * copies (no copy after it: one kernel boundary fewer a step).  Row k of
  * the logits is the k-th sampling seq, or seq k under a graph. */
 static nl_status launch_sampler(model_runner *r, const step_plan *plan, int k)
@@ -880,7 +881,7 @@ static void record_launch(model_runner *r, const wire_run *cmd, const step_plan 
     launched_step *l = &r->launched[k];
     l->step_id = cmd->step_id;
     l->n_seqs = cmd->n_seqs;
-    l->sampled = r->rank == 0 && plan->shape.n_logits > 0;
+    l->sampled = plan->shape.n_logits > 0;
     int32_t row = 0;
     for (int32_t s = 0; s < cmd->n_seqs; s++) {
         const wire_seq *q = &cmd->seqs[s];
@@ -891,8 +892,7 @@ static void record_launch(model_runner *r, const wire_run *cmd, const step_plan 
     }
 }
 
-/* Stage 4: the reply of slot k's step, once it finished: on rank 0 its
- * samples. */
+/* Stage 4: the reply of slot k's step, once it finished: its samples. */
 static void fill_reply(model_runner *r, int k, wire_reply *reply)
 {
     const launched_step *l = &r->launched[k];

@@ -3,7 +3,7 @@
  * The runner loads its shard's weights from the mmapped checkpoint, sizes
  * and allocates the paged KV cache, and executes RUN commands: it builds the
  * device inputs (positions, slot mapping, cu_seqlens, block tables), runs the
- * forward pass (worker/qwen.c) and, on rank 0, samples.
+ * forward pass (worker/qwen.c) and samples (every rank, the same ids).
  */
 #ifndef NL_WORKER_MODEL_RUNNER_H
 #define NL_WORKER_MODEL_RUNNER_H
@@ -25,8 +25,8 @@ void model_runner_destroy(model_runner *r);
 
 int32_t model_runner_num_kv_blocks(const model_runner *r);
 
-/* Executes one RUN: launch, then finish.  On rank 0, reply->sampled gets
- * one entry per seq with sample == 1 (storage owned by the runner, valid
+/* Executes one RUN: launch, then finish.  reply->sampled gets one entry
+ * per seq with sample == 1 (storage owned by the runner, valid
  * until the next call). */
 nl_status model_runner_execute(model_runner *r, const wire_run *cmd, wire_reply *reply);
 
@@ -36,8 +36,8 @@ nl_status model_runner_execute(model_runner *r, const wire_run *cmd, wire_reply 
  * sampled for it (that RUN must be step_id - 1 and have sampled the seq),
  * taken on the device, so it may still be running. */
 nl_status model_runner_launch(model_runner *r, const wire_run *cmd);
-/* Waits for the oldest launched RUN; on rank 0 fills reply as execute
- * does (reply may be NULL). */
+/* Waits for the oldest launched RUN; fills reply as execute does (reply
+ * may be NULL). */
 nl_status model_runner_finish(model_runner *r, wire_reply *reply);
 /* Without blocking: whether the oldest launched RUN has finished on the
  * backend (true when none is in flight). */

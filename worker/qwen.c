@@ -47,7 +47,7 @@ static state_sizes state_sizes_of(const qwen_weights *w, size_t act_size, int32_
     size_t qkv_w = (size_t)(sh->hq + 2 * sh->hk) * sh->hd, attn_w = (size_t)sh->hq * sh->hd;
     size_t gu_w = 2 * (size_t)sh->inter, mlp_w = (size_t)sh->inter;
     size_t vs = (size_t)sh->vocab_shard, tp = (size_t)sh->tp;
-    bool gathers = tp > 1 && sh->rank == 0;
+    bool gathers = tp > 1; /* every rank samples the whole rows */
     return (state_sizes){
         .x = T * hidden * a,
         .xn = T * hidden * a,
@@ -316,13 +316,14 @@ nl_status qwen_forward(nl_backend *be, nl_comm *comm, const qwen_weights *w, qwe
         NL_TRY(op->linear_f32(be, s->logits_shard, rows, w->lm_head, m)); /* [m, vocab / tp] */
     if (sh->tp == 1) return NL_OK;
 
-    /* rank 0 receives [tp, m, vocab / tp] and interleaves it into [m, vocab];
+    /* every rank receives [tp, m, vocab / tp] and interleaves it into [m,
+     * vocab], the same bytes on each (each samples for itself: the samples
+     * of step N are on every device when step N + 1 takes them);
      * gather_rows only copies, so fp32 rows travel as act-dtype elements */
     size_t vs = (size_t)sh->vocab_shard;
     NL_TRY(mark(be, s, QWEN_OP_LOGITS_GATHER));
     if (!runs(s, QWEN_OP_LOGITS_GATHER)) return NL_OK;
-    NL_TRY(comm->ops->gather(comm, s->logits_shard, s->logits_gathered, (size_t)m * vs, NL_DTYPE_F32));
-    if (sh->rank != 0) return NL_OK;
+    NL_TRY(comm->ops->all_gather(comm, s->logits_shard, s->logits_gathered, (size_t)m * vs, NL_DTYPE_F32));
     int32_t row_elems = (int32_t)(vs * sizeof(float) / s->act_size);
     return op->gather_rows(be, s->logits, s->logits_gathered, in->gather_perm, m * sh->tp, row_elems);
 }

@@ -22,9 +22,9 @@ typedef struct qwen_inputs {
     int32_t n_logits;           /* rows whose logits are computed            */
     const int32_t *logit_rows;  /* [n_logits] token index of each, ascending
                                    (so n_logits == n_tokens means all rows) */
-    const int32_t *gather_perm; /* [tp n_logits], rank 0 with tp > 1: row
-                                   i tp + r of the result is row r n + i of
-                                   the gathered [tp, n_logits, vocab/tp]     */
+    const int32_t *gather_perm; /* [tp n_logits], with tp > 1: row i tp + r
+                                   of the result is row r n + i of the
+                                   gathered [tp, n_logits, vocab/tp]         */
 } qwen_inputs;
 
 typedef struct qwen_state {
@@ -39,8 +39,8 @@ typedef struct qwen_state {
                                silu_mul out [max_tokens, inter]           */
     void *last;             /* [max_logits, hidden] rows for the LM head  */
     float *logits_shard;    /* [max_logits, vocab / tp]                   */
-    float *logits_gathered; /* [tp, max_logits, vocab / tp], rank 0, tp>1 */
-    float *logits;          /* [max_logits, vocab], rank 0: the result    */
+    float *logits_gathered; /* [tp, max_logits, vocab / tp], tp > 1      */
+    float *logits;          /* [max_logits, vocab]: the result, each rank */
     int32_t num_blocks, block_size;
     nl_dtype kv_dtype;         /* the cache's elements (kernels.h)           */
     void **k_cache, **v_cache; /* per layer [num_blocks, block_size, hk, hd] */
@@ -98,8 +98,9 @@ int32_t qwen_linear_shapes(const qwen_weights *w, int32_t n, int32_t n_logits,
                            nl_linear_shape out[QWEN_LINEAR_SHAPES]);
 
 /* Runs the model over in->n_tokens tokens, storing their K/V, and leaves
- * the logits of in->logit_rows in s->logits on rank 0 ([n_logits, vocab],
- * fp32).  Every rank must call it with the same inputs. */
+ * the logits of in->logit_rows in s->logits on every rank ([n_logits,
+ * vocab], fp32, the same bytes on each).  Every rank must call it with the
+ * same inputs. */
 nl_status qwen_forward(nl_backend *be, nl_comm *comm, const qwen_weights *w, qwen_state *s,
                        const qwen_inputs *in);
 

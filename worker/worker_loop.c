@@ -236,10 +236,13 @@ static bool await_command(worker_env *env, const worker_ops *ops, void *ctx, con
     }
 }
 
-/* Serves commands until SHUTDOWN with up to two RUNs in flight (a tp 1
- * worker whose model launches and finishes apart): while step N runs on
- * the device the next command is read and launched, so the device goes
- * from one step to the next without waiting for the host's reply. */
+/* Serves commands until SHUTDOWN with up to two RUNs in flight (a worker
+ * whose model launches and finishes apart): while step N runs on the
+ * device the next command is read and launched, so the device goes from
+ * one step to the next without waiting for the host's reply.  Every rank
+ * samples, so each takes step N + 1's placeholders from its own device;
+ * rank 0 alone replies, and a failed RUN on another rank ends it (as in
+ * serve). */
 static int serve_pipelined(worker_env *env, const worker_ops *ops, void *ctx)
 {
     serve_bufs bufs = {0};
@@ -271,6 +274,12 @@ static int serve_pipelined(worker_env *env, const worker_ops *ops, void *ctx)
         nl_status st = run->launched;
         if (st == NL_OK) st = ops->finish(ctx, &reply);
         else nl_error(st, "%s", run->error);
+        if (st != NL_OK && env->rank != 0) {
+            report_failure(env, st, nl_last_error());
+            status = 1;
+            break;
+        }
+        if (env->rank != 0) continue;
         if (send_reply(env, run->step_id, st, &reply, &bufs.out) != NL_OK) {
             status = 1;
             break;
@@ -323,9 +332,9 @@ int worker_loop_main(int argc, char **argv, const worker_ops *ops, void *ctx)
     slot->num_kv_blocks = num_kv_blocks;
     shm_rank_set_state(&seg, rank, SHM_RANK_READY);
 
-    /* Launching ahead needs every rank to take its placeholders from the
-     * samples on its own device: only rank 0 samples, so tp 1 only. */
-    bool pipelined = ops->launch && ops->finish && ops->oldest_done && env.config->tp == 1;
+    /* A worker that executes whole steps only (tests' stand-ins) resolves
+     * placeholders from the samples rank 0 publishes in the segment. */
+    bool pipelined = ops->launch && ops->finish && ops->oldest_done;
     int status = pipelined ? serve_pipelined(&env, ops, ctx) : serve(&env, ops, ctx);
     ops->shutdown(ctx);
     shm_segment_close(&seg);

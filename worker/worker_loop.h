@@ -40,12 +40,12 @@ typedef struct worker_ops {
     nl_status (*execute)(void *ctx, const wire_run *cmd, wire_reply *reply);
     /* Frees what init made; also called after init failed part way. */
     void (*shutdown)(void *ctx);
-    /* Optional: execute in two halves, so that a tp 1 worker launches the
+    /* Optional: execute in two halves, so that the worker launches the
      * next RUN while one runs.  launch starts a RUN (at most two in flight)
      * and resolves its WIRE_TOKEN_PREVIOUS inputs itself, from the RUN
-     * launched before it; finish waits for the oldest and fills the reply
-     * as execute does; oldest_done says without blocking whether finish
-     * would return at once. */
+     * launched before it (on every rank: each samples); finish waits for
+     * the oldest and fills the reply as execute does; oldest_done says
+     * without blocking whether finish would return at once. */
     nl_status (*launch)(void *ctx, const wire_run *cmd);
     nl_status (*finish)(void *ctx, wire_reply *reply);
     bool (*oldest_done)(void *ctx);

@@ -1,5 +1,5 @@
 /* comm_ipc.cu — kernels/comm.h over CUDA IPC (see comm_ipc.h): the
- * one-shot and two-shot all-reduce, the gather to rank 0, and the start-up
+ * one-shot and two-shot all-reduce, the all-gather, and the start-up
  * that maps every rank's buffer into every other rank.
  *
  * Memory.  Each rank allocates one device buffer at start-up and shares it
@@ -270,9 +270,11 @@ __global__ void __launch_bounds__(IPC_THREADS) kernel_ipc_all_reduce(ipc_args a,
         }
 }
 
-/* Rank 0: recv[r * recv_stride + i] = send of rank r [i], for i < n units. */
+/* Every rank: recv[r * recv_stride + i] = send of rank r [i], for i < n
+ * units.  No barrier at the end, as the all-reduce's: a peer overwrites
+ * these staging buffers only two calls later. */
 template <typename U>
-__global__ void __launch_bounds__(IPC_THREADS) kernel_ipc_gather(ipc_args a, const U *send, U *recv,
+__global__ void __launch_bounds__(IPC_THREADS) kernel_ipc_all_gather(ipc_args a, const U *send, U *recv,
                                                                 int64_t n, int64_t recv_stride)
 {
     uint32_t call = next_call(a);
@@ -281,7 +283,7 @@ __global__ void __launch_bounds__(IPC_THREADS) kernel_ipc_gather(ipc_args a, con
     int64_t first = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     int64_t stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t i = first; i < n; i += stride) mine[i] = send[i];
-    if (!block_barrier(a, 2 * call) || a.rank != 0) return;
+    if (!block_barrier(a, 2 * call)) return;
     for (int r = 0; r < a.size; r++) {
         const U *src = (const U *)a.staging[r][par];
         for (int64_t i = first; i < n; i += stride) recv[r * recv_stride + i] = load_cg(src + i);
@@ -418,13 +420,11 @@ static nl_status ipc_all_reduce(nl_comm *base, void *buf, size_t count, nl_dtype
     return NL_OK;
 }
 
-static nl_status ipc_gather(nl_comm *base, const void *send, void *recv, size_t count,
-                            nl_dtype dtype)
+static nl_status ipc_all_gather(nl_comm *base, const void *send, void *recv, size_t count,
+                                nl_dtype dtype)
 {
     ipc_comm *c = (ipc_comm *)base;
     size_t bytes = count * nl_dtype_size(dtype);
-    if (base->rank == 0 && !recv && count > 0)
-        return nl_error(NL_ERR_INVALID_ARG, "ipc gather: rank 0 has no receive buffer");
     if (bytes == 0) return NL_OK;
     if (base->size == 1) {
         if (send != recv)
@@ -439,15 +439,15 @@ static nl_status ipc_gather(nl_comm *base, const void *send, void *recv, size_t 
     for (size_t off = 0; off < units; off += chunk_units) {
         int64_t n = (int64_t)(units - off < chunk_units ? units - off : chunk_units);
         const char *s = (const char *)send + off * unit;
-        char *r = recv ? (char *)recv + off * unit : NULL;
+        char *r = (char *)recv + off * unit;
         if (unit == 16)
-            kernel_ipc_gather<uint4><<<grid, block, 0, c->stream>>>(c->args, (const uint4 *)s,
+            kernel_ipc_all_gather<uint4><<<grid, block, 0, c->stream>>>(c->args, (const uint4 *)s,
                                                                     (uint4 *)r, n, (int64_t)units);
         else if (unit == 4)
-            kernel_ipc_gather<uint32_t><<<grid, block, 0, c->stream>>>(
+            kernel_ipc_all_gather<uint32_t><<<grid, block, 0, c->stream>>>(
                 c->args, (const uint32_t *)s, (uint32_t *)r, n, (int64_t)units);
         else
-            kernel_ipc_gather<uint8_t><<<grid, block, 0, c->stream>>>(
+            kernel_ipc_all_gather<uint8_t><<<grid, block, 0, c->stream>>>(
                 c->args, (const uint8_t *)s, (uint8_t *)r, n, (int64_t)units);
         NL_CUDA_CHECK_LAUNCH();
     }
@@ -469,7 +469,7 @@ static void ipc_destroy(nl_comm *base)
 
 static const nl_comm_ops ipc_ops = {
     .all_reduce_sum = ipc_all_reduce,
-    .gather = ipc_gather,
+    .all_gather = ipc_all_gather,
     .destroy = ipc_destroy,
     .check = ipc_check,
 };

@@ -1,5 +1,5 @@
 /* comm_nccl.cu — kernels/comm.h over NCCL: all-reduce of row-parallel
- * outputs and the gather of vocab-parallel logits to rank 0, both on the
+ * outputs and the all-gather of vocab-parallel logits, both on the
  * backend's stream.
  *
  * NVLink SHARP (NVLS) stays off unless the user set NCCL_NVLS_ENABLE: it
@@ -49,25 +49,14 @@ static nl_status nccl_all_reduce(nl_comm *c, void *buf, size_t count, nl_dtype d
     return NL_OK;
 }
 
-static nl_status nccl_gather(nl_comm *c, const void *send, void *recv, size_t count,
-                             nl_dtype dtype)
+static nl_status nccl_all_gather(nl_comm *c, const void *send, void *recv, size_t count,
+                                 nl_dtype dtype)
 {
     nccl_comm *nc = (nccl_comm *)c;
+    if (count == 0) return NL_OK;
     ncclDataType_t t;
     NL_TRY(nccl_type(dtype, &t));
-    size_t bytes = count * nl_dtype_size(dtype);
-    if (c->rank == 0 && send != recv && count > 0)
-        NL_CUDA_CHECK(cudaMemcpyAsync(recv, send, bytes, cudaMemcpyDeviceToDevice, nc->stream));
-    if (c->size == 1 || count == 0) return NL_OK;
-    NL_NCCL_CHECK(ncclGroupStart());
-    if (c->rank == 0) {
-        for (int r = 1; r < c->size; r++)
-            NL_NCCL_CHECK(ncclRecv((char *)recv + (size_t)r * bytes, count, t, r, nc->comm,
-                                   nc->stream));
-    } else {
-        NL_NCCL_CHECK(ncclSend(send, count, t, 0, nc->comm, nc->stream));
-    }
-    NL_NCCL_CHECK(ncclGroupEnd());
+    NL_NCCL_CHECK(ncclAllGather(send, recv, count, t, nc->comm, nc->stream));
     return NL_OK;
 }
 
@@ -81,7 +70,7 @@ static void nccl_destroy(nl_comm *c)
 
 static const nl_comm_ops nccl_ops = {
     .all_reduce_sum = nccl_all_reduce,
-    .gather = nccl_gather,
+    .all_gather = nccl_all_gather,
     .destroy = nccl_destroy,
 };
 
