@@ -274,8 +274,8 @@ __global__ void __launch_bounds__(IPC_THREADS) kernel_ipc_all_reduce(ipc_args a,
  * units.  No barrier at the end, as the all-reduce's: a peer overwrites
  * these staging buffers only two calls later. */
 template <typename U>
-__global__ void __launch_bounds__(IPC_THREADS) kernel_ipc_all_gather(ipc_args a, const U *send, U *recv,
-                                                                int64_t n, int64_t recv_stride)
+__global__ void __launch_bounds__(IPC_THREADS)
+    kernel_ipc_all_gather(ipc_args a, const U *send, U *recv, int64_t n, int64_t recv_stride)
 {
     uint32_t call = next_call(a);
     int par = call & 1;
@@ -441,8 +441,8 @@ static nl_status ipc_all_gather(nl_comm *base, const void *send, void *recv, siz
         const char *s = (const char *)send + off * unit;
         char *r = (char *)recv + off * unit;
         if (unit == 16)
-            kernel_ipc_all_gather<uint4><<<grid, block, 0, c->stream>>>(c->args, (const uint4 *)s,
-                                                                    (uint4 *)r, n, (int64_t)units);
+            kernel_ipc_all_gather<uint4><<<grid, block, 0, c->stream>>>(
+                c->args, (const uint4 *)s, (uint4 *)r, n, (int64_t)units);
         else if (unit == 4)
             kernel_ipc_all_gather<uint32_t><<<grid, block, 0, c->stream>>>(
                 c->args, (const uint32_t *)s, (uint32_t *)r, n, (int64_t)units);
