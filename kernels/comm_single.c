@@ -12,7 +12,7 @@ static nl_status single_all_reduce(nl_comm *c, void *buf, size_t count, nl_dtype
  * backend memory the host cannot copy; a single-rank caller uses send
  * directly. */
 static nl_status single_all_gather(nl_comm *c, const void *send, void *recv, size_t count,
-                               nl_dtype dtype)
+                                   nl_dtype dtype)
 {
     if (send != recv)
         return nl_error(NL_ERR_INVALID_ARG, "comm: a single-rank all-gather must be in place");

@@ -272,7 +272,9 @@ static int serve_pipelined(worker_env *env, const worker_ops *ops, void *ctx)
         n--;
         wire_reply reply = {.step_id = run->step_id};
         nl_status st = run->launched;
-        if (st == NL_OK) st = ops->finish(ctx, &reply);
+        /* only rank 0's reply goes out: the others' samples are read on
+         * their devices, not on the host */
+        if (st == NL_OK) st = ops->finish(ctx, env->rank == 0 ? &reply : NULL);
         else nl_error(st, "%s", run->error);
         if (st != NL_OK && env->rank != 0) {
             report_failure(env, st, nl_last_error());

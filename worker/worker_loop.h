@@ -44,7 +44,8 @@ typedef struct worker_ops {
      * next RUN while one runs.  launch starts a RUN (at most two in flight)
      * and resolves its WIRE_TOKEN_PREVIOUS inputs itself, from the RUN
      * launched before it (on every rank: each samples); finish waits for
-     * the oldest and fills the reply as execute does; oldest_done says
+     * the oldest and fills the reply as execute does (reply NULL: on ranks
+     * other than 0, which send none); oldest_done says
      * without blocking whether finish would return at once. */
     nl_status (*launch)(void *ctx, const wire_run *cmd);
     nl_status (*finish)(void *ctx, wire_reply *reply);
