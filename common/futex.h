@@ -41,9 +41,9 @@ static inline void cpu_relax(void)
 #endif
 }
 
-/* Waiting with a sleeper count (the rings, the samples area).  The side
- * that makes a condition true changes *word, then calls futex_wake_counted,
- * which makes the wake syscall only when someone sleeps.  A waiter counts
+/* Waiting with a sleeper count (the rings).  The side that makes a
+ * condition true changes *word, then calls futex_wake_counted, which makes
+ * the wake syscall only when someone sleeps.  A waiter counts
  * itself in *waiters before its last look at the condition, so a change
  * made after that look finds it counted and wakes it. */
 static inline void futex_wake_counted(_Atomic uint32_t *word, _Atomic uint32_t *waiters)

@@ -3,5 +3,4 @@ noinst_LTLIBRARIES += libnlipc.la
 libnlipc_la_SOURCES = \
 	ipc/wire.h ipc/wire.c \
 	ipc/ring.h ipc/ring.c \
-	ipc/samples.h ipc/samples.c \
 	ipc/shm.h ipc/shm.c

@@ -18,7 +18,7 @@
 #include "common/futex.h"
 
 #define SHM_MAGIC 0x4d534c4eu /* "NLSM" */
-#define SHM_VERSION 4
+#define SHM_VERSION 5
 #define SHM_ALIGN 4096
 
 static uint64_t align_up(uint64_t n)
@@ -44,16 +44,11 @@ nl_status shm_segment_create(const shm_layout *layout, const engine_settings *co
     if (layout->n_ranks < 1 || layout->n_ranks > SHM_MAX_RANKS)
         return nl_error(NL_ERR_INVALID_ARG, "shm: %d ranks, expected 1..%d", layout->n_ranks,
                         SHM_MAX_RANKS);
-    if (layout->max_samples < 1)
-        return nl_error(NL_ERR_INVALID_ARG, "shm: room for %d samples a step, expected at least 1",
-                        layout->max_samples);
     uint64_t cmd_offset = align_up(sizeof(shm_header));
     uint64_t cmd_bytes = align_up(ring_bytes(layout->cmd_capacity));
     uint64_t reply_offset = cmd_offset + cmd_bytes;
     uint64_t reply_bytes = align_up(ring_bytes(layout->reply_capacity));
-    uint64_t samples_offset = reply_offset + reply_bytes;
-    uint64_t samples_bytes = align_up(samples_area_bytes(layout->max_samples));
-    uint64_t comm_offset = samples_offset + samples_bytes;
+    uint64_t comm_offset = reply_offset + reply_bytes;
     uint64_t comm_bytes = align_up(layout->comm_bytes);
     uint64_t total = comm_offset + comm_bytes;
 
@@ -93,8 +88,6 @@ nl_status shm_segment_create(const shm_layout *layout, const engine_settings *co
     h->cmd_bytes = cmd_bytes;
     h->reply_offset = reply_offset;
     h->reply_bytes = reply_bytes;
-    h->samples_offset = samples_offset;
-    h->samples_bytes = samples_bytes;
     h->comm_offset = comm_offset;
     h->comm_bytes = comm_bytes;
     h->config = *config;
@@ -102,9 +95,7 @@ nl_status shm_segment_create(const shm_layout *layout, const engine_settings *co
     if ((st = ring_format((uint8_t *)base + cmd_offset, cmd_bytes, layout->cmd_capacity,
                           layout->n_ranks, &out->cmd)) != NL_OK ||
         (st = ring_format((uint8_t *)base + reply_offset, reply_bytes, layout->reply_capacity, 1,
-                          &out->reply)) != NL_OK ||
-        (st = samples_area_format((uint8_t *)base + samples_offset, samples_bytes, layout->max_samples,
-                                  &out->samples)) != NL_OK)
+                          &out->reply)) != NL_OK)
         goto fail;
     out->hdr = h;
     out->comm = comm_bytes ? (uint8_t *)base + comm_offset : NULL;
@@ -149,23 +140,19 @@ nl_status shm_segment_attach_fd(int fd, shm_segment *out)
     }
     if (h->n_ranks < 1 || h->n_ranks > SHM_MAX_RANKS || h->cmd_offset > size ||
         h->cmd_bytes > size - h->cmd_offset || h->reply_offset > size ||
-        h->reply_bytes > size - h->reply_offset || h->samples_offset > size ||
-        h->samples_bytes > size - h->samples_offset || h->comm_offset > size ||
+        h->reply_bytes > size - h->reply_offset || h->comm_offset > size ||
         h->comm_bytes > size - h->comm_offset) {
         st = nl_error(NL_ERR_FORMAT, "shm: %s: regions outside the %zu-byte segment", name, size);
         goto fail;
     }
-    if (h->cmd_offset % SHM_ALIGN || h->reply_offset % SHM_ALIGN || h->samples_offset % SHM_ALIGN ||
-        h->comm_offset % SHM_ALIGN) {
-        st = nl_error(NL_ERR_FORMAT, "shm: %s: region offsets %llu, %llu, %llu, %llu are not multiples "
-                      "of %d", name, (unsigned long long)h->cmd_offset,
-                      (unsigned long long)h->reply_offset, (unsigned long long)h->samples_offset,
+    if (h->cmd_offset % SHM_ALIGN || h->reply_offset % SHM_ALIGN || h->comm_offset % SHM_ALIGN) {
+        st = nl_error(NL_ERR_FORMAT, "shm: %s: region offsets %llu, %llu, %llu are not multiples of %d",
+                      name, (unsigned long long)h->cmd_offset, (unsigned long long)h->reply_offset,
                       (unsigned long long)h->comm_offset, SHM_ALIGN);
         goto fail;
     }
     if ((st = ring_attach((uint8_t *)base + h->cmd_offset, h->cmd_bytes, &out->cmd)) != NL_OK ||
-        (st = ring_attach((uint8_t *)base + h->reply_offset, h->reply_bytes, &out->reply)) != NL_OK ||
-        (st = samples_area_attach((uint8_t *)base + h->samples_offset, h->samples_bytes, &out->samples)) != NL_OK)
+        (st = ring_attach((uint8_t *)base + h->reply_offset, h->reply_bytes, &out->reply)) != NL_OK)
         goto fail;
     out->hdr = h;
     out->comm = h->comm_bytes ? (uint8_t *)base + h->comm_offset : NULL;

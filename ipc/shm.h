@@ -5,8 +5,6 @@
  *               rank's start-up state and error message, the NCCL unique
  *               id, and where the rest lies;
  *   command ring (leader -> every rank), reply ring (rank 0 -> leader);
- *   samples     the last RUN's sampled tokens, rank 0 -> every rank
- *               (ipc/samples.h);
  *   comm area   for tp > 1: the abort word (common/comm_area.h), then the
  *               CPU shared-memory all-reduce's scratch or the GPU ranks'
  *               CUDA-IPC handles; zero bytes for tp == 1.
@@ -29,7 +27,6 @@
 #include "common/limits.h"
 #include "common/status.h"
 #include "ipc/ring.h"
-#include "ipc/samples.h"
 
 #define SHM_MAX_RANKS NL_MAX_TP
 #define SHM_NAME_MAX 64
@@ -64,7 +61,6 @@ typedef struct shm_header {
     int32_t n_ranks;
     uint64_t cmd_offset, cmd_bytes;
     uint64_t reply_offset, reply_bytes;
-    uint64_t samples_offset, samples_bytes;
     uint64_t comm_offset, comm_bytes;
     engine_settings config; /* written before the workers start, read-only after */
     alignas(64) _Atomic uint32_t state_seq; /* futex: bumped on any rank change */
@@ -78,7 +74,6 @@ typedef struct shm_layout {
     int32_t n_ranks;
     size_t cmd_capacity;   /* bytes of command ring data */
     size_t reply_capacity; /* bytes of reply ring data */
-    int32_t max_samples;   /* samples a step can return (max_num_seqs) */
     size_t comm_bytes;     /* comm area, 0 for none */
 } shm_layout;
 
@@ -90,7 +85,6 @@ typedef struct shm_segment {
     shm_header *hdr;
     ring cmd;
     ring reply;
-    samples_area samples;
     void *comm; /* [comm_bytes], NULL without a comm area */
     size_t comm_bytes;
 } shm_segment;

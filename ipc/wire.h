@@ -26,8 +26,8 @@ typedef enum wire_kind {
  * same seq: the leader sends a step before it has read the reply of the
  * one before (async scheduling), so a decoding seq's input may not be known
  * to it yet.  Only a seq's single new token may be one, and only when the
- * previous RUN sampled that seq; every rank resolves it from the samples
- * rank 0 publishes (ipc/samples.h) before the step runs. */
+ * previous RUN sampled that seq; every rank takes it on its device from
+ * the ids it sampled in that RUN (worker/model_runner.h). */
 #define WIRE_TOKEN_PREVIOUS (-1)
 
 /* One sequence's share of a step. */

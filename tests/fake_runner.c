@@ -59,7 +59,7 @@ static void fill_sample(wire_sampled *sm, const wire_seq *w, int32_t token, int3
 }
 
 /* w's i-th input token; a placeholder is the previous step's sample, as
- * the workers resolve it (ipc/samples.h). */
+ * the model runner takes it (worker/model_runner.h). */
 static nl_status input_token(const fake_runner *f, const wire_run *cmd, const wire_seq *w, int32_t i,
                              int32_t *token)
 {

@@ -105,7 +105,7 @@ static void check_reply(const wire_reply *reply, uint64_t step, int n_seqs, int 
  * nothing in /dev/shm. */
 START_TEST(test_segment_has_no_name)
 {
-    shm_layout layout = {.n_ranks = 2, .cmd_capacity = 1 << 16, .reply_capacity = 1 << 12, .max_samples = 8};
+    shm_layout layout = {.n_ranks = 2, .cmd_capacity = 1 << 16, .reply_capacity = 1 << 12};
     engine_settings cfg = {.tp = 2};
     shm_segment seg;
     ck_assert_msg(shm_segment_create(&layout, &cfg, &seg) == NL_OK, "%s", nl_last_error());

@@ -172,7 +172,6 @@ static nl_status next_command(worker_env *env, serve_bufs *b, wire_run *cmd)
 /* Serves commands one at a time until SHUTDOWN; returns the exit status. */
 static int serve(worker_env *env, const worker_ops *ops, void *ctx)
 {
-    shm_segment *seg = env->seg;
     serve_bufs bufs = {0};
     int status = 0;
     for (;;) {
@@ -184,17 +183,13 @@ static int serve(worker_env *env, const worker_ops *ops, void *ctx)
         if (cmd.kind == WIRE_SHUTDOWN) break;
 
         wire_reply reply = {.step_id = cmd.step_id};
-        /* Placeholder inputs (async scheduling) become the tokens rank 0
-         * sampled in the step before; rank 0 publishes every step's. */
-        nl_status st = samples_resolve(&seg->samples, &cmd, env->rank != 0, worker_check_leader, env);
-        if (st == NL_OK) st = ops->execute(ctx, &cmd, &reply);
+        nl_status st = ops->execute(ctx, &cmd, &reply);
         if (st != NL_OK && env->rank != 0) {
             report_failure(env, st, nl_last_error());
             status = 1;
             break;
         }
         if (env->rank != 0) continue;
-        samples_publish(&seg->samples, cmd.step_id, st, reply.sampled, st == NL_OK ? reply.n_sampled : 0);
         if (send_reply(env, cmd.step_id, st, &reply, &bufs.out) != NL_OK) {
             status = 1;
             break;
@@ -334,8 +329,6 @@ int worker_loop_main(int argc, char **argv, const worker_ops *ops, void *ctx)
     slot->num_kv_blocks = num_kv_blocks;
     shm_rank_set_state(&seg, rank, SHM_RANK_READY);
 
-    /* A worker that executes whole steps only (tests' stand-ins) resolves
-     * placeholders from the samples rank 0 publishes in the segment. */
     bool pipelined = ops->launch && ops->finish && ops->oldest_done;
     int status = pipelined ? serve_pipelined(&env, ops, ctx) : serve(&env, ops, ctx);
     ops->shutdown(ctx);

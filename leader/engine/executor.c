@@ -433,7 +433,6 @@ nl_status executor_start(const engine_settings *p, const char *worker_path, runn
         .n_ranks = p->tp,
         .cmd_capacity = POOL_CMD_RING_BYTES,
         .reply_capacity = POOL_REPLY_RING_BYTES,
-        .max_samples = p->max_num_seqs,
         .comm_bytes = p->tp == 1 ? 0
                       : p->device == NL_DEVICE_CPU ? SHM_COMM_BYTES(p->tp) : NL_COMM_AREA_CUDA_BYTES,
     };

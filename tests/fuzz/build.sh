@@ -13,7 +13,7 @@ pkgs="jansson libpcre2-8 libutf8proc libxxhash"
 cflags="$flags $(pkg-config --cflags $pkgs)"
 libs="$(pkg-config --libs $pkgs) -lm -lpthread"
 common=$(cd "$top" && ls common/*.c)
-ipc="ipc/ring.c ipc/samples.c ipc/shm.c ipc/wire.c"
+ipc="ipc/ring.c ipc/shm.c ipc/wire.c"
 tok=$(cd "$top" && ls leader/tokenizer/*.c)
 # What the front-ends share about OpenAI's request bodies (the server's
 # parser and the batch line reader both use it).

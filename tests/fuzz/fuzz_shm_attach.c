@@ -55,13 +55,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 (void)ring_read(&seg.cmd, rank, &b, no_wait, NULL);
         if (atomic_load(&seg.reply.sh->write_pos) != seg.reply.read_pos[0])
             (void)ring_read(&seg.reply, 0, &b, no_wait, NULL);
-        /* placeholders resolved from whatever the samples area holds */
-        for (uint64_t step = 0; step < 4; step++) {
-            int32_t token = WIRE_TOKEN_PREVIOUS;
-            wire_seq q = {.seq_id = step * 7, .num_new = 1, .tokens = &token};
-            wire_run cmd = {.kind = WIRE_RUN, .step_id = step, .n_seqs = 1, .seqs = &q};
-            (void)samples_resolve(&seg.samples, &cmd, false, no_wait, NULL);
-        }
         ring_buf_free(&b);
         shm_segment_close(&seg);
     }

@@ -1,14 +1,13 @@
 /* make_shm_seed.c — writes a real shared segment, as the leader formats it,
  * for fuzz_shm_attach's seed corpus: two ranks, a RUN in the command ring
- * whose decoding seqs take their token from the step before (placeholders),
- * a reply in the reply ring, and steps 0..3 published in the samples area.
- * Mutations of it reach past attach's header checks into the rings and the
- * placeholder resolution, which a corpus of zeros never does.
+ * whose decoding seqs take their token from the step before (placeholders)
+ * and a reply in the reply ring.  Mutations of it reach past attach's
+ * header checks into the rings, which a corpus of zeros never does.
  *   make_shm_seed OUT
  * Built from the source tree with the project's ipc and common code, e.g.
  *   cc -std=gnu11 -I. -Iinclude tests/fuzz/make_shm_seed.c ipc/*.c common/*.c \
  *      $(pkg-config --cflags --libs jansson libxxhash) -lm -lpthread
- * its output is committed as corpus/fuzz_shm_attach/segment-v4.bin; make it
+ * its output is committed as corpus/fuzz_shm_attach/segment-v5.bin; make it
  * again whenever the segment's layout (SHM_VERSION) changes. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +15,7 @@
 #include <sys/mman.h>
 
 #include "ipc/shm.h"
+#include "ipc/wire.h"
 
 static int fail(const char *what)
 {
@@ -36,8 +36,7 @@ int main(int argc, char **argv)
         return 2;
     }
     /* small rings, so the whole segment fits a fuzz input */
-    shm_layout layout = {.n_ranks = 2, .cmd_capacity = 1024, .reply_capacity = 512,
-                         .max_samples = 4, .comm_bytes = 0};
+    shm_layout layout = {.n_ranks = 2, .cmd_capacity = 1024, .reply_capacity = 512, .comm_bytes = 0};
     engine_settings config;
     memset(&config, 0, sizeof config);
     config.tp = 2;
@@ -61,7 +60,6 @@ int main(int argc, char **argv)
 
     wire_sampled sampled[2] = {{.seq_id = 21, .token_id = 7, .logprob = -0.5f},
                                {.seq_id = 14, .token_id = 8, .logprob = -1.5f}};
-    for (uint64_t step = 0; step < 3; step++) samples_publish(&seg.samples, step, NL_OK, sampled, 2);
     wire_reply reply = {.step_id = 2, .status = NL_OK, .n_sampled = 2, .sampled = sampled};
     buf.len = 0;
     if (wire_encode_reply(&reply, &buf) != NL_OK) return fail("encode reply");
