@@ -143,6 +143,17 @@ static nl_status send_reply(worker_env *env, uint64_t step_id, nl_status st, wir
     return st != NL_OK ? st : ring_write(&seg->reply, out->data, out->len, worker_check_leader, env);
 }
 
+/* Step step_id's end on this rank: rank 0 replies (st's message when it
+ * failed); another rank answers nothing, and a failure ends it, recorded
+ * in its slot for the leader.  False when the loop must stop. */
+static bool answer(worker_env *env, uint64_t step_id, nl_status st, wire_reply *reply, wire_buf *out)
+{
+    if (env->rank == 0) return send_reply(env, step_id, st, reply, out) == NL_OK;
+    if (st == NL_OK) return true;
+    report_failure(env, st, nl_last_error());
+    return false;
+}
+
 /* What a serving loop reads commands into and encodes replies in. */
 typedef struct serve_bufs {
     ring_buf msg;
@@ -184,14 +195,8 @@ static int serve(worker_env *env, const worker_ops *ops, void *ctx)
 
         wire_reply reply = {.step_id = cmd.step_id};
         nl_status st = ops->execute(ctx, &cmd, &reply);
-        if (st != NL_OK && env->rank != 0) {
-            report_failure(env, st, nl_last_error());
-            status = 1;
-            break;
-        }
-        if (env->rank != 0) continue;
-        if (send_reply(env, cmd.step_id, st, &reply, &bufs.out) != NL_OK) {
-            status = 1;
+        if (!answer(env, cmd.step_id, st, &reply, &bufs.out)) {
+            status = 1; /* the leader is gone, or this rank failed */
             break;
         }
     }
@@ -235,9 +240,8 @@ static bool await_command(worker_env *env, const worker_ops *ops, void *ctx, con
  * whose model launches and finishes apart): while step N runs on the
  * device the next command is read and launched, so the device goes from
  * one step to the next without waiting for the host's reply.  Every rank
- * samples, so each takes step N + 1's placeholders from its own device;
- * rank 0 alone replies, and a failed RUN on another rank ends it (as in
- * serve). */
+ * samples, so each takes step N + 1's placeholders from its own device
+ * (answer: rank 0 alone replies). */
 static int serve_pipelined(worker_env *env, const worker_ops *ops, void *ctx)
 {
     serve_bufs bufs = {0};
@@ -271,13 +275,7 @@ static int serve_pipelined(worker_env *env, const worker_ops *ops, void *ctx)
          * their devices, not on the host */
         if (st == NL_OK) st = ops->finish(ctx, env->rank == 0 ? &reply : NULL);
         else nl_error(st, "%s", run->error);
-        if (st != NL_OK && env->rank != 0) {
-            report_failure(env, st, nl_last_error());
-            status = 1;
-            break;
-        }
-        if (env->rank != 0) continue;
-        if (send_reply(env, run->step_id, st, &reply, &bufs.out) != NL_OK) {
+        if (!answer(env, run->step_id, st, &reply, &bufs.out)) {
             status = 1;
             break;
         }
