@@ -292,21 +292,41 @@ static __device__ void dec_cluster_finish_proj(const dec_params &p, const float 
     dec_cluster_wait();
     attn_cp_async_wait<0>();
     __syncthreads();
+    /* a lane's pieces of the outputs in registers, the same for every row;
+     * a warp takes RPW rows at once, so that their reductions overlap */
+    constexpr int PL = (G * HD / 8 + 31) / 32, RPW = 4;
     const dec_rows rows = dec_rows_of(p.dim, c.n, split);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, pieces = nh * HD / 8;
-    float *out = p.sums + (size_t)blockIdx.y * p.dim;
-    for (int r = rows.r0 + warp; r < rows.r1; r += DEC_WARPS) {
-        const uint4 *wr = (const uint4 *)(ws + (size_t)(r - rows.r0) * G * HD);
-        float acc = 0.0f;
-        for (int i = lane; i < pieces; i += 32) {
-            float w[8];
-            bf16x8_to_float(wr[i], w);
+    float a[PL][8];
 #pragma unroll
-            for (int j = 0; j < 8; j++) acc = fmaf(w[j], att[8 * i + j], acc);
+    for (int i = 0; i < PL; i++)
+#pragma unroll
+        for (int j = 0; j < 8; j++) a[i][j] = lane + 32 * i < pieces ? att[8 * (lane + 32 * i) + j] : 0.0f;
+    float *out = p.sums + (size_t)blockIdx.y * p.dim;
+    for (int r = rows.r0 + warp * RPW; r < rows.r1; r += DEC_WARPS * RPW) {
+        float acc[RPW];
+#pragma unroll
+        for (int rr = 0; rr < RPW; rr++) {
+            acc[rr] = 0.0f;
+            if (r + rr >= rows.r1) continue;
+            const uint4 *wr = (const uint4 *)(ws + (size_t)(r + rr - rows.r0) * G * HD);
+#pragma unroll
+            for (int i = 0; i < PL; i++) {
+                if (lane + 32 * i >= pieces) continue;
+                float w[8];
+                bf16x8_to_float(wr[lane + 32 * i], w);
+#pragma unroll
+                for (int j = 0; j < 8; j++) acc[rr] = fmaf(w[j], a[i][j], acc[rr]);
+            }
         }
 #pragma unroll
-        for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-        if (lane == 0) out[r] = acc;
+        for (int off = 16; off > 0; off >>= 1)
+#pragma unroll
+            for (int rr = 0; rr < RPW; rr++) acc[rr] += __shfl_xor_sync(0xffffffffu, acc[rr], off);
+        if (lane == 0)
+#pragma unroll
+            for (int rr = 0; rr < RPW; rr++)
+                if (r + rr < rows.r1) out[r + rr] = acc[rr];
     }
 }
 
@@ -748,6 +768,19 @@ static nl_status launch_decode_g(cuda_backend *be, dec_params *p, int g, const n
     }
 }
 
+/* Lets a projecting kernel take DEC_PROJ_SMEM of dynamic shared memory
+ * (past the 48 KiB a launch gets without asking), once a kernel. */
+static nl_status dec_proj_opt_in(dec_kernel k)
+{
+    static dec_kernel done[32];
+    static int n_done;
+    for (int i = 0; i < n_done; i++)
+        if (done[i] == k) return NL_OK;
+    NL_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, DEC_PROJ_SMEM));
+    if (n_done < (int)(sizeof done / sizeof done[0])) done[n_done++] = k;
+    return NL_OK;
+}
+
 /* One token, its context bound within one cluster's splits: the clustered
  * kernel with the projection, DEC_CLUSTER_MAX splits whatever the bound (so
  * that an eager step and a graph's replay of it sum alike), where the
@@ -760,12 +793,7 @@ static nl_status launch_decode_proj(cuda_backend *be, dec_params *p, int32_t *n_
     const int rows = (p->dim + DEC_CLUSTER_MAX - 1) / DEC_CLUSTER_MAX;
     const size_t smem = (size_t)rows * G * HD * sizeof(bf16);
     if (smem > DEC_PROJ_SMEM) return NL_OK;
-    static bool opted_in; /* one flag per kernel instance */
-    if (!opted_in) {
-        NL_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           DEC_PROJ_SMEM));
-        opted_in = true;
-    }
+    NL_TRY(dec_proj_opt_in(k));
     if (cuda_cluster_max(k, DEC_WARPS * 32, smem) < DEC_CLUSTER_MAX) return NL_OK;
     p->min_chunk = DEC_MIN_CHUNK_EARLY;
     p->n_splits = DEC_CLUSTER_MAX;

@@ -302,16 +302,51 @@ cuda_sums cuda_sums_of(const nl_partial_sums *s, int dim);
 
 /* Residual element j with the pending projection added: the sums in order,
  * then the bias, rounded to bf16 and added as a residual add rounds it
- * (the one-token GEMV's GEMV_ADD). */
-static __device__ __forceinline__ float cuda_with_sums(float residual, const cuda_sums &s, int j)
+ * (the one-token GEMV's GEMV_ADD).  Split in two so that a kernel can
+ * issue the loads early and add later: cuda_sums_load loads the first
+ * CUDA_SUMS_CHUNK sums at once (a load a sum one after another would cost
+ * a round trip each), cuda_sums_add adds them, loading any further chunks
+ * itself.  Every consumer goes through these two, so all of them get the
+ * same bits. */
+#define CUDA_SUMS_CHUNK 8
+
+struct cuda_sums_loaded {
+    float v[CUDA_SUMS_CHUNK]; /* sums 0 .. CUDA_SUMS_CHUNK - 1 of the element (0 past n) */
+    float bias;
+};
+
+static __device__ __forceinline__ void cuda_sums_chunk(const cuda_sums &s, int j, int q0,
+                                                       float (&v)[CUDA_SUMS_CHUNK])
 {
-    float p = 0.0f;
-    for (int q = 0; q < s.n; q++) p += s.sums[(size_t)q * s.dim + j];
-    if (s.bias) p += __bfloat162float(s.bias[j]);
-    return round_bf16(round_bf16(p) + residual);
+#pragma unroll
+    for (int u = 0; u < CUDA_SUMS_CHUNK; u++)
+        v[u] = q0 + u < s.n ? s.sums[(size_t)(q0 + u) * s.dim + j] : 0.0f;
 }
 
-/* dst[dim] = the residual with the pending projection added (cuda_with_sums),
+static __device__ __forceinline__ cuda_sums_loaded cuda_sums_load(const cuda_sums &s, int j)
+{
+    cuda_sums_loaded l;
+    cuda_sums_chunk(s, j, 0, l.v);
+    l.bias = s.bias ? __bfloat162float(s.bias[j]) : 0.0f;
+    return l;
+}
+
+static __device__ __forceinline__ float cuda_sums_add(float residual, const cuda_sums_loaded &l,
+                                                      const cuda_sums &s, int j)
+{
+    float p = 0.0f;
+#pragma unroll
+    for (int u = 0; u < CUDA_SUMS_CHUNK; u++) p += l.v[u];
+    for (int q0 = CUDA_SUMS_CHUNK; q0 < s.n; q0 += CUDA_SUMS_CHUNK) {
+        float v[CUDA_SUMS_CHUNK];
+        cuda_sums_chunk(s, j, q0, v);
+#pragma unroll
+        for (int u = 0; u < CUDA_SUMS_CHUNK; u++) p += v[u];
+    }
+    return round_bf16(round_bf16(p + l.bias) + residual);
+}
+
+/* dst[dim] = the residual with the pending projection added (cuda_sums_add),
  * for the ops whose one token does not take the GEMV; dst may be residual. */
 nl_status cuda_add_sums(nl_backend *b, void *dst, const void *residual, const cuda_sums &s);
 

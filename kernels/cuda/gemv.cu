@@ -27,7 +27,7 @@
  *   - NORM: x is the residual stream and each block first computes
  *     rmsnorm(x) * norm_w into shared memory, rounded as the RMSNorm kernel
  *     rounds it, instead of reading a normalised copy; with partial sums
- *     pending (attention_proj's), of x with them added (cuda_with_sums);
+ *     pending (attention_proj's), of x with them added (cuda_sums_add);
  *   - GEMV_SILU_MUL: a warp owns a gate row and its up row and writes
  *     silu(g) * u, with g and u rounded to bf16 first, as the linear op and
  *     then silu_mul would;
@@ -71,48 +71,36 @@ static __device__ __forceinline__ void gemv_load_pieces(uint4 *wv, const uint4 *
     }
 }
 
-/* Piece i of the residual x with the pending sums added (cuda_with_sums),
- * the sums read 16 bytes at a time. */
-static __device__ uint4 gemv_piece_with_sums(uint4 xv, const cuda_sums &s, int i)
-{
-    float f[8], p[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    bf16x8_to_float(xv, f);
-    for (int q = 0; q < s.n; q++) {
-        const float4 *row = (const float4 *)(s.sums + (size_t)q * s.dim) + 2 * i;
-        const float4 a = row[0], b = row[1];
-        p[0] += a.x, p[1] += a.y, p[2] += a.z, p[3] += a.w;
-        p[4] += b.x, p[5] += b.y, p[6] += b.z, p[7] += b.w;
-    }
-    if (s.bias) {
-        float g[8];
-        bf16x8_to_float(((const uint4 *)s.bias)[i], g);
-#pragma unroll
-        for (int j = 0; j < 8; j++) p[j] += g[j];
-    }
-    uint4 o;
-    __nv_bfloat162 *h = (__nv_bfloat162 *)&o;
-#pragma unroll
-    for (int j = 0; j < 4; j++)
-        h[j] = __floats2bfloat162_rn(round_bf16(p[2 * j]) + f[2 * j],
-                                     round_bf16(p[2 * j + 1]) + f[2 * j + 1]);
-    return o;
-}
-
 /* Writes rmsnorm(x) * norm_w, as bf16, into xs: the block's copy of the
- * normalised input (x with the pending sums added first, where there are
- * any: kept in xs between the two passes).  w0: the thread's first piece
- * of norm_w, loaded before the wait for x (the weights are constant). */
+ * normalised input.  With partial sums pending, x is first the residual
+ * with them added (cuda_sums_add), written into xs by every thread of the
+ * block, two elements a thread with all their loads in flight, and read
+ * from there.  w0: the thread's first piece of norm_w, loaded before the
+ * wait for x (the weights are constant). */
 static __device__ void gemv_norm_prologue(uint4 *xs, const uint4 *x, const cuda_sums &sums,
                                           const uint4 *norm_w, uint4 w0, int k, float eps)
 {
     __shared__ float red[GEMV_WARPS];
     const int kv = k / 8;
+    if (sums.n > 0) {
+        const bf16 *xe = (const bf16 *)x;
+        bf16 *xse = (bf16 *)xs;
+        for (int j = threadIdx.x; j < k; j += 2 * blockDim.x) {
+            const int j2 = j + blockDim.x;
+            const bool two = j2 < k;
+            const cuda_sums_loaded a = cuda_sums_load(sums, j);
+            const cuda_sums_loaded b = two ? cuda_sums_load(sums, j2) : a;
+            const float ra = __bfloat162float(xe[j]), rb = two ? __bfloat162float(xe[j2]) : 0.0f;
+            xse[j] = __float2bfloat16(cuda_sums_add(ra, a, sums, j));
+            if (two) xse[j2] = __float2bfloat16(cuda_sums_add(rb, b, sums, j2));
+        }
+        __syncthreads();
+        x = xs;
+    }
     float ss = 0.0f;
     for (int i = threadIdx.x; i < kv; i += blockDim.x) {
         float f[8];
-        uint4 xv = x[i];
-        if (sums.n > 0) xs[i] = xv = gemv_piece_with_sums(xv, sums, i);
-        bf16x8_to_float(xv, f);
+        bf16x8_to_float(x[i], f);
 #pragma unroll
         for (int j = 0; j < 8; j++) ss += f[j] * f[j];
     }
@@ -125,7 +113,7 @@ static __device__ void gemv_norm_prologue(uint4 *xs, const uint4 *x, const cuda_
     const float inv = rsqrtf(ss / k + eps);
     for (int i = threadIdx.x; i < kv; i += blockDim.x) {
         float f[8], g[8];
-        bf16x8_to_float(sums.n > 0 ? xs[i] : x[i], f);
+        bf16x8_to_float(x[i], f);
         bf16x8_to_float(i == (int)threadIdx.x ? w0 : norm_w[i], g);
         uint4 o;
         __nv_bfloat162 *h = (__nv_bfloat162 *)&o;
@@ -140,10 +128,12 @@ static __device__ void gemv_norm_prologue(uint4 *xs, const uint4 *x, const cuda_
 
 /* What a row's finish adds to its sums besides them: the bias of each of
  * its weight rows (0 without one) and, with GEMV_ADD, its residual element
- * (with the pending sums added, where there are any).  The finishing lane
- * loads them when the row starts, so that the finish waits for no load:
- * the bias (constant) even before pdl_wait, the residual (written by
- * earlier kernels) after it. */
+ * (with the partial sums pending for it added, where there are any).  The
+ * finishing lane loads them when the row starts, so that the finish waits
+ * for no load: the bias (constant) even before pdl_wait, the residual
+ * (written by earlier kernels) after it.  The sums are added as soon as
+ * they arrive: holding them through the row instead would take the
+ * projections past 64 registers, one block an SM. */
 template <int R> struct gemv_addends {
     float bias[R];
     float residual;
@@ -154,7 +144,7 @@ static __device__ __forceinline__ float gemv_residual_of(const OUT *out, const c
                                                          int row)
 {
     const float r = (float)out[row];
-    return sums.n > 0 ? cuda_with_sums(r, sums, row) : r;
+    return sums.n > 0 ? cuda_sums_add(r, cuda_sums_load(sums, row), sums, row) : r;
 }
 
 template <typename OUT, int EPI, int R>
