@@ -89,16 +89,6 @@ typedef struct nl_linear_shape {
     bool out_f32;
 } nl_linear_shape;
 
-/* One token's row-parallel projection held as fp32 partial sums that the
- * ops after it add into the residual stream (attention_proj makes them):
- * the projection is sums[0] + sums[1] + ... + sums[n - 1] (added in that
- * order, each a [dim] row) + bias, rounded to the act dtype. */
-typedef struct nl_partial_sums {
-    const float *sums;     /* [n, dim] */
-    int32_t n;
-    const nl_weight *bias; /* [dim], or NULL */
-} nl_partial_sums;
-
 /* One piece of a copy_pieces call: rows rows of row_bytes bytes each, from
  * src (rows src_pitch bytes apart) to dst (rows dst_pitch apart). */
 typedef struct nl_copy_piece {
@@ -195,37 +185,18 @@ typedef struct nl_backend_ops {
      * first (x == NULL: residual is complete and stays as it is); then
      * y = rmsnorm(residual) * norm_w @ w^T (+ bias), and out = y, or with
      * silu_mul (w holds the gate rows, then the up rows [2 inter, cols])
-     * out[n, inter] = silu(g) * u for y = [g | u].  With sums (one token,
-     * x NULL) y normalises residual + their projection, rounded to the act
-     * dtype, and residual is not written: the sums stay pending for the
-     * linear_add after it.  xn [n, w.cols] and work [n, w.rows] are the
-     * caller's scratch for the steps between; a backend that fuses them may
-     * leave them unused. */
+     * out[n, inter] = silu(g) * u for y = [g | u].  xn [n, w.cols] and work
+     * [n, w.rows] are the caller's scratch for the steps between; a backend
+     * that fuses them may leave them unused. */
     nl_status (*norm_linear)(nl_backend *be, void *out, void *xn, void *work, const void *x,
                              void *residual, const nl_weight *norm_w, float eps,
                              const nl_weight *w, const nl_weight *bias, int32_t n,
-                             bool silu_mul, const nl_partial_sums *sums);
+                             bool silu_mul);
     /* residual[n, w.rows] += x[n, w.cols] @ w^T (+ bias), the product rounded
-     * to the act dtype first, as a linear op and the add would; with sums
-     * (one token) the residual takes their projection first, rounded as
-     * the add rounds it.  work [n, w.rows] is scratch. */
+     * to the act dtype first, as a linear op and the add would; work
+     * [n, w.rows] is scratch. */
     nl_status (*linear_add)(nl_backend *be, void *residual, void *work, const void *x,
-                            const nl_weight *w, const nl_weight *bias, int32_t n,
-                            const nl_partial_sums *sums);
-    /* Optional (NULL: the model runs attention, then its output projection).
-     * One decode token's attention, as attention computes it (into work
-     * [hq * hd], or not at all where the backend needs no copy), and the
-     * output projection w_o [dim, hq * hd] of it as partial sums: sums[p]
-     * [dim] takes the columns of the p-th run of consecutive query heads
-     * (never more than one kv head's), p < *n_sums <= hq.  *n_sums = 0 and
-     * nothing done where the backend has no fused form for the batch or the
-     * shapes; that choice depends on nothing but them (the batch's size and
-     * bound on its contexts), so a captured graph and an eager step of the
-     * same batch take the same path. */
-    nl_status (*attention_proj)(nl_backend *be, float *sums, int32_t *n_sums, void *work,
-                                const void *qkv, const void *k_cache, const void *v_cache,
-                                const nl_attn_batch *batch, int32_t hq, int32_t hk, int32_t hd,
-                                float scale, nl_dtype kv_dtype, const nl_weight *w_o);
+                            const nl_weight *w, const nl_weight *bias, int32_t n);
     /* ids[pairs[2k]] = src[pairs[2k + 1]] for k < n: a step's input tokens
      * taken from the ids the step before it sampled (src: backend or
      * host_alloc memory). */

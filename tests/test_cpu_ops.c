@@ -444,7 +444,7 @@ START_TEST(test_norm_linear_add)
         bool with_x = pass & 1, silu = pass & 2;
         memcpy(res2, res, sizeof res2);
         ck_assert_int_eq(be->ops->norm_linear(be, out, xn, work, with_x ? xs : NULL, res2, nw, 1e-6f, w,
-                                              bias, N, silu, NULL), NL_OK);
+                                              bias, N, silu), NL_OK);
         for (int i = 0; i < N; i++) {
             double v[K], nv[K];
             for (int k = 0; k < K; k++) {
@@ -463,14 +463,13 @@ START_TEST(test_norm_linear_add)
         }
     }
     nl_weight *odd = weight_from(wv, 2 * I - 1, K);
-    ck_assert_int_eq(be->ops->norm_linear(be, out, xn, work, NULL, res2, nw, 1e-6f, odd, NULL, N, true,
-                                          NULL),
+    ck_assert_int_eq(be->ops->norm_linear(be, out, xn, work, NULL, res2, nw, 1e-6f, odd, NULL, N, true),
                      NL_ERR_INVALID_ARG);
     ck_assert_ptr_nonnull(strstr(nl_last_error(), "gate and up"));
     /* linear_add: res2 += xs @ w[:K]^T, here a [K, K] slice of the gate rows */
     nl_weight *sq = weight_from(wv, K, K);
     memcpy(res2, res, sizeof res2);
-    ck_assert_int_eq(be->ops->linear_add(be, res2, work, xs, sq, NULL, N, NULL), NL_OK);
+    ck_assert_int_eq(be->ops->linear_add(be, res2, work, xs, sq, NULL, N), NL_OK);
     for (int i = 0; i < N; i++)
         for (int j = 0; j < K; j++) {
             double want = res[i * K + j];
@@ -483,81 +482,6 @@ START_TEST(test_norm_linear_add)
     be->ops->weight_destroy(be, odd);
     be->ops->weight_destroy(be, sq);
     free(xs), free(res), free(nwv), free(wv), free(bv);
-}
-END_TEST
-
-/* attention_proj on one decode token: its partial sums are each kv
- * head's query heads times their columns of w_o, and the MLP's two ops that
- * take them give what attention + linear_add + norm_linear + linear_add
- * give; the residual is written by the second only.  Two tokens take no
- * fused form, and sums with them are refused. */
-START_TEST(test_attention_proj)
-{
-    enum { HQ = 4, HK = 2, HD = 8, DIM = 12, INTER = 5, BS = 16, CTX = 20 };
-    const int width = (HQ + 2 * HK) * HD, kvw = HK * HD;
-    float *qkv = rand_array(width), *kc = rand_array(2 * BS * kvw), *vc = rand_array(2 * BS * kvw);
-    float *wo = rand_array(DIM * HQ * HD), *bo = rand_array(DIM), *res = rand_array(DIM);
-    float *nwv = rand_array(DIM), *guv = rand_array(2 * INTER * DIM), *dv = rand_array(DIM * INTER);
-    nl_weight *w_o = weight_from(wo, DIM, HQ * HD), *b_o = weight_from(bo, 1, DIM);
-    nl_weight *nw = weight_from(nwv, 1, DIM), *gu = weight_from(guv, 2 * INTER, DIM);
-    nl_weight *down = weight_from(dv, DIM, INTER);
-    int32_t cu[2] = {0, 1}, ctx[1] = {CTX}, table[2] = {1, 0};
-    nl_attn_batch b = {.n_seqs = 1, .n_tokens = 1, .max_q_len = 1, .max_context_len = CTX,
-                       .max_blocks_per_seq = 2, .block_size = BS, .all_decode = true,
-                       .cu_seqlens_q = cu, .context_lens = ctx, .block_tables = table};
-    const float scale = 1.0f / sqrtf((float)HD);
-
-    /* unfused */
-    float attn[HQ * HD], res_a[DIM], mlp_a[INTER], xn[DIM], work[2 * INTER];
-    memcpy(res_a, res, sizeof res_a);
-    ck_assert_int_eq(be->ops->attention(be, attn, qkv, kc, vc, &b, HQ, HK, HD, scale, NL_DTYPE_F32), NL_OK);
-    ck_assert_int_eq(be->ops->linear_add(be, res_a, work, attn, w_o, b_o, 1, NULL), NL_OK);
-    ck_assert_int_eq(be->ops->norm_linear(be, mlp_a, xn, work, NULL, res_a, nw, 1e-6f, gu, NULL, 1, true,
-                                          NULL), NL_OK);
-    ck_assert_int_eq(be->ops->linear_add(be, res_a, work, mlp_a, down, NULL, 1, NULL), NL_OK);
-
-    /* fused */
-    float sums[HQ * DIM], attn_b[HQ * HD], res_b[DIM], mlp_b[INTER];
-    int32_t n_sums = -1;
-    memcpy(res_b, res, sizeof res_b);
-    ck_assert_int_eq(be->ops->attention_proj(be, sums, &n_sums, attn_b, qkv, kc, vc, &b, HQ, HK, HD,
-                                             scale, NL_DTYPE_F32, w_o), NL_OK);
-    ck_assert_int_eq(n_sums, HK);
-    for (int p = 0; p < HK; p++)
-        for (int r = 0; r < DIM; r++) {
-            double want = 0;
-            for (int c = p * HQ / HK * HD; c < (p + 1) * HQ / HK * HD; c++)
-                want += (double)wo[r * HQ * HD + c] * attn[c];
-            ASSERT_CLOSE(sums[p * DIM + r], want, 1e-5);
-        }
-    nl_partial_sums ps = {sums, n_sums, b_o};
-    ck_assert_int_eq(be->ops->norm_linear(be, mlp_b, xn, work, NULL, res_b, nw, 1e-6f, gu, NULL, 1, true,
-                                          &ps), NL_OK);
-    for (int j = 0; j < DIM; j++) ck_assert_float_eq(res_b[j], res[j]); /* still pending */
-    for (int j = 0; j < INTER; j++) ASSERT_CLOSE(mlp_b[j], mlp_a[j], 1e-5);
-    ck_assert_int_eq(be->ops->linear_add(be, res_b, work, mlp_b, down, NULL, 1, &ps), NL_OK);
-    for (int j = 0; j < DIM; j++) ASSERT_CLOSE(res_b[j], res_a[j], 1e-5);
-
-    /* two tokens: nothing fused, and sums refused by name */
-    int32_t cu2[2] = {0, 2};
-    nl_attn_batch b2 = b;
-    b2.n_tokens = 2, b2.max_q_len = 2, b2.all_decode = false, b2.cu_seqlens_q = cu2;
-    sums[0] = 1234.0f;
-    ck_assert_int_eq(be->ops->attention_proj(be, sums, &n_sums, attn_b, qkv, kc, vc, &b2, HQ, HK, HD,
-                                             scale, NL_DTYPE_F32, w_o), NL_OK);
-    ck_assert_int_eq(n_sums, 0);
-    ck_assert_float_eq(sums[0], 1234.0f);
-    float res2[2 * DIM] = {0}, mlp2[2 * INTER], xn2[2 * DIM], work2[4 * INTER];
-    ck_assert_int_eq(be->ops->norm_linear(be, mlp2, xn2, work2, NULL, res2, nw, 1e-6f, gu, NULL, 2, true,
-                                          &ps), NL_ERR_INVALID_ARG);
-    ck_assert_ptr_nonnull(strstr(nl_last_error(), "partial sums for 2 tokens"));
-    nl_weight *gu_bias = weight_from(bo, 1, DIM - 1);
-    nl_partial_sums bad = {sums, HK, gu_bias};
-    ck_assert_int_eq(be->ops->linear_add(be, res_b, work, mlp_b, down, NULL, 1, &bad), NL_ERR_INVALID_ARG);
-    ck_assert_ptr_nonnull(strstr(nl_last_error(), "bias of 11 for 12 columns"));
-    nl_weight *ws[] = {w_o, b_o, nw, gu, down, gu_bias};
-    for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) be->ops->weight_destroy(be, ws[i]);
-    free(qkv), free(kc), free(vc), free(wo), free(bo), free(res), free(nwv), free(guv), free(dv);
 }
 END_TEST
 
@@ -887,7 +811,6 @@ static Suite *cpu_ops_suite(void)
     tcase_add_test(tc, test_attention_fp8_cache);
     tcase_add_test(tc, test_store_kv_rejects_other_dtypes);
     tcase_add_test(tc, test_attention_rejects_bad_lengths);
-    tcase_add_test(tc, test_attention_proj);
     tcase_add_test(tc, test_gather_rows);
     suite_add_tcase(s, tc);
     TCase *ts = tcase_create("sampler");

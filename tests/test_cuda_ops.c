@@ -534,9 +534,9 @@ static void check_norm_linear(int n, int rows, int cols, bool with_x, bool silu,
     pair work = pair_new((size_t)n * rows);
     wpair pn = weight_from(nw, 1, cols), pw = weight_from(w, rows, cols), pb = weight_from(b, 1, rows);
     OK_BOTH(cpu->ops->norm_linear(cpu, out.c, xn.c, work.c, with_x ? px.c : NULL, pr.c, pn.c, 1e-6f,
-                                  pw.c, bias ? pb.c : NULL, n, silu, NULL),
+                                  pw.c, bias ? pb.c : NULL, n, silu),
             gpu->ops->norm_linear(gpu, out.g, xn.g, work.g, with_x ? px.g : NULL, pr.g, pn.g, 1e-6f,
-                                  pw.g, bias ? pb.g : NULL, n, silu, NULL));
+                                  pw.g, bias ? pb.g : NULL, n, silu));
     char what[112];
     snprintf(what, sizeof what, "norm_linear n=%d [%d x %d]%s%s%s", n, rows, cols,
              with_x ? " +x" : "", silu ? " silu" : "", bias ? " +bias" : "");
@@ -566,8 +566,8 @@ static void check_linear_add(int n, int rows, int cols, bool bias)
     pair px = pair_from(x, (size_t)n * cols), pr = pair_from(res, (size_t)n * rows);
     pair work = pair_new((size_t)n * rows);
     wpair pw = weight_from(w, rows, cols), pb = weight_from(b, 1, rows);
-    OK_BOTH(cpu->ops->linear_add(cpu, pr.c, work.c, px.c, pw.c, bias ? pb.c : NULL, n, NULL),
-            gpu->ops->linear_add(gpu, pr.g, work.g, px.g, pw.g, bias ? pb.g : NULL, n, NULL));
+    OK_BOTH(cpu->ops->linear_add(cpu, pr.c, work.c, px.c, pw.c, bias ? pb.c : NULL, n),
+            gpu->ops->linear_add(gpu, pr.g, work.g, px.g, pw.g, bias ? pb.g : NULL, n));
     char what[96];
     snprintf(what, sizeof what, "linear_add n=%d [%d x %d]%s", n, rows, cols, bias ? " +bias" : "");
     expect_close(pr, what);
@@ -714,17 +714,6 @@ static int attn_pad_from = -1;
 /* true: the cache is e4m3 on both backends (the same bytes). */
 static bool attn_kv_fp8;
 
-/* > 0: a batch of one decode token also runs attention_proj with an output
- * projection of this many rows (check_attention_proj). */
-static int attn_proj_dim;
-/* what attention_proj must do on the GPU: take the projection (true) or
- * leave it to the two ops (false: *n_sums 0) */
-static bool attn_proj_fused;
-
-static void check_attention_proj(pair pq, void *kcc, void *vcc, void *kcg, void *vcg,
-                                 const nl_attn_batch *bc, const nl_attn_batch *bg, int hq, int hk,
-                                 int hd, nl_dtype kv_c, nl_dtype kv_g, const char *what);
-
 /* Sequences with q_len new tokens each on top of prefix cached tokens; the
  * cache holds random K/V in randomly placed blocks. */
 static void check_attention(int n_seqs, const int *q_lens, const int *prefix, int hq, int hk,
@@ -802,8 +791,6 @@ static void check_attention(int n_seqs, const int *q_lens, const int *prefix, in
     snprintf(what, sizeof what, "attention %s hq=%d hk=%d hd=%d bs=%d max_ctx=%d%s", label, hq, hk,
              hd, bs, max_ctx, attn_kv_fp8 ? " fp8 KV" : "");
     expect_close(out, what);
-    if (attn_proj_dim > 0 && n == 1)
-        check_attention_proj(pq, kcc, vcc, kcg, vcg, &bc, &bg, hq, hk, hd, kv_c, kv_g, what);
     raw_free(rk8);
     raw_free(rv8);
     free(k8);
@@ -821,71 +808,6 @@ static void check_attention(int n_seqs, const int *q_lens, const int *prefix, in
     free(hq_);
     free(perm);
     free(table);
-}
-
-/* attention_proj on the batch check_attention made: the projection its
- * partial sums hold (summed over the parts, which the backends cut
- * differently) against the CPU's, then the MLP's two ops that take them:
- * norm_linear's output (the residual untouched) and linear_add's residual. */
-static void check_attention_proj(pair pq, void *kcc, void *vcc, void *kcg, void *vcg,
-                                 const nl_attn_batch *bc, const nl_attn_batch *bg, int hq, int hk,
-                                 int hd, nl_dtype kv_c, nl_dtype kv_g, const char *what)
-{
-    const int dim = attn_proj_dim, inter = 3 * 128, cols = hq * hd;
-    float *wo = rand_bf16((size_t)dim * cols, 0.05f), *bo = rand_bf16(dim, 0.5f);
-    float *res = rand_bf16(dim, 1.0f), *nw = rand_bf16(dim, 1.0f);
-    float *gu = rand_bf16((size_t)2 * inter * dim, 0.1f), *dw = rand_bf16((size_t)dim * inter, 0.1f);
-    wpair pwo = weight_from(wo, dim, cols), pbo = weight_from(bo, 1, dim), pnw = weight_from(nw, 1, dim);
-    wpair pgu = weight_from(gu, 2 * inter, dim), pdw = weight_from(dw, dim, inter);
-    pair pres = pair_from(res, dim), work = pair_new(cols > 2 * inter ? cols : 2 * inter);
-    pair mlp = pair_new(inter), xn = pair_new(dim);
-    raw sums = raw_from(NULL, sizeof(float) * hq * dim);
-    int32_t nc = -1, ng = -1;
-    const float scale = 1.0f / sqrtf((float)hd);
-    OK_BOTH(cpu->ops->attention_proj(cpu, sums.c, &nc, work.c, pq.c, kcc, vcc, bc, hq, hk, hd, scale,
-                                     kv_c, pwo.c),
-            gpu->ops->attention_proj(gpu, sums.g, &ng, work.g, pq.g, kcg, vcg, bg, hq, hk, hd, scale,
-                                     kv_g, pwo.g));
-    ck_assert_int_eq(nc, hk);
-    ck_assert_msg(attn_proj_fused ? ng >= hk && ng <= hq : ng == 0, "%s: %d partial sums", what, ng);
-    if (ng > 0) {
-        float *sc = malloc(sizeof(float) * hq * dim), *sg = malloc(sizeof(float) * hq * dim);
-        raw_get(sums, sc, sg, sizeof(float) * (size_t)ng * dim);
-        for (int r = 0; r < dim; r++) {
-            for (int p = 1; p < nc; p++) sc[r] += sc[p * dim + r];
-            for (int p = 1; p < ng; p++) sg[r] += sg[p * dim + r];
-        }
-        double e = rel_err(sg, sc, dim);
-        printf("  %-58s rel err %.2e\n", "  its projection", e);
-        ck_assert_msg(e < TOL, "%s: projection relative error %g", what, e);
-        free(sc);
-        free(sg);
-        const nl_partial_sums ps_c = {sums.c, nc, pbo.c}, ps_g = {sums.g, ng, pbo.g};
-        OK_BOTH(cpu->ops->norm_linear(cpu, mlp.c, xn.c, work.c, NULL, pres.c, pnw.c, 1e-6f, pgu.c, NULL,
-                                      1, true, &ps_c),
-                gpu->ops->norm_linear(gpu, mlp.g, xn.g, work.g, NULL, pres.g, pnw.g, 1e-6f, pgu.g, NULL,
-                                      1, true, &ps_g));
-        expect_close(mlp, "  norm_linear of residual + sums");
-        float *hc = malloc(sizeof(float) * dim), *hg = malloc(sizeof(float) * dim);
-        pair_get(pres, hc, hg);
-        for (int j = 0; j < dim; j++) ck_assert_float_eq(hg[j], res[j]); /* still pending */
-        free(hc);
-        free(hg);
-        OK_BOTH(cpu->ops->linear_add(cpu, pres.c, work.c, mlp.c, pdw.c, NULL, 1, &ps_c),
-                gpu->ops->linear_add(gpu, pres.g, work.g, mlp.g, pdw.g, NULL, 1, &ps_g));
-        expect_close(pres, "  linear_add with the sums");
-    }
-    raw_free(sums);
-    pair_free(pres);
-    pair_free(work);
-    pair_free(mlp);
-    pair_free(xn);
-    weight_free(pwo);
-    weight_free(pbo);
-    weight_free(pnw);
-    weight_free(pgu);
-    weight_free(pdw);
-    free(wo), free(bo), free(res), free(nw), free(gu), free(dw);
 }
 
 START_TEST(test_attention_prefill)
@@ -986,48 +908,6 @@ START_TEST(test_attention_decode_clusters)
     check_attention(4, q, pad, 32, 8, 128, 16, "decode cluster, graph bound + padding");
     attn_pad_from = -1;
     attn_extra_blocks = 0;
-}
-END_TEST
-
-/* One decode token whose bound on its context fits a cluster: attention
- * and its output projection in one kernel (attention_proj), at contexts
- * from one key to the bound, under a graph's bound, for 0.6B's, 1.7B's,
- * 4B-like and Qwen2-0.5B's head layouts and both caches; past the bound,
- * with head dims without the fused form and with W_o rows too many for a
- * block's shared memory it leaves the projection to the two ops. */
-START_TEST(test_attention_proj)
-{
-    int q[1] = {1};
-    int ctxs[] = {0, 63, 64, 639, 1023};
-    attn_proj_fused = true;
-    for (int fp8 = 0; fp8 < 2; fp8++) {
-        attn_kv_fp8 = fp8;
-        for (size_t i = 0; i < sizeof ctxs / sizeof ctxs[0]; i++) {
-            attn_proj_dim = 1024;
-            check_attention(1, q, &ctxs[i], 16, 8, 128, 16, "proj, 0.6B heads");
-        }
-        attn_proj_dim = 2048;
-        check_attention(1, q, &ctxs[3], 16, 8, 128, 16, "proj, 1.7B heads");
-        attn_proj_dim = 896;
-        check_attention(1, q, &ctxs[3], 14, 2, 64, 16, "proj, Qwen2-0.5B heads");
-        attn_proj_dim = 1000; /* rows that do not split evenly over the cluster */
-        check_attention(1, q, &ctxs[1], 32, 8, 128, 32, "proj, groups of 4");
-        attn_proj_dim = 512; /* 16 query heads a kv head: two slices, 32 rows a block */
-        check_attention(1, q, &ctxs[3], 16, 1, 128, 16, "proj, MQA slices");
-    }
-    attn_kv_fp8 = false;
-    attn_proj_dim = 1024;
-    attn_extra_blocks = 1024 / 16 - 100 / 16 - 1;
-    int p100[] = {99};
-    check_attention(1, q, p100, 16, 8, 128, 16, "proj, graph bound");
-    attn_extra_blocks = 0;
-    attn_proj_fused = false;
-    int long_ctx[] = {1024};
-    check_attention(1, q, long_ctx, 16, 8, 128, 16, "proj, past the bound");
-    check_attention(1, q, &ctxs[3], 8, 2, 256, 16, "proj, head dim 256");
-    attn_proj_dim = 2560;
-    check_attention(1, q, &ctxs[3], 32, 8, 128, 16, "proj, 4B rows too many");
-    attn_proj_dim = 0;
 }
 END_TEST
 
@@ -1571,7 +1451,6 @@ int main(void)
     tcase_add_test(tc, test_attention_decode);
     tcase_add_test(tc, test_attention_decode_graph_small);
     tcase_add_test(tc, test_attention_decode_clusters);
-    tcase_add_test(tc, test_attention_proj);
     tcase_add_test(tc, test_attention_head_dim_refused);
     tcase_add_test(tc, test_graph_replay);
     tcase_add_test(tc, test_sample);

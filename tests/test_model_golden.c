@@ -459,35 +459,17 @@ static nl_status rec_linear_f32(nl_backend *be, float *out, const void *x, const
 static nl_status rec_norm_linear(nl_backend *be, void *out, void *xn, void *work, const void *x,
                                  void *residual, const nl_weight *norm_w, float eps,
                                  const nl_weight *w, const nl_weight *bias, int32_t n,
-                                 bool silu_mul, const nl_partial_sums *sums)
+                                 bool silu_mul)
 {
     record(w, bias, n, false);
-    return cpu_ops->norm_linear(be, out, xn, work, x, residual, norm_w, eps, w, bias, n, silu_mul,
-                                sums);
+    return cpu_ops->norm_linear(be, out, xn, work, x, residual, norm_w, eps, w, bias, n, silu_mul);
 }
 
 static nl_status rec_linear_add(nl_backend *be, void *residual, void *work, const void *x,
-                                const nl_weight *w, const nl_weight *bias, int32_t n,
-                                const nl_partial_sums *sums)
+                                const nl_weight *w, const nl_weight *bias, int32_t n)
 {
     record(w, bias, n, false);
-    return cpu_ops->linear_add(be, residual, work, x, w, bias, n, sums);
-}
-
-/* attention_proj runs the output projection of one token (with the
- * layer's bias, which its partial sums carry to the ops after it). */
-static nl_status rec_attention_proj(nl_backend *be, float *sums, int32_t *n_sums, void *work,
-                                    const void *qkv, const void *k_cache, const void *v_cache,
-                                    const nl_attn_batch *batch, int32_t hq, int32_t hk, int32_t hd,
-                                    float scale, nl_dtype kv_dtype, const nl_weight *w_o)
-{
-    NL_TRY(cpu_ops->attention_proj(be, sums, n_sums, work, qkv, k_cache, v_cache, batch, hq, hk,
-                                   hd, scale, kv_dtype, w_o));
-    const nl_weight *bias = NULL;
-    for (int l = 0; l < model->cfg.num_hidden_layers; l++)
-        if (model->layers[l].o_proj == w_o) bias = model->layers[l].o_bias;
-    if (*n_sums > 0) record(w_o, bias, batch->n_tokens, false);
-    return NL_OK;
+    return cpu_ops->linear_add(be, residual, work, x, w, bias, n);
 }
 
 static void *ints_on(nl_backend *be, const int32_t *v, size_t n)
@@ -589,7 +571,6 @@ START_TEST(test_linear_shapes_match_forward)
     rec.linear_f32 = rec_linear_f32;
     rec.norm_linear = rec_norm_linear;
     rec.linear_add = rec_linear_add;
-    rec.attention_proj = rec_attention_proj;
     be->ops = &rec;
     const int32_t sizes[] = {1, 2, 23};
     for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {

@@ -35,12 +35,11 @@ static nl_status alloc_zero(nl_backend *be, size_t bytes, void **out)
  * and max_logits sampled rows: one formula for the memory plan and the
  * allocation. */
 typedef struct state_sizes {
-    size_t x, xn, residual, work, work2, proj_sums, last, logits_shard, logits_gathered, logits;
+    size_t x, xn, residual, work, work2, last, logits_shard, logits_gathered, logits;
 } state_sizes;
 
-/* proj: the backend has attention_proj, whose partial sums need a buffer */
 static state_sizes state_sizes_of(const qwen_weights *w, size_t act_size, int32_t max_tokens,
-                                  int32_t max_logits, bool proj)
+                                  int32_t max_logits)
 {
     const qwen_shard *sh = &w->shard;
     size_t T = (size_t)max_tokens, L = (size_t)max_logits, a = act_size;
@@ -55,7 +54,6 @@ static state_sizes state_sizes_of(const qwen_weights *w, size_t act_size, int32_
         .residual = T * hidden * a,
         .work = T * (qkv_w > gu_w ? qkv_w : gu_w) * a,
         .work2 = T * (attn_w > mlp_w ? attn_w : mlp_w) * a,
-        .proj_sums = proj ? (size_t)sh->hq * hidden * sizeof(float) : 0,
         .last = L * hidden * a,
         .logits_shard = L * vs * sizeof(float),
         .logits_gathered = gathers ? tp * L * vs * sizeof(float) : 0,
@@ -65,9 +63,8 @@ static state_sizes state_sizes_of(const qwen_weights *w, size_t act_size, int32_
 
 size_t qwen_state_bytes(nl_backend *be, const qwen_weights *w, int32_t max_tokens, int32_t max_logits)
 {
-    state_sizes z = state_sizes_of(w, nl_dtype_size(be->ops->act_dtype), max_tokens, max_logits,
-                                   be->ops->attention_proj != NULL);
-    return z.x + z.xn + z.residual + z.work + z.work2 + z.proj_sums + z.last + z.logits_shard +
+    state_sizes z = state_sizes_of(w, nl_dtype_size(be->ops->act_dtype), max_tokens, max_logits);
+    return z.x + z.xn + z.residual + z.work + z.work2 + z.last + z.logits_shard +
            z.logits_gathered + z.logits;
 }
 
@@ -79,15 +76,13 @@ nl_status qwen_state_create(nl_backend *be, const qwen_weights *w, int32_t max_t
     s->max_tokens = max_tokens;
     s->max_logits = max_logits;
     s->act_size = nl_dtype_size(be->ops->act_dtype);
-    state_sizes z = state_sizes_of(w, s->act_size, max_tokens, max_logits,
-                                   be->ops->attention_proj != NULL);
+    state_sizes z = state_sizes_of(w, s->act_size, max_tokens, max_logits);
     nl_status st = NL_OK;
     if (st == NL_OK) st = alloc_zero(be, z.x, &s->x);
     if (st == NL_OK) st = alloc_zero(be, z.xn, &s->xn);
     if (st == NL_OK) st = alloc_zero(be, z.residual, &s->residual);
     if (st == NL_OK) st = alloc_zero(be, z.work, &s->work);
     if (st == NL_OK) st = alloc_zero(be, z.work2, &s->work2);
-    if (st == NL_OK && z.proj_sums) st = alloc_zero(be, z.proj_sums, (void **)&s->proj_sums);
     if (st == NL_OK) st = alloc_zero(be, z.last, &s->last);
     if (st == NL_OK) st = alloc_zero(be, z.logits_shard, (void **)&s->logits_shard);
     if (st == NL_OK && z.logits) {
@@ -129,7 +124,7 @@ nl_status qwen_state_alloc_kv(nl_backend *be, const qwen_weights *w, qwen_state 
 void qwen_state_destroy(nl_backend *be, const qwen_weights *w, qwen_state *s)
 {
     if (!s) return;
-    void *bufs[] = {s->x, s->xn, s->residual, s->work, s->work2, s->proj_sums, s->last, s->logits_shard,
+    void *bufs[] = {s->x, s->xn, s->residual, s->work, s->work2, s->last, s->logits_shard,
                     s->logits_gathered, s->logits != s->logits_shard ? s->logits : NULL};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) be->ops->free(be, bufs[i]);
@@ -212,22 +207,20 @@ static const nl_weight *row_parallel_bias(const qwen_weights *w, const nl_weight
 
 /* A row-parallel projection (o_proj, down) of in into the residual stream
  * (row_parallel_bias).  One token on one rank: the product goes straight
- * into the residual (linear_add, which first adds the o projection's
- * partial sums where attention_proj left them), so the next norm_linear
- * finds the residual complete and a backend can normalise it inside that
- * projection (the GEMV of a single token).  Otherwise the partial sums land in x, are
+ * into the residual (linear_add), so the next norm_linear finds the
+ * residual complete and a backend can normalise it inside that projection
+ * (the GEMV of a single token).  Otherwise the partial sums land in x, are
  * all-reduced, and *pending names them for the next norm_linear to add: in
  * a batch that add rides in the RMSNorm kernel for free, where a separate
  * add would cost a kernel. */
 static nl_status project_into_residual(nl_backend *be, nl_comm *comm, const qwen_weights *w,
                                        qwen_state *s, const void *in, const nl_weight *weight,
-                                       const nl_weight *bias, int32_t n, const void **pending,
-                                       const nl_partial_sums *sums)
+                                       const nl_weight *bias, int32_t n, const void **pending)
 {
     const nl_weight *b = row_parallel_bias(w, bias);
     if (n == 1 && comm->size == 1) {
         *pending = NULL;
-        return be->ops->linear_add(be, s->residual, s->x, in, weight, b, n, sums);
+        return be->ops->linear_add(be, s->residual, s->x, in, weight, b, n);
     }
     NL_TRY(be->ops->linear(be, s->x, in, weight, b, n));
     *pending = s->x;
@@ -281,44 +274,29 @@ nl_status qwen_forward(nl_backend *be, nl_comm *comm, const qwen_weights *w, qwe
         NL_TRY(mark(be, s, QWEN_OP_QKV));
         if (runs(s, QWEN_OP_QKV))
             NL_TRY(op->norm_linear(be, qkv, s->xn, attn, pending, s->residual, L->input_norm,
-                                   eps, L->qkv, L->qkv_bias, n, false,
-                                   NULL)); /* [n, (hq + 2 hk) hd] */
+                                   eps, L->qkv, L->qkv_bias, n, false)); /* [n, (hq + 2 hk) hd] */
         NL_TRY(mark(be, s, QWEN_OP_ROPE_STORE));
         if (runs(s, QWEN_OP_ROPE_STORE))
             NL_TRY(op->qk_norm_rope_store(be, qkv, in->positions, L->q_norm, L->k_norm,
                                           w->rope_inv_freq, s->k_cache[l], s->v_cache[l],
                                           in->slots, n, hq, hk, hd, eps, s->block_size,
                                           s->kv_dtype));
-        /* One token on one rank: the backend may take the output projection
-         * inside attention (attention_proj), leaving it as partial sums
-         * that the MLP's two ops add into the residual stream. */
-        nl_partial_sums proj = {s->proj_sums, 0, row_parallel_bias(w, L->o_bias)};
         NL_TRY(mark(be, s, QWEN_OP_ATTENTION));
-        if (runs(s, QWEN_OP_ATTENTION)) {
-            if (op->attention_proj && n == 1 && comm->size == 1)
-                NL_TRY(op->attention_proj(be, s->proj_sums, &proj.n, attn, qkv, s->k_cache[l],
-                                          s->v_cache[l], &in->attn, hq, hk, hd, scale,
-                                          s->kv_dtype, L->o_proj));
-            if (proj.n == 0)
-                NL_TRY(op->attention(be, attn, qkv, s->k_cache[l], s->v_cache[l], &in->attn, hq,
-                                     hk, hd, scale, s->kv_dtype)); /* [n, hq hd] */
-        }
-        const nl_partial_sums *sums = proj.n > 0 ? &proj : NULL;
+        if (runs(s, QWEN_OP_ATTENTION))
+            NL_TRY(op->attention(be, attn, qkv, s->k_cache[l], s->v_cache[l], &in->attn, hq, hk,
+                                 hd, scale, s->kv_dtype)); /* [n, hq hd] */
         NL_TRY(mark(be, s, QWEN_OP_O_PROJ));
-        if (!sums && runs(s, QWEN_OP_O_PROJ))
-            NL_TRY(project_into_residual(be, comm, w, s, attn, L->o_proj, L->o_bias, n, &pending,
-                                         NULL));
+        if (runs(s, QWEN_OP_O_PROJ))
+            NL_TRY(project_into_residual(be, comm, w, s, attn, L->o_proj, L->o_bias, n, &pending));
 
         /* MLP block: mlp = silu * mul of norm(residual + pending) @ W_gate_up */
         NL_TRY(mark(be, s, QWEN_OP_GATE_UP));
         if (runs(s, QWEN_OP_GATE_UP))
             NL_TRY(op->norm_linear(be, mlp, s->xn, gate_up, pending, s->residual, L->post_norm,
-                                   eps, L->gate_up, L->gate_up_bias, n, true,
-                                   sums)); /* [n, inter] */
+                                   eps, L->gate_up, L->gate_up_bias, n, true)); /* [n, inter] */
         NL_TRY(mark(be, s, QWEN_OP_DOWN));
         if (runs(s, QWEN_OP_DOWN))
-            NL_TRY(project_into_residual(be, comm, w, s, mlp, L->down, L->down_bias, n, &pending,
-                                         sums));
+            NL_TRY(project_into_residual(be, comm, w, s, mlp, L->down, L->down_bias, n, &pending));
     }
 
     /* final norm, then the LM head on the rows that sample only */

@@ -37,8 +37,6 @@ typedef struct qwen_state {
                                gate_up [max_tokens, 2 inter]: never both */
     void *work2;            /* attention out [max_tokens, hq hd], later
                                silu_mul out [max_tokens, inter]           */
-    float *proj_sums;       /* [hq, hidden]: attention_proj's partial sums
-                               (backends that have it)                    */
     void *last;             /* [max_logits, hidden] rows for the LM head  */
     float *logits_shard;    /* [max_logits, vocab / tp]                   */
     float *logits_gathered; /* [tp, max_logits, vocab / tp], tp > 1      */

@@ -328,7 +328,6 @@ static const nl_backend_ops cpu_ops = {
     .attention = cpu_attention,
     .norm_linear = cpu_norm_linear,
     .linear_add = cpu_linear_add,
-    .attention_proj = cpu_attention_proj,
     .take_ids = cpu_take_ids,
     .gather_rows = cpu_gather_rows,
     .sample = cpu_sample,

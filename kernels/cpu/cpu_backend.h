@@ -76,15 +76,9 @@ nl_status cpu_silu_mul(nl_backend *be, void *out, const void *gate_up, int32_t n
                        int32_t inter);
 nl_status cpu_norm_linear(nl_backend *be, void *out, void *xn, void *work, const void *x,
                           void *residual, const nl_weight *norm_w, float eps, const nl_weight *w,
-                          const nl_weight *bias, int32_t n, bool silu_mul,
-                          const nl_partial_sums *sums);
+                          const nl_weight *bias, int32_t n, bool silu_mul);
 nl_status cpu_linear_add(nl_backend *be, void *residual, void *work, const void *x,
-                         const nl_weight *w, const nl_weight *bias, int32_t n,
-                         const nl_partial_sums *sums);
-nl_status cpu_attention_proj(nl_backend *be, float *sums, int32_t *n_sums, void *work,
-                             const void *qkv, const void *k_cache, const void *v_cache,
-                             const nl_attn_batch *batch, int32_t hq, int32_t hk, int32_t hd,
-                             float scale, nl_dtype kv_dtype, const nl_weight *w_o);
+                         const nl_weight *w, const nl_weight *bias, int32_t n);
 nl_status cpu_take_ids(nl_backend *be, int32_t *ids, const int32_t *src, const int32_t *pairs, int32_t n);
 nl_status cpu_gather_rows(nl_backend *be, void *out, const void *x, const int32_t *rows,
                           int32_t m, int32_t dim);

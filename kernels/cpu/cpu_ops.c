@@ -375,89 +375,26 @@ nl_status cpu_silu_mul(nl_backend *be, void *out, const void *gate_up, int32_t n
     return NL_OK;
 }
 
-/* dst[dim] = residual + the projection the partial sums hold. */
-static void add_partial_sums(float *dst, const float *residual, const nl_partial_sums *s,
-                             int64_t dim)
-{
-    for (int64_t j = 0; j < dim; j++) {
-        float p = 0.0f;
-        for (int32_t k = 0; k < s->n; k++) p += s->sums[k * dim + j];
-        if (s->bias) p += s->bias->data[j];
-        dst[j] = residual[j] + p;
-    }
-}
-
-static nl_status check_partial_sums(const char *op, const nl_partial_sums *s, const void *x,
-                                    int32_t n, int64_t dim)
-{
-    if (n != 1 || x)
-        return nl_error(NL_ERR_INVALID_ARG, "%s: partial sums for %d tokens%s (one token, nothing "
-                        "else pending)", op, n, x ? " with a pending addend" : "");
-    if (s->n <= 0 || (s->bias && s->bias->rows * s->bias->cols != dim))
-        return nl_error(NL_ERR_INVALID_ARG, "%s: %d partial sums, bias of %lld for %lld columns", op,
-                        s->n, s->bias ? (long long)(s->bias->rows * s->bias->cols) : 0LL,
-                        (long long)dim);
-    return NL_OK;
-}
-
 nl_status cpu_norm_linear(nl_backend *be, void *out, void *xn, void *work, const void *x,
                           void *residual, const nl_weight *norm_w, float eps, const nl_weight *w,
-                          const nl_weight *bias, int32_t n, bool silu_mul,
-                          const nl_partial_sums *sums)
+                          const nl_weight *bias, int32_t n, bool silu_mul)
 {
     if (silu_mul && w->rows % 2 != 0)
         return nl_error(NL_ERR_INVALID_ARG, "norm_linear: gate_up weight has %lld rows, not gate "
                         "and up halves", (long long)w->rows);
-    if (sums) {
-        /* the residual with the pending projection, normalised in place */
-        NL_TRY(check_partial_sums("norm_linear", sums, x, n, w->cols));
-        add_partial_sums(xn, residual, sums, w->cols);
-        NL_TRY(cpu_rmsnorm(be, xn, xn, NULL, norm_w, n, (int32_t)w->cols, eps));
-    } else {
-        NL_TRY(cpu_rmsnorm(be, xn, x ? x : residual, x ? residual : NULL, norm_w, n,
-                           (int32_t)w->cols, eps));
-    }
+    NL_TRY(cpu_rmsnorm(be, xn, x ? x : residual, x ? residual : NULL, norm_w, n, (int32_t)w->cols, eps));
     if (!silu_mul) return cpu_linear(be, out, xn, w, bias, n);
     NL_TRY(cpu_linear(be, work, xn, w, bias, n));
     return cpu_silu_mul(be, out, work, n, (int32_t)(w->rows / 2));
 }
 
 nl_status cpu_linear_add(nl_backend *be, void *residual_, void *work_, const void *x,
-                         const nl_weight *w, const nl_weight *bias, int32_t n,
-                         const nl_partial_sums *sums)
+                         const nl_weight *w, const nl_weight *bias, int32_t n)
 {
-    float *residual = residual_;
-    if (sums) {
-        NL_TRY(check_partial_sums("linear_add", sums, NULL, n, w->rows));
-        add_partial_sums(residual, residual, sums, w->rows);
-    }
     NL_TRY(cpu_linear(be, work_, x, w, bias, n));
+    float *residual = residual_;
     const float *work = work_;
     for (size_t i = 0; i < (size_t)n * (size_t)w->rows; i++) residual[i] += work[i];
-    return NL_OK;
-}
-
-/* One token: attention into work, then each kv head's query heads times
- * their columns of w_o, one partial sum each. */
-nl_status cpu_attention_proj(nl_backend *be, float *sums, int32_t *n_sums, void *work,
-                             const void *qkv, const void *k_cache, const void *v_cache,
-                             const nl_attn_batch *batch, int32_t hq, int32_t hk, int32_t hd,
-                             float scale, nl_dtype kv_dtype, const nl_weight *w_o)
-{
-    *n_sums = 0;
-    if (batch->n_seqs != 1 || batch->n_tokens != 1) return NL_OK;
-    if (hk <= 0 || hq % hk || w_o->cols != (int64_t)hq * hd)
-        return nl_error(NL_ERR_INVALID_ARG, "attention_proj: %d query heads of %d over %d kv heads "
-                        "against an output projection of %lld columns", hq, hd, hk,
-                        (long long)w_o->cols);
-    NL_TRY(cpu_attention(be, work, qkv, k_cache, v_cache, batch, hq, hk, hd, scale, kv_dtype));
-    const int32_t cols = hq / hk * hd;
-    const float *attn = work;
-    for (int32_t p = 0; p < hk; p++)
-        cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)w_o->rows, cols, 1.0f,
-                    w_o->data + (size_t)p * cols, (int)w_o->cols, attn + (size_t)p * cols, 1,
-                    0.0f, sums + (size_t)p * w_o->rows, 1);
-    *n_sums = hk;
     return NL_OK;
 }
 

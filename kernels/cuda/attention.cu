@@ -339,18 +339,6 @@ static bool has_fast_kernel(int hd)
     return hd == 32 || hd == 64 || hd == 80 || hd == 96 || hd == 128 || hd == 256;
 }
 
-/* NANOLLM_ATTN_PROJ=0 keeps the output projection out of attention
- * (attention_proj does nothing; read once). */
-static bool proj_off(void)
-{
-    static int cached = -1;
-    if (cached < 0) {
-        const char *v = getenv("NANOLLM_ATTN_PROJ");
-        cached = v && strcmp(v, "0") == 0;
-    }
-    return cached != 0;
-}
-
 /* NL_ATTN_GENERIC=1 selects the generic kernel (read once). */
 static bool use_generic(void)
 {
@@ -362,14 +350,15 @@ static bool use_generic(void)
     return cached != 0;
 }
 
-/* The op's arguments checked and gathered for the kernels. */
-static nl_status attn_args_of(attn_args *a_out, void *out, const void *qkv, const void *k_cache,
-                              const void *v_cache, const nl_attn_batch *b, int32_t hq, int32_t hk,
-                              int32_t hd, float scale, nl_dtype kv_dtype)
+nl_status cuda_attention(nl_backend *backend, void *out, const void *qkv, const void *k_cache,
+                         const void *v_cache, const nl_attn_batch *b, int32_t hq, int32_t hk,
+                         int32_t hd, float scale, nl_dtype kv_dtype)
 {
+    cuda_backend *be = cuda_be(backend);
     if (kv_dtype != NL_DTYPE_BF16 && kv_dtype != NL_DTYPE_F8_E4M3)
         return nl_error(NL_ERR_UNSUPPORTED, "cuda: attention over a %s KV cache (BF16 or F8_E4M3)",
                         nl_dtype_name(kv_dtype));
+    if (b->n_seqs <= 0 || b->n_tokens <= 0) return NL_OK;
     if (hk <= 0 || hq % hk != 0)
         return nl_error(NL_ERR_INVALID_ARG, "cuda: attention heads hq=%d not a multiple of hk=%d",
                         hq, hk);
@@ -378,7 +367,7 @@ static nl_status attn_args_of(attn_args *a_out, void *out, const void *qkv, cons
                         "of 8 up to %d)", hd, ATTN_MAX_HD);
     if (b->block_size <= 0)
         return nl_error(NL_ERR_INVALID_ARG, "cuda: attention block_size %d", b->block_size);
-    attn_args &a = *a_out;
+    attn_args a;
     a.out = (bf16 *)out;
     a.qkv = (const bf16 *)qkv;
     a.k_cache = k_cache;
@@ -394,17 +383,6 @@ static nl_status attn_args_of(attn_args *a_out, void *out, const void *qkv, cons
     a.block_size = b->block_size;
     a.max_blocks_per_seq = b->max_blocks_per_seq;
     a.scale_log2 = scale * NL_LOG2E;
-    return NL_OK;
-}
-
-nl_status cuda_attention(nl_backend *backend, void *out, const void *qkv, const void *k_cache,
-                         const void *v_cache, const nl_attn_batch *b, int32_t hq, int32_t hk,
-                         int32_t hd, float scale, nl_dtype kv_dtype)
-{
-    cuda_backend *be = cuda_be(backend);
-    attn_args a;
-    NL_TRY(attn_args_of(&a, out, qkv, k_cache, v_cache, b, hq, hk, hd, scale, kv_dtype));
-    if (b->n_seqs <= 0 || b->n_tokens <= 0) return NL_OK;
     if (use_generic() || !has_fast_kernel(hd)) {
         if (a.group > ATTN_WARPS * 8)
             return nl_error(NL_ERR_UNSUPPORTED, "cuda: attention group of %d query heads per kv "
@@ -435,19 +413,4 @@ nl_status cuda_attention(nl_backend *backend, void *out, const void *qkv, const 
     pa.context_lens = prompts.context_lens;
     pa.block_tables = prompts.block_tables;
     return cuda_attention_prefill(be, &pa, &prompts);
-}
-
-nl_status cuda_attention_proj(nl_backend *backend, float *sums, int32_t *n_sums, void *work,
-                              const void *qkv, const void *k_cache, const void *v_cache,
-                              const nl_attn_batch *b, int32_t hq, int32_t hk, int32_t hd,
-                              float scale, nl_dtype kv_dtype, const nl_weight *w_o)
-{
-    *n_sums = 0;
-    attn_args a;
-    NL_TRY(attn_args_of(&a, work, qkv, k_cache, v_cache, b, hq, hk, hd, scale, kv_dtype));
-    if (w_o->cols != (int64_t)hq * hd)
-        return nl_error(NL_ERR_INVALID_ARG, "cuda: attention_proj: %d heads of %d against an output "
-                        "projection of %lld columns", hq, hd, (long long)w_o->cols);
-    if (use_generic() || !b->all_decode || proj_off()) return NL_OK;
-    return cuda_attention_decode_proj(cuda_be(backend), &a, b, w_o, sums, n_sums);
 }

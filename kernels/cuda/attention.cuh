@@ -45,15 +45,6 @@ static inline size_t attn_scratch_floats(const cuda_backend *be)
  * one block per (context split, sequence, kv head, group slice). */
 nl_status cuda_attention_decode(cuda_backend *be, const attn_args *a, const nl_attn_batch *b);
 
-/* One decode token (n_seqs == n_tokens == 1) whose context bound fits one
- * cluster of splits: attention and its output projection w_o as partial
- * sums [*n_sums, w_o.rows], one a block row (a kv head's group slice); the
- * attention output itself is not written.  *n_sums = 0 and nothing
- * launched where the head shape, the bound or the device does not allow
- * it. */
-nl_status cuda_attention_decode_proj(cuda_backend *be, const attn_args *a, const nl_attn_batch *b,
-                                     const nl_weight *w_o, float *sums, int32_t *n_sums);
-
 /* Prefill and mixed batches on tensor cores, head_dim 32, 64, 80, 96, 128 or
  * 256. */
 nl_status cuda_attention_prefill(cuda_backend *be, const attn_args *a, const nl_attn_batch *b);

@@ -30,14 +30,6 @@
  * as one thread-block cluster instead: the splits merge through each
  * other's shared memory, and the step loses the merge kernel, a dependent
  * step of its own on a one-token critical path.
- *
- * One token of such a context may also take its output projection inside
- * the cluster (cuda_attention_decode_proj: the attention_proj op), which
- * loses the projection's kernel too: each block preloads its share of the
- * rows of W_o (the kv head's columns) into shared memory before the wait
- * for the kernel before, the blocks hand each other the merged outputs, and
- * each writes its rows' products as one partial sum a kv head; the ops
- * after it add the partial sums into the residual stream.
  */
 #include <cooperative_groups.h>
 #include <math.h>
@@ -51,8 +43,6 @@
 #define DEC_MAX_SPLITS 64
 #define DEC_EARLY_SEQS 4     /* batches this small take the early-load kernel */
 #define DEC_CLUSTER_MAX 16   /* splits merged inside one cluster at most    */
-#define DEC_PROJ_SMEM (64 * 1024) /* a block's rows of W_o, at most (bytes):
-                                     0.6B and 1.7B shapes take 32 and 64 KiB */
 
 struct dec_params : attn_args {
     float *part_o;            /* [n_seqs * hq * n_splits, hd]                */
@@ -62,9 +52,6 @@ struct dec_params : attn_args {
     int n_splits;             /* blocks per (sequence, kv head, slice)      */
     int min_chunk;            /* keys per split at least                     */
     const int32_t *order;     /* [n_seqs] seqs in launch order, or NULL     */
-    const bf16 *w_o;          /* PROJ: [dim, hq * hd] output projection      */
-    float *sums;              /* PROJ: [gridDim.y, dim] partial sums        */
-    int dim;                  /* PROJ: W_o's rows                            */
 };
 
 /* Keys per split of a sequence of ctx keys: the context spread over the
@@ -234,115 +221,15 @@ static __device__ void dec_cluster_finish(const dec_params &p, const float *cl_o
     }
 }
 
-/* PROJ: block `rank` of n owns rows [r0, r1) of W_o, the cluster's
- * rows spread evenly. */
-struct dec_rows {
-    int r0, r1;
-};
-
-static __device__ __forceinline__ dec_rows dec_rows_of(int dim, int n, int rank)
-{
-    const int per = (dim + n - 1) / n, r0 = min(dim, rank * per);
-    return {r0, min(dim, r0 + per)};
-}
-
-/* PROJ, before the wait: the block's rows of W_o, the columns of query
- * heads [h0, h0 + nh), into shared memory ([row][G * HD] bf16) by cp.async.
- * The weights are constant, so their loads overlap the kernel before. */
-template <int G, int HD>
-static __device__ __forceinline__ void dec_proj_load(const dec_params &p, bf16 *ws, dec_rows rows,
-                                                     int h0, int nh)
-{
-    const int pieces = nh * HD / 8; /* 16-byte pieces a row */
-    const bf16 *src = p.w_o + (size_t)h0 * HD;
-    for (int i = threadIdx.x; i < (rows.r1 - rows.r0) * pieces; i += blockDim.x) {
-        const int r = i / pieces, c = i - r * pieces;
-        attn_cp_async16(ws + (size_t)r * G * HD + c * 8,
-                        src + (size_t)(rows.r0 + r) * p.hq * HD + c * 8);
-    }
-    attn_cp_async_commit();
-}
-
-/* PROJ, after the partials' barrier: this block's slice of the outputs,
- * merged as dec_cluster_finish merges it and rounded to bf16 as attention
- * stores it, goes to every block's att; after a second barrier each block
- * multiplies its rows of W_o with all of them, a warp a row, and writes
- * the products as the kv head's (the slice's) partial sums. */
-template <int G, int HD>
-static __device__ void dec_cluster_finish_proj(const dec_params &p, const float *cl_o,
-                                               float (*cl_ml)[G][2], float *att, const bf16 *ws,
-                                               dec_cluster c, int split, int nh)
-{
-    const int first = split * c.per, last = min(nh * HD, first + c.per);
-    for (int idx = first + (int)threadIdx.x; idx < last; idx += blockDim.x) {
-        const int gi = idx / HD;
-        float mx = -INFINITY;
-        for (int s = 0; s < c.n; s++) mx = fmaxf(mx, cl_ml[s][gi][0]);
-        float sum_l = 0.0f, sum_o = 0.0f;
-        for (int s = 0; s < c.n; s++)
-            if (cl_ml[s][gi][0] != -INFINITY) {
-                const float w = exp2f(cl_ml[s][gi][0] - mx);
-                sum_l = fmaf(w, cl_ml[s][gi][1], sum_l);
-                sum_o = fmaf(w, cl_o[s * c.per + idx - first], sum_o);
-            }
-        const float v = round_bf16(sum_o * (sum_l > 0.0f ? 1.0f / sum_l : 0.0f));
-        for (int r = 0; r < c.n; r++) dec_cluster_at(att, r)[idx] = v;
-    }
-    dec_cluster_arrive(true);
-    dec_cluster_wait();
-    attn_cp_async_wait<0>();
-    __syncthreads();
-    /* a lane's pieces of the outputs in registers, the same for every row;
-     * a warp takes RPW rows at once, so that their reductions overlap */
-    constexpr int PL = (G * HD / 8 + 31) / 32, RPW = 4;
-    const dec_rows rows = dec_rows_of(p.dim, c.n, split);
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, pieces = nh * HD / 8;
-    float a[PL][8];
-#pragma unroll
-    for (int i = 0; i < PL; i++)
-#pragma unroll
-        for (int j = 0; j < 8; j++) a[i][j] = lane + 32 * i < pieces ? att[8 * (lane + 32 * i) + j] : 0.0f;
-    float *out = p.sums + (size_t)blockIdx.y * p.dim;
-    for (int r = rows.r0 + warp * RPW; r < rows.r1; r += DEC_WARPS * RPW) {
-        float acc[RPW];
-#pragma unroll
-        for (int rr = 0; rr < RPW; rr++) {
-            acc[rr] = 0.0f;
-            if (r + rr >= rows.r1) continue;
-            const uint4 *wr = (const uint4 *)(ws + (size_t)(r + rr - rows.r0) * G * HD);
-#pragma unroll
-            for (int i = 0; i < PL; i++) {
-                if (lane + 32 * i >= pieces) continue;
-                float w[8];
-                bf16x8_to_float(wr[lane + 32 * i], w);
-#pragma unroll
-                for (int j = 0; j < 8; j++) acc[rr] = fmaf(w[j], a[i][j], acc[rr]);
-            }
-        }
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1)
-#pragma unroll
-            for (int rr = 0; rr < RPW; rr++) acc[rr] += __shfl_xor_sync(0xffffffffu, acc[rr], off);
-        if (lane == 0)
-#pragma unroll
-            for (int rr = 0; rr < RPW; rr++)
-                if (r + rr < rows.r1) out[r + rr] = acc[rr];
-    }
-}
-
 /* EPL: elements of a row each lane loads (8 for bf16; 8 or 16 for fp8, whose
  * 16 fill a 16-byte load and halve the lanes, shuffles and softmax work per
  * key).  EARLY: the block's first K/V loads go out before the wait for the
  * kernel before it (dec_launch says when that pays).  CLUSTER: the grid's
  * splits are clusters and merge as dec_cluster says (every block stays to
- * the end, even one whose split is empty).  PROJ (with CLUSTER): the
- * cluster also takes the output projection (dec_cluster_finish_proj), its
- * rows of W_o in dynamic shared memory. */
-template <int HD, int G, int U, typename KV, int EPL, bool EARLY, bool CLUSTER = false,
-          bool PROJ = false>
+ * the end, even one whose split is empty). */
+template <int HD, int G, int U, typename KV, int EPL, bool EARLY, bool CLUSTER = false>
 __global__ void __launch_bounds__(DEC_WARPS * 32, dec_min_blocks<KV, G, EARLY>()) kernel_decode(dec_params p)
 {
-    static_assert(CLUSTER || !PROJ, "the projection is taken by a cluster");
     typedef typename dec_raw<EPL * (int)sizeof(KV)>::type raw;
     constexpr int LIVE = HD / EPL;          /* lanes that load a token's row */
     constexpr int LPT = pow2_ceil(LIVE); /* lanes per token              */
@@ -357,8 +244,6 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, dec_min_blocks<KV, G, EARLY>()
      * slice] (n * per <= G * HD + n - 1 floats) and [split][head][m, l] */
     __shared__ float cl_o[CLUSTER ? G * HD + DEC_CLUSTER_MAX : 1];
     __shared__ float cl_ml[CLUSTER ? DEC_CLUSTER_MAX : 1][G][2];
-    __shared__ float att[PROJ ? G * HD : 1]; /* PROJ: the kv head's merged outputs */
-    extern __shared__ uint4 dec_dynamic[];   /* PROJ: the block's rows of W_o */
     if constexpr (CLUSTER) dec_cluster_arrive(false);
 
     /* The step's inputs (orders, contexts, tables) were uploaded before the
@@ -410,8 +295,6 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, dec_min_blocks<KV, G, EARLY>()
             if (key < k_end && key != newest && live) load_key(key, kr[u], vr[u]);
         }
     }
-    if constexpr (PROJ) /* after the first keys: those are on the critical path */
-        dec_proj_load<G, HD>(p, (bf16 *)dec_dynamic, dec_rows_of(p.dim, gridDim.x, split), h0, nh);
     pdl_wait();
     pdl_release();
     if constexpr (EARLY) {
@@ -608,11 +491,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, dec_min_blocks<KV, G, EARLY>()
     if constexpr (CLUSTER) {
         dec_cluster_arrive(true); /* the pushes, released */
         dec_cluster_wait();
-        if constexpr (PROJ)
-            dec_cluster_finish_proj<G, HD>(p, cl_o, cl_ml, att, (const bf16 *)dec_dynamic, cl,
-                                           split, nh);
-        else
-            dec_cluster_finish<G, HD>(p, cl_o, cl_ml, cl, split, nh, h0, tok);
+        dec_cluster_finish<G, HD>(p, cl_o, cl_ml, cl, split, nh, h0, tok);
     }
 }
 
@@ -708,15 +587,8 @@ static nl_status dec_launch(cuda_backend *be, dec_params *p, const nl_attn_batch
     return NL_OK;
 }
 
-/* The kernels of a head shape: the batch (late) kernel, the early one for
- * tiny batches and its clustered form (with PROJ: the one that takes the
- * output projection too). */
-struct dec_kernels {
-    dec_kernel late, early, clustered;
-};
-
-template <int HD, int G, bool PROJ>
-static dec_kernels dec_kernels_of(bool kv_fp8)
+template <int HD, int G>
+static nl_status launch_decode(cuda_backend *be, dec_params *p, const nl_attn_batch *b)
 {
     /* Loads in flight a lane: fewer for wide groups keeps q and o in
      * registers.  The batch (late) kernels of groups up to 2 take 4, not 8:
@@ -738,23 +610,18 @@ static dec_kernels dec_kernels_of(bool kv_fp8)
      * 32 KiB; otherwise 8 (an 8-byte load) with twice the loads in flight. */
     constexpr int PARTS16 = DEC_WARPS * 32 / pow2_ceil(HD / 16);
     constexpr bool WIDE = (size_t)PARTS16 * G * HD * sizeof(float) <= 32768;
-    if (!kv_fp8)
-        return {kernel_decode<HD, G, U_LATE, bf16, 8, false>,
-                kernel_decode<HD, G, U_EARLY_BF16, bf16, 8, true>,
-                kernel_decode<HD, G, U_EARLY_BF16, bf16, 8, true, true, PROJ>};
+    if (!p->kv_fp8)
+        return dec_launch(be, p, b, kernel_decode<HD, G, U_LATE, bf16, 8, false>,
+                          kernel_decode<HD, G, U_EARLY_BF16, bf16, 8, true>,
+                          kernel_decode<HD, G, U_EARLY_BF16, bf16, 8, true, true>);
     if constexpr (WIDE)
-        return {kernel_decode<HD, G, U_LATE, fp8, 16, false>, kernel_decode<HD, G, U, fp8, 16, true>,
-                kernel_decode<HD, G, U, fp8, 16, true, true, PROJ>};
+        return dec_launch(be, p, b, kernel_decode<HD, G, U_LATE, fp8, 16, false>,
+                          kernel_decode<HD, G, U, fp8, 16, true>,
+                          kernel_decode<HD, G, U, fp8, 16, true, true>);
     else
-        return {kernel_decode<HD, G, 2 * U, fp8, 8, false>, kernel_decode<HD, G, 2 * U, fp8, 8, true>,
-                kernel_decode<HD, G, 2 * U, fp8, 8, true, true, PROJ>};
-}
-
-template <int HD, int G>
-static nl_status launch_decode(cuda_backend *be, dec_params *p, const nl_attn_batch *b)
-{
-    const dec_kernels k = dec_kernels_of<HD, G, false>(p->kv_fp8);
-    return dec_launch(be, p, b, k.late, k.early, k.clustered);
+        return dec_launch(be, p, b, kernel_decode<HD, G, 2 * U, fp8, 8, false>,
+                          kernel_decode<HD, G, 2 * U, fp8, 8, true>,
+                          kernel_decode<HD, G, 2 * U, fp8, 8, true, true>);
 }
 
 template <int HD>
@@ -768,69 +635,23 @@ static nl_status launch_decode_g(cuda_backend *be, dec_params *p, int g, const n
     }
 }
 
-/* Lets a projecting kernel take DEC_PROJ_SMEM of dynamic shared memory
- * (past the 48 KiB a launch gets without asking), once a kernel. */
-static nl_status dec_proj_opt_in(dec_kernel k)
-{
-    static dec_kernel done[32];
-    static int n_done;
-    for (int i = 0; i < n_done; i++)
-        if (done[i] == k) return NL_OK;
-    NL_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, DEC_PROJ_SMEM));
-    if (n_done < (int)(sizeof done / sizeof done[0])) done[n_done++] = k;
-    return NL_OK;
-}
-
-/* One token, its context bound within one cluster's splits: the clustered
- * kernel with the projection, DEC_CLUSTER_MAX splits whatever the bound (so
- * that an eager step and a graph's replay of it sum alike), where the
- * block's rows of W_o fit DEC_PROJ_SMEM and the device runs such a
- * cluster; *n_sums = 0 otherwise. */
-template <int HD, int G>
-static nl_status launch_decode_proj(cuda_backend *be, dec_params *p, int32_t *n_sums)
-{
-    const dec_kernel k = dec_kernels_of<HD, G, true>(p->kv_fp8).clustered;
-    const int rows = (p->dim + DEC_CLUSTER_MAX - 1) / DEC_CLUSTER_MAX;
-    const size_t smem = (size_t)rows * G * HD * sizeof(bf16);
-    if (smem > DEC_PROJ_SMEM) return NL_OK;
-    NL_TRY(dec_proj_opt_in(k));
-    if (cuda_cluster_max(k, DEC_WARPS * 32, smem) < DEC_CLUSTER_MAX) return NL_OK;
-    p->min_chunk = DEC_MIN_CHUNK_EARLY;
-    p->n_splits = DEC_CLUSTER_MAX;
-    dim3 grid(DEC_CLUSTER_MAX, p->hk * p->n_slices, 1);
-    NL_CUDA_CHECK(cuda_launch_clusters(be, k, grid, DEC_WARPS * 32, smem, DEC_CLUSTER_MAX, *p));
-    *n_sums = p->hk * p->n_slices;
-    return NL_OK;
-}
-
-/* A block serves up to 8 query heads (the kernels' G); larger groups take
- * slices. */
-static int dec_group_width(int group)
-{
-    return group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : 8;
-}
-
-static void dec_params_fill(dec_params *p, const attn_args *a, const nl_attn_batch *b)
-{
-    *p = dec_params{};
-    static_cast<attn_args &>(*p) = *a;
-    const int g = dec_group_width(a->group);
-    p->n_slices = (a->group + g - 1) / g;
-    p->block_shift = -1;
-    for (int s = 0; s < 31; s++)
-        if ((1 << s) == b->block_size) p->block_shift = s;
-    p->order = b->decode_order;
-}
-
 nl_status cuda_attention_decode(cuda_backend *be, const attn_args *a, const nl_attn_batch *b)
 {
-    const int hd = a->hd, g = dec_group_width(a->group);
+    const int hd = a->hd, group = a->group;
+    /* A block serves up to 8 query heads; larger groups take slices. */
+    const int g = group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : 8;
     if (b->n_seqs > 65535)
         return nl_error(NL_ERR_UNSUPPORTED, "cuda: decode attention over %d sequences (at most "
                         "65535 a step)", b->n_seqs);
 
     dec_params p;
-    dec_params_fill(&p, a, b);
+    static_cast<attn_args &>(p) = *a;
+    p.n_slices = (group + g - 1) / g;
+    p.block_shift = -1;
+    for (int s = 0; s < 31; s++)
+        if ((1 << s) == b->block_size) p.block_shift = s;
+    p.order = b->decode_order;
+
     switch (hd) {
     case 32: return launch_decode_g<32>(be, &p, g, b);
     case 64: return launch_decode_g<64>(be, &p, g, b);
@@ -841,33 +662,5 @@ nl_status cuda_attention_decode(cuda_backend *be, const attn_args *a, const nl_a
     default:
         return nl_error(NL_ERR_UNSUPPORTED, "cuda: decode attention head_dim %d (kernels for "
                         "32, 64, 80, 96, 128, 256)", hd);
-    }
-}
-
-nl_status cuda_attention_decode_proj(cuda_backend *be, const attn_args *a, const nl_attn_batch *b,
-                                     const nl_weight *w_o, float *sums, int32_t *n_sums)
-{
-    *n_sums = 0;
-    if (b->n_seqs != 1 || b->n_tokens != 1 || !be->clusters ||
-        b->max_context_len > DEC_CLUSTER_MAX * DEC_MIN_CHUNK_EARLY || w_o->rows > INT32_MAX ||
-        ((uintptr_t)w_o->data & 15) != 0)
-        return NL_OK;
-    dec_params p;
-    dec_params_fill(&p, a, b);
-    p.w_o = w_o->data;
-    p.sums = sums;
-    p.dim = (int)w_o->rows;
-    const int g = dec_group_width(a->group);
-    /* the head dims of Qwen2 and Qwen3 models; others take the two ops */
-    switch (a->hd * 16 + g) {
-    case 64 * 16 + 1: return launch_decode_proj<64, 1>(be, &p, n_sums);
-    case 64 * 16 + 2: return launch_decode_proj<64, 2>(be, &p, n_sums);
-    case 64 * 16 + 4: return launch_decode_proj<64, 4>(be, &p, n_sums);
-    case 64 * 16 + 8: return launch_decode_proj<64, 8>(be, &p, n_sums);
-    case 128 * 16 + 1: return launch_decode_proj<128, 1>(be, &p, n_sums);
-    case 128 * 16 + 2: return launch_decode_proj<128, 2>(be, &p, n_sums);
-    case 128 * 16 + 4: return launch_decode_proj<128, 4>(be, &p, n_sums);
-    case 128 * 16 + 8: return launch_decode_proj<128, 8>(be, &p, n_sums);
-    default: return NL_OK;
     }
 }

@@ -268,11 +268,9 @@ nl_status cuda_linear_f32(nl_backend *b, float *out, const void *x, const nl_wei
                           int32_t n);
 nl_status cuda_norm_linear(nl_backend *b, void *out, void *xn, void *work, const void *x,
                            void *residual, const nl_weight *norm_w, float eps, const nl_weight *w,
-                           const nl_weight *bias, int32_t n, bool silu_mul,
-                           const nl_partial_sums *sums);
+                           const nl_weight *bias, int32_t n, bool silu_mul);
 nl_status cuda_linear_add(nl_backend *b, void *residual, void *work, const void *x,
-                          const nl_weight *w, const nl_weight *bias, int32_t n,
-                          const nl_partial_sums *sums);
+                          const nl_weight *w, const nl_weight *bias, int32_t n);
 nl_status cuda_embedding(nl_backend *b, void *out, const nl_weight *table, const int32_t *ids,
                          int32_t n, int32_t vocab_start);
 nl_status cuda_rmsnorm(nl_backend *b, void *out, const void *x, void *residual,
@@ -290,66 +288,6 @@ nl_status cuda_silu_mul(nl_backend *b, void *out, const void *gate_up, int32_t n
                         int32_t inter);
 nl_status cuda_add(nl_backend *b, void *residual, const void *x, size_t count);
 
-/* A one-token projection's partial sums pending for a residual stream of
- * dim elements (nl_partial_sums, n == 0: none), as kernels take them. */
-struct cuda_sums {
-    const float *sums; /* [n, dim] */
-    const bf16 *bias;  /* [dim] or NULL */
-    int n, dim;
-};
-
-cuda_sums cuda_sums_of(const nl_partial_sums *s, int dim);
-
-/* Residual element j with the pending projection added: the sums in order,
- * then the bias, rounded to bf16 and added as a residual add rounds it
- * (the one-token GEMV's GEMV_ADD).  Split in two so that a kernel can
- * issue the loads early and add later: cuda_sums_load loads the first
- * CUDA_SUMS_CHUNK sums at once (a load a sum one after another would cost
- * a round trip each), cuda_sums_add adds them, loading any further chunks
- * itself.  Every consumer goes through these two, so all of them get the
- * same bits. */
-#define CUDA_SUMS_CHUNK 8
-
-struct cuda_sums_loaded {
-    float v[CUDA_SUMS_CHUNK]; /* sums 0 .. CUDA_SUMS_CHUNK - 1 of the element (0 past n) */
-    float bias;
-};
-
-static __device__ __forceinline__ void cuda_sums_chunk(const cuda_sums &s, int j, int q0,
-                                                       float (&v)[CUDA_SUMS_CHUNK])
-{
-#pragma unroll
-    for (int u = 0; u < CUDA_SUMS_CHUNK; u++)
-        v[u] = q0 + u < s.n ? s.sums[(size_t)(q0 + u) * s.dim + j] : 0.0f;
-}
-
-static __device__ __forceinline__ cuda_sums_loaded cuda_sums_load(const cuda_sums &s, int j)
-{
-    cuda_sums_loaded l;
-    cuda_sums_chunk(s, j, 0, l.v);
-    l.bias = s.bias ? __bfloat162float(s.bias[j]) : 0.0f;
-    return l;
-}
-
-static __device__ __forceinline__ float cuda_sums_add(float residual, const cuda_sums_loaded &l,
-                                                      const cuda_sums &s, int j)
-{
-    float p = 0.0f;
-#pragma unroll
-    for (int u = 0; u < CUDA_SUMS_CHUNK; u++) p += l.v[u];
-    for (int q0 = CUDA_SUMS_CHUNK; q0 < s.n; q0 += CUDA_SUMS_CHUNK) {
-        float v[CUDA_SUMS_CHUNK];
-        cuda_sums_chunk(s, j, q0, v);
-#pragma unroll
-        for (int u = 0; u < CUDA_SUMS_CHUNK; u++) p += v[u];
-    }
-    return round_bf16(round_bf16(p + l.bias) + residual);
-}
-
-/* dst[dim] = the residual with the pending projection added (cuda_sums_add),
- * for the ops whose one token does not take the GEMV; dst may be residual. */
-nl_status cuda_add_sums(nl_backend *b, void *dst, const void *residual, const cuda_sums &s);
-
 /* The one-token GEMV (gemv.cu).  cuda_gemv_fits: whether it takes x @ w^T
  * for n tokens.  cuda_gemv: out[w.rows] (fp32 or bf16) = x @ w^T + bias,
  * with the steps it can fuse: norm_w given, x is a residual stream that it
@@ -363,8 +301,7 @@ enum { GEMV_STORE, GEMV_SILU_MUL, GEMV_ADD };
 #define CUDA_GEMV_NORM_MAX_COLS 16384
 bool cuda_gemv_fits(const void *x, const nl_weight *w, int32_t n);
 nl_status cuda_gemv(cuda_backend *be, void *out, bool out_f32, int epilogue, const void *x,
-                    const nl_weight *w, const nl_weight *bias, const nl_weight *norm_w, float eps,
-                    const cuda_sums &sums);
+                    const nl_weight *w, const nl_weight *bias, const nl_weight *norm_w, float eps);
 nl_status cuda_take_ids(nl_backend *b, int32_t *ids, const int32_t *src, const int32_t *pairs, int32_t n);
 nl_status cuda_copy_pieces(nl_backend *b, const nl_copy_piece *pieces, int32_t n);
 nl_status cuda_gather_rows(nl_backend *b, void *out, const void *x, const int32_t *rows,
@@ -372,10 +309,6 @@ nl_status cuda_gather_rows(nl_backend *b, void *out, const void *x, const int32_
 nl_status cuda_attention(nl_backend *b, void *out, const void *qkv, const void *k_cache,
                          const void *v_cache, const nl_attn_batch *batch, int32_t hq,
                          int32_t hk, int32_t hd, float scale, nl_dtype kv_dtype);
-nl_status cuda_attention_proj(nl_backend *b, float *sums, int32_t *n_sums, void *work,
-                              const void *qkv, const void *k_cache, const void *v_cache,
-                              const nl_attn_batch *batch, int32_t hq, int32_t hk, int32_t hd,
-                              float scale, nl_dtype kv_dtype, const nl_weight *w_o);
 nl_status cuda_sample(nl_backend *b, const float *logits, int32_t m, int32_t vocab,
                       const nl_sample_row *rows, int32_t *ids, float *logprobs,
                       int32_t *top_ids, float *top_logprobs);

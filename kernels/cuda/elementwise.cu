@@ -490,25 +490,6 @@ nl_status cuda_add(nl_backend *b, void *residual, const void *x, size_t count)
     return NL_OK;
 }
 
-/* One token's residual with its pending partial sums, for norm_linear and
- * linear_add where the GEMV does not take them (cuda_sums_add). */
-__global__ void kernel_add_sums(bf16 *dst, const bf16 *residual, cuda_sums s)
-{
-    pdl_wait();
-    pdl_release();
-    const int j = blockIdx.x * blockDim.x + threadIdx.x;
-    if (j < s.dim)
-        dst[j] = __float2bfloat16(cuda_sums_add(__bfloat162float(residual[j]), cuda_sums_load(s, j), s, j));
-}
-
-nl_status cuda_add_sums(nl_backend *b, void *dst, const void *residual, const cuda_sums &s)
-{
-    const int threads = 256;
-    NL_CUDA_CHECK(cuda_launch(cuda_be(b), kernel_add_sums, (s.dim + threads - 1) / threads, threads,
-                              0, (bf16 *)dst, (const bf16 *)residual, s));
-    return NL_OK;
-}
-
 /* ---- take ids: a step's placeholder inputs from the last step's samples ---------- */
 
 /* A dependent launch like the forward's kernels: the ids it writes are

@@ -194,8 +194,7 @@ static nl_status cuda_gemm(cuda_backend *be, void *out, cudaDataType_t out_type,
     if (n <= 0) return NL_OK;
     NL_TRY(check_bias(w, bias));
     if (cuda_gemv_fits(x, w, n))
-        return cuda_gemv(be, out, out_type == CUDA_R_32F, GEMV_STORE, x, w, bias, NULL, 0.0f,
-                         cuda_sums{});
+        return cuda_gemv(be, out, out_type == CUDA_R_32F, GEMV_STORE, x, w, bias, NULL, 0.0f);
     const bool has_bias = bias != NULL;
     cuda_gemm_plan *p = plan_find(be, w->rows, n, w->cols, out_type, has_bias);
     if (!p)
@@ -221,32 +220,9 @@ nl_status cuda_linear_f32(nl_backend *b, float *out, const void *x, const nl_wei
     return cuda_gemm(cuda_be(b), out, CUDA_R_32F, x, w, NULL, n);
 }
 
-/* Partial sums pending for one token's residual stream of dim elements:
- * checked against the op's other arguments. */
-static nl_status check_sums(const char *op, const nl_partial_sums *s, const void *x, int32_t n,
-                            int64_t dim)
-{
-    if (n != 1 || x)
-        return nl_error(NL_ERR_INVALID_ARG, "cuda: %s: partial sums for %d tokens%s (one token, "
-                        "nothing else pending)", op, n, x ? " with a pending addend" : "");
-    if (s->n <= 0 || dim % 8 != 0 || ((uintptr_t)s->sums & 15) != 0 ||
-        (s->bias && (s->bias->rows * s->bias->cols != dim || ((uintptr_t)s->bias->data & 15) != 0)))
-        return nl_error(NL_ERR_INVALID_ARG, "cuda: %s: %d partial sums of %lld columns, bias of "
-                        "%lld (16-byte aligned, columns a multiple of 8)", op, s->n, (long long)dim,
-                        s->bias ? (long long)(s->bias->rows * s->bias->cols) : 0LL);
-    return NL_OK;
-}
-
-cuda_sums cuda_sums_of(const nl_partial_sums *s, int dim)
-{
-    if (!s) return cuda_sums{};
-    return cuda_sums{s->sums, s->bias ? s->bias->data : NULL, s->n, dim};
-}
-
 nl_status cuda_norm_linear(nl_backend *b, void *out, void *xn, void *work, const void *x,
                            void *residual, const nl_weight *norm_w, float eps, const nl_weight *w,
-                           const nl_weight *bias, int32_t n, bool silu_mul,
-                           const nl_partial_sums *sums)
+                           const nl_weight *bias, int32_t n, bool silu_mul)
 {
     cuda_backend *be = cuda_be(b);
     if (silu_mul && w->rows % 2 != 0)
@@ -256,42 +232,28 @@ nl_status cuda_norm_linear(nl_backend *b, void *out, void *xn, void *work, const
         return nl_error(NL_ERR_INVALID_ARG, "cuda: norm weight has %lld values for %lld columns",
                         (long long)(norm_w->rows * norm_w->cols), (long long)w->cols);
     NL_TRY(check_bias(w, bias));
-    if (sums) NL_TRY(check_sums("norm_linear", sums, x, n, w->cols));
     if (n <= 0) return NL_OK;
     const int epilogue = silu_mul ? GEMV_SILU_MUL : GEMV_STORE;
-    const cuda_sums cs = cuda_sums_of(sums, (int)w->cols);
-    /* one token whose residual is complete (or has only partial sums
-     * pending): the GEMV normalises it itself */
+    /* one token whose residual is complete: the GEMV normalises it itself */
     if (!x && cuda_gemv_fits(residual, w, n) && ((uintptr_t)norm_w->data & 15) == 0 &&
         w->cols <= CUDA_GEMV_NORM_MAX_COLS)
-        return cuda_gemv(be, out, false, epilogue, residual, w, bias, norm_w, eps, cs);
-    if (sums) {
-        /* the residual with the sums, normalised in xn; the residual stays */
-        NL_TRY(cuda_add_sums(b, xn, residual, cs));
-        NL_TRY(cuda_rmsnorm(b, xn, xn, NULL, norm_w, n, (int32_t)w->cols, eps));
-    } else {
-        NL_TRY(cuda_rmsnorm(b, xn, x ? x : residual, x ? residual : NULL, norm_w, n,
-                            (int32_t)w->cols, eps));
-    }
+        return cuda_gemv(be, out, false, epilogue, residual, w, bias, norm_w, eps);
+    NL_TRY(cuda_rmsnorm(b, xn, x ? x : residual, x ? residual : NULL, norm_w, n, (int32_t)w->cols,
+                        eps));
     if (!silu_mul) return cuda_gemm(be, out, CUDA_R_16BF, xn, w, bias, n);
-    if (cuda_gemv_fits(xn, w, n))
-        return cuda_gemv(be, out, false, epilogue, xn, w, bias, NULL, 0.0f, cuda_sums{});
+    if (cuda_gemv_fits(xn, w, n)) return cuda_gemv(be, out, false, epilogue, xn, w, bias, NULL, 0.0f);
     NL_TRY(cuda_gemm(be, work, CUDA_R_16BF, xn, w, bias, n));
     return cuda_silu_mul(b, out, work, n, (int32_t)(w->rows / 2));
 }
 
 nl_status cuda_linear_add(nl_backend *b, void *residual, void *work, const void *x,
-                          const nl_weight *w, const nl_weight *bias, int32_t n,
-                          const nl_partial_sums *sums)
+                          const nl_weight *w, const nl_weight *bias, int32_t n)
 {
     cuda_backend *be = cuda_be(b);
     NL_TRY(check_bias(w, bias));
-    if (sums) NL_TRY(check_sums("linear_add", sums, NULL, n, w->rows));
     if (n <= 0) return NL_OK;
-    const cuda_sums cs = cuda_sums_of(sums, (int)w->rows);
     if (cuda_gemv_fits(x, w, n))
-        return cuda_gemv(be, residual, false, GEMV_ADD, x, w, bias, NULL, 0.0f, cs);
-    if (sums) NL_TRY(cuda_add_sums(b, residual, residual, cs));
+        return cuda_gemv(be, residual, false, GEMV_ADD, x, w, bias, NULL, 0.0f);
     NL_TRY(cuda_gemm(be, work, CUDA_R_16BF, x, w, bias, n));
     return cuda_add(b, residual, work, (size_t)n * (size_t)w->rows);
 }

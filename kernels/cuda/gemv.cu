@@ -26,15 +26,13 @@
  * kernel's work, so the GEMV also takes over the steps around it:
  *   - NORM: x is the residual stream and each block first computes
  *     rmsnorm(x) * norm_w into shared memory, rounded as the RMSNorm kernel
- *     rounds it, instead of reading a normalised copy; with partial sums
- *     pending (attention_proj's), of x with them added (cuda_sums_add);
+ *     rounds it, instead of reading a normalised copy;
  *   - GEMV_SILU_MUL: a warp owns a gate row and its up row and writes
  *     silu(g) * u, with g and u rounded to bf16 first, as the linear op and
  *     then silu_mul would;
  *   - GEMV_ADD: out is the residual stream and each row is added into it,
  *     the product rounded to bf16 first, as the residual add of the RMSNorm
- *     kernel would; with partial sums pending, into the residual with them
- *     added.
+ *     kernel would.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -72,31 +70,13 @@ static __device__ __forceinline__ void gemv_load_pieces(uint4 *wv, const uint4 *
 }
 
 /* Writes rmsnorm(x) * norm_w, as bf16, into xs: the block's copy of the
- * normalised input.  With partial sums pending, x is first the residual
- * with them added (cuda_sums_add), written into xs by every thread of the
- * block, two elements a thread with all their loads in flight, and read
- * from there.  w0: the thread's first piece of norm_w, loaded before the
- * wait for x (the weights are constant). */
-static __device__ void gemv_norm_prologue(uint4 *xs, const uint4 *x, const cuda_sums &sums,
-                                          const uint4 *norm_w, uint4 w0, int k, float eps)
+ * normalised input.  w0: the thread's first piece of norm_w, loaded before
+ * the wait for x (the weights are constant). */
+static __device__ void gemv_norm_prologue(uint4 *xs, const uint4 *x, const uint4 *norm_w, uint4 w0,
+                                          int k, float eps)
 {
     __shared__ float red[GEMV_WARPS];
     const int kv = k / 8;
-    if (sums.n > 0) {
-        const bf16 *xe = (const bf16 *)x;
-        bf16 *xse = (bf16 *)xs;
-        for (int j = threadIdx.x; j < k; j += 2 * blockDim.x) {
-            const int j2 = j + blockDim.x;
-            const bool two = j2 < k;
-            const cuda_sums_loaded a = cuda_sums_load(sums, j);
-            const cuda_sums_loaded b = two ? cuda_sums_load(sums, j2) : a;
-            const float ra = __bfloat162float(xe[j]), rb = two ? __bfloat162float(xe[j2]) : 0.0f;
-            xse[j] = __float2bfloat16(cuda_sums_add(ra, a, sums, j));
-            if (two) xse[j2] = __float2bfloat16(cuda_sums_add(rb, b, sums, j2));
-        }
-        __syncthreads();
-        x = xs;
-    }
     float ss = 0.0f;
     for (int i = threadIdx.x; i < kv; i += blockDim.x) {
         float f[8];
@@ -127,37 +107,25 @@ static __device__ void gemv_norm_prologue(uint4 *xs, const uint4 *x, const cuda_
 }
 
 /* What a row's finish adds to its sums besides them: the bias of each of
- * its weight rows (0 without one) and, with GEMV_ADD, its residual element
- * (with the partial sums pending for it added, where there are any).  The
- * finishing lane loads them when the row starts, so that the finish waits
- * for no load: the bias (constant) even before pdl_wait, the residual
- * (written by earlier kernels) after it.  The sums are added as soon as
- * they arrive: holding them through the row instead would take the
- * projections past 64 registers, one block an SM. */
+ * its weight rows (0 without one) and, with GEMV_ADD, its residual element.
+ * The finishing lane loads them when the row starts, so that the finish
+ * waits for no load: the bias (constant) even before pdl_wait, the
+ * residual (written by earlier kernels) after it. */
 template <int R> struct gemv_addends {
     float bias[R];
     float residual;
 };
 
-template <typename OUT>
-static __device__ __forceinline__ float gemv_residual_of(const OUT *out, const cuda_sums &sums,
-                                                         int row)
-{
-    const float r = (float)out[row];
-    return sums.n > 0 ? cuda_sums_add(r, cuda_sums_load(sums, row), sums, row) : r;
-}
-
 template <typename OUT, int EPI, int R>
 static __device__ __forceinline__ gemv_addends<R> gemv_addends_of(const OUT *out, const bf16 *bias,
-                                                                  const cuda_sums &sums, int m,
-                                                                  int row, bool residual)
+                                                                  int m, int row, bool residual)
 {
     gemv_addends<R> a;
 #pragma unroll
     for (int r = 0; r < R; r++) a.bias[r] = bias ? __bfloat162float(bias[(size_t)r * m + row]) : 0.0f;
     a.residual = 0.0f;
     if constexpr (EPI == GEMV_ADD)
-        if (residual) a.residual = gemv_residual_of(out, sums, row);
+        if (residual) a.residual = (float)out[row];
     return a;
 }
 
@@ -199,7 +167,7 @@ static __device__ __forceinline__ void gemv_finish(OUT *out, int row, const floa
 template <typename OUT, int EPI, bool NORM, int KS, bool ROLL>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
     kernel_gemv(OUT *out, const bf16 *x, const bf16 *w, const bf16 *bias, int m, int k,
-                const bf16 *norm_w, float eps, cuda_sums sums)
+                const bf16 *norm_w, float eps)
 {
     constexpr int R = EPI == GEMV_SILU_MUL ? 2 : 1; /* weight rows per output */
     constexpr int SLOTS = GEMV_WARPS / KS;          /* rows a block works on at once */
@@ -224,14 +192,14 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
     if (row < m) load(row, round + lane);
     uint4 norm_w0 = make_uint4(0, 0, 0, 0);
     if (NORM && (int)threadIdx.x < kv) norm_w0 = ((const uint4 *)norm_w)[threadIdx.x];
-    if (finisher && row < m) add = gemv_addends_of<OUT, EPI, R>(out, bias, sums, m, row, false);
+    if (finisher && row < m) add = gemv_addends_of<OUT, EPI, R>(out, bias, m, row, false);
     pdl_wait();
     pdl_release();
     if constexpr (EPI == GEMV_ADD)
-        if (finisher && row < m) add.residual = gemv_residual_of(out, sums, row);
+        if (finisher && row < m) add.residual = (float)out[row];
     const uint4 *xr = (const uint4 *)x;
     if constexpr (NORM) {
-        gemv_norm_prologue(xs, xr, sums, (const uint4 *)norm_w, norm_w0, k, eps);
+        gemv_norm_prologue(xs, xr, (const uint4 *)norm_w, norm_w0, k, eps);
         xr = xs;
     }
     float acc[R];
@@ -250,7 +218,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
         int next_row = row, next_round = round + ROUND;
         if (next_round >= hi) next_row = row + stride, next_round = lo;
         if (finisher && next_row != row && next_row < m)
-            add_next = gemv_addends_of<OUT, EPI, R>(out, bias, sums, m, next_row, true);
+            add_next = gemv_addends_of<OUT, EPI, R>(out, bias, m, next_row, true);
         if constexpr (ROLL) {
             /* each piece, once used, makes room for the same piece of the
              * next round: GEMV_UNROLL pieces in flight in as many registers */
@@ -347,8 +315,7 @@ static double gemv_rounds(int m, long long warps, int ks)
 
 template <typename OUT, int EPI, bool NORM, int KS, bool ROLL>
 static nl_status gemv_launch_split(cuda_backend *be, OUT *out, const bf16 *x, const nl_weight *w,
-                                   const bf16 *bias, const bf16 *norm_w, float eps,
-                                   const cuda_sums &sums, int m)
+                                   const bf16 *bias, const bf16 *norm_w, float eps, int m)
 {
     constexpr int SLOTS = GEMV_WARPS / KS;
     const int k = (int)w->cols;
@@ -359,7 +326,7 @@ static nl_status gemv_launch_split(cuda_backend *be, OUT *out, const bf16 *x, co
     const int need = (m + SLOTS - 1) / SLOTS;
     const unsigned blocks = (unsigned)(need < most ? need : most);
     NL_CUDA_CHECK(cuda_launch(be, kernel_gemv<OUT, EPI, NORM, KS, ROLL>, blocks, GEMV_WARPS * 32,
-                              smem, out, x, w->data, bias, m, k, norm_w, eps, sums));
+                              smem, out, x, w->data, bias, m, k, norm_w, eps));
     return NL_OK;
 }
 
@@ -367,8 +334,7 @@ static nl_status gemv_launch_split(cuda_backend *be, OUT *out, const bf16 *x, co
  * least one piece a lane). */
 template <typename OUT, int EPI, bool NORM, bool ROLL>
 static nl_status gemv_launch_loop(cuda_backend *be, OUT *out, const bf16 *x, const nl_weight *w,
-                                  const nl_weight *bias, const nl_weight *norm_w, float eps,
-                                  const cuda_sums &sums)
+                                  const nl_weight *bias, const nl_weight *norm_w, float eps)
 {
     const int m = (int)(EPI == GEMV_SILU_MUL ? w->rows / 2 : w->rows), kv = (int)(w->cols / 8);
     const size_t smem = NORM ? (size_t)w->cols * sizeof(bf16) : 0;
@@ -380,51 +346,44 @@ static nl_status gemv_launch_loop(cuda_backend *be, OUT *out, const bf16 *x, con
         if (kv >= 32 * c && gemv_rounds(m, warps, c) < gemv_rounds(m, warps, ks)) ks = c;
     const bf16 *b = bias ? bias->data : NULL, *nw = norm_w ? norm_w->data : NULL;
     switch (ks) {
-    case 4: return gemv_launch_split<OUT, EPI, NORM, 4, ROLL>(be, out, x, w, b, nw, eps, sums, m);
-    case 2: return gemv_launch_split<OUT, EPI, NORM, 2, ROLL>(be, out, x, w, b, nw, eps, sums, m);
-    default: return gemv_launch_split<OUT, EPI, NORM, 1, ROLL>(be, out, x, w, b, nw, eps, sums, m);
+    case 4: return gemv_launch_split<OUT, EPI, NORM, 4, ROLL>(be, out, x, w, b, nw, eps, m);
+    case 2: return gemv_launch_split<OUT, EPI, NORM, 2, ROLL>(be, out, x, w, b, nw, eps, m);
+    default: return gemv_launch_split<OUT, EPI, NORM, 1, ROLL>(be, out, x, w, b, nw, eps, m);
     }
 }
 
 /* The loop for the row length (GEMV_ROLL_MIN_COLS). */
 template <typename OUT, int EPI, bool NORM>
 static nl_status gemv_launch(cuda_backend *be, OUT *out, const bf16 *x, const nl_weight *w,
-                             const nl_weight *bias, const nl_weight *norm_w, float eps,
-                             const cuda_sums &sums)
+                             const nl_weight *bias, const nl_weight *norm_w, float eps)
 {
     return w->cols >= GEMV_ROLL_MIN_COLS
-               ? gemv_launch_loop<OUT, EPI, NORM, true>(be, out, x, w, bias, norm_w, eps, sums)
-               : gemv_launch_loop<OUT, EPI, NORM, false>(be, out, x, w, bias, norm_w, eps, sums);
+               ? gemv_launch_loop<OUT, EPI, NORM, true>(be, out, x, w, bias, norm_w, eps)
+               : gemv_launch_loop<OUT, EPI, NORM, false>(be, out, x, w, bias, norm_w, eps);
 }
 
 nl_status cuda_gemv(cuda_backend *be, void *out, bool out_f32, int epilogue, const void *x,
-                    const nl_weight *w, const nl_weight *bias, const nl_weight *norm_w, float eps,
-                    const cuda_sums &sums)
+                    const nl_weight *w, const nl_weight *bias, const nl_weight *norm_w, float eps)
 {
     const bf16 *xb = (const bf16 *)x;
     if (norm_w && w->cols > CUDA_GEMV_NORM_MAX_COLS)
         return nl_error(NL_ERR_UNSUPPORTED, "cuda: GEMV norm prologue over %lld columns",
                         (long long)w->cols);
-    /* pending sums belong to the residual stream: the norm's input or the add's output */
-    if (sums.n > 0 && !(norm_w || epilogue == GEMV_ADD))
-        return nl_error(NL_ERR_INVALID_ARG, "cuda: GEMV with partial sums and no residual stream");
     if (out_f32) {
         if (epilogue != GEMV_STORE || norm_w)
             return nl_error(NL_ERR_INVALID_ARG, "cuda: fp32 GEMV output takes no fused steps");
-        return gemv_launch<float, GEMV_STORE, false>(be, (float *)out, xb, w, bias, NULL, 0.0f,
-                                                     sums);
+        return gemv_launch<float, GEMV_STORE, false>(be, (float *)out, xb, w, bias, NULL, 0.0f);
     }
     bf16 *o = (bf16 *)out;
     switch (epilogue) {
     case GEMV_SILU_MUL:
-        return norm_w ? gemv_launch<bf16, GEMV_SILU_MUL, true>(be, o, xb, w, bias, norm_w, eps, sums)
-                      : gemv_launch<bf16, GEMV_SILU_MUL, false>(be, o, xb, w, bias, NULL, 0.0f,
-                                                                sums);
+        return norm_w ? gemv_launch<bf16, GEMV_SILU_MUL, true>(be, o, xb, w, bias, norm_w, eps)
+                      : gemv_launch<bf16, GEMV_SILU_MUL, false>(be, o, xb, w, bias, NULL, 0.0f);
     case GEMV_ADD: /* out is a residual stream: normalising one in the same pass would race */
         if (norm_w) return nl_error(NL_ERR_INVALID_ARG, "cuda: GEMV residual add takes no norm");
-        return gemv_launch<bf16, GEMV_ADD, false>(be, o, xb, w, bias, NULL, 0.0f, sums);
+        return gemv_launch<bf16, GEMV_ADD, false>(be, o, xb, w, bias, NULL, 0.0f);
     default:
-        return norm_w ? gemv_launch<bf16, GEMV_STORE, true>(be, o, xb, w, bias, norm_w, eps, sums)
-                      : gemv_launch<bf16, GEMV_STORE, false>(be, o, xb, w, bias, NULL, 0.0f, sums);
+        return norm_w ? gemv_launch<bf16, GEMV_STORE, true>(be, o, xb, w, bias, norm_w, eps)
+                      : gemv_launch<bf16, GEMV_STORE, false>(be, o, xb, w, bias, NULL, 0.0f);
     }
 }
