@@ -280,6 +280,117 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
     }
 }
 
+/* ---- the qkv projection with QK-norm, RoPE and the K/V store -------------------
+ *
+ * One token's qkv projection is followed by a kernel of a few warps that
+ * normalises and rotates the q and k heads and stores k and v in the cache:
+ * a kernel boundary on the one-token critical path for little work.  Here
+ * the GEMV does it itself.  Its one round of rows (a warp a row, GEMV_WARPS
+ * rows a block) puts a head's hd rows in hd / GEMV_WARPS consecutive
+ * blocks, launched as one cluster: each block hands its rows' values to
+ * every block of the cluster, and after one cluster barrier each holds the
+ * whole head, takes its sum of squares and turns its own rows with their
+ * rotary partners.  The arithmetic and its roundings are the RoPE kernel's
+ * (elementwise.cu) on the bf16 values the projection would have stored;
+ * only the sum of squares adds in another order. */
+struct gemv_rope {
+    const int32_t *position, *slot; /* the token's                          */
+    const bf16 *q_norm, *k_norm;    /* [hd] each, or NULL                   */
+    const float *inv_freq;          /* [hd / 2]                             */
+    void *k_cache, *v_cache;        /* [slots, hk, hd] of KV                */
+    int hq, hk, hd;
+    float eps;
+};
+
+#define GEMV_ROPE_MAX_HD (GEMV_WARPS * 8) /* a cluster of at most 8 blocks  */
+
+template <typename KV>
+__global__ void __launch_bounds__(GEMV_WARPS * 32)
+    kernel_gemv_rope(bf16 *qkv, const bf16 *x, const bf16 *w, const bf16 *bias, int k,
+                     const bf16 *norm_w, float eps, gemv_rope r)
+{
+    constexpr int ROUND = 32 * GEMV_UNROLL;
+    extern __shared__ uint4 xs[];
+    __shared__ float mine[GEMV_WARPS];       /* this block's rows, rounded    */
+    __shared__ float head[GEMV_ROPE_MAX_HD]; /* the head's, from the cluster  */
+    cluster_arrive(false);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, kv = k / 8;
+    const int row = blockIdx.x * GEMV_WARPS + warp;
+    const int per_head = r.hd / GEMV_WARPS, rank = blockIdx.x % per_head;
+    const int h = blockIdx.x / per_head, half = r.hd / 2;
+    const int elem = rank * GEMV_WARPS + (int)threadIdx.x; /* threads < GEMV_WARPS */
+    const bool turns = h < r.hq + r.hk;                    /* a q or k head       */
+
+    /* before the wait: the weights' first pieces, the bias, the norm
+     * weights' first piece, and the element's rotary angle (the position
+     * was uploaded with the step) */
+    const uint4 *wr = (const uint4 *)(w + (size_t)row * k);
+    uint4 wv[GEMV_UNROLL];
+    gemv_load_pieces(wv, wr, lane, kv);
+    const float b = bias ? __bfloat162float(bias[row]) : 0.0f;
+    uint4 norm_w0 = make_uint4(0, 0, 0, 0);
+    if ((int)threadIdx.x < kv) norm_w0 = ((const uint4 *)norm_w)[threadIdx.x];
+    float sn = 0.0f, cs = 1.0f;
+    if ((int)threadIdx.x < GEMV_WARPS && turns)
+        sincosf((float)r.position[0] * r.inv_freq[elem % half], &sn, &cs);
+    pdl_wait();
+    pdl_release();
+    gemv_norm_prologue(xs, (const uint4 *)x, (const uint4 *)norm_w, norm_w0, k, eps);
+
+    float acc = 0.0f;
+    for (int round = 0; round < kv; round += ROUND) {
+        uint4 cur[GEMV_UNROLL];
+#pragma unroll
+        for (int u = 0; u < GEMV_UNROLL; u++) cur[u] = wv[u];
+        if (round + ROUND < kv) gemv_load_pieces(wv, wr, round + ROUND + lane, kv);
+#pragma unroll
+        for (int u = 0; u < GEMV_UNROLL; u++) {
+            const int i = round + lane + u * 32;
+            if (i < kv) acc += gemv_dot8(cur[u], xs[i]);
+        }
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+    if (lane == 0) mine[warp] = round_bf16(acc + b);
+    __syncthreads();
+
+    /* the head's values to every block of its cluster */
+    cluster_wait(); /* every block has started */
+    if ((int)threadIdx.x < GEMV_WARPS)
+        for (int q = 0; q < per_head; q++) cluster_at(head, q)[elem] = mine[threadIdx.x];
+    cluster_arrive(true);
+    cluster_wait();
+    if (warp != 0) return;
+
+    const int32_t slot = r.slot[0];
+    const bf16 *nw = h < r.hq ? r.q_norm : r.k_norm;
+    float inv = 1.0f;
+    if (turns && nw) {
+        float ss = 0.0f;
+        for (int i = lane; i < r.hd; i += 32) ss += head[i] * head[i];
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
+        inv = rsqrtf(ss / r.hd + r.eps);
+    }
+    if (lane >= GEMV_WARPS) return;
+    float out = head[elem];
+    if (turns) {
+        const int lo = elem < half ? elem : elem - half; /* the pair (lo, lo + half) */
+        float a = head[lo], c = head[lo + half];
+        if (nw) {
+            a = round_bf16(rms_weighted1(a, inv, __bfloat162float(nw[lo])));
+            c = round_bf16(rms_weighted1(c, inv, __bfloat162float(nw[lo + half])));
+        }
+        const float2 t = rope_turn(a, c, cs, sn);
+        out = round_bf16(elem < half ? t.x : t.y);
+    }
+    qkv[(size_t)h * r.hd + elem] = __float2bfloat16(out);
+    if (slot < 0 || h < r.hq) return;
+    const bool is_k = h < r.hq + r.hk;
+    KV *cache = (KV *)(is_k ? r.k_cache : r.v_cache);
+    kv_put(cache + ((size_t)slot * r.hk + (h - r.hq - (is_k ? 0 : r.hk))) * r.hd + elem, out);
+}
+
 /* NANOLLM_GEMV=0 turns the GEMV path off (read once). */
 static bool gemv_enabled(void)
 {
@@ -387,3 +498,58 @@ nl_status cuda_gemv(cuda_backend *be, void *out, bool out_f32, int epilogue, con
                       : gemv_launch<bf16, GEMV_STORE, false>(be, o, xb, w, bias, NULL, 0.0f);
     }
 }
+
+/* NANOLLM_GEMV_ROPE=0 keeps QK-norm, RoPE and the store out of the qkv
+ * GEMV (read once). */
+static bool gemv_rope_enabled(void)
+{
+    static int cached = -1;
+    if (cached < 0) {
+        const char *v = getenv("NANOLLM_GEMV_ROPE");
+        cached = !(v && strcmp(v, "0") == 0);
+    }
+    return cached != 0;
+}
+
+template <typename KV>
+static nl_status gemv_rope_launch(cuda_backend *be, bf16 *qkv, const void *x, const nl_weight *w,
+                                  const bf16 *bias, const nl_weight *norm_w, float eps,
+                                  const gemv_rope &r, bool *done)
+{
+    const int per_head = r.hd / GEMV_WARPS, blocks = (int)(w->rows / GEMV_WARPS);
+    const size_t smem = (size_t)w->cols * sizeof(bf16);
+    /* one wave of clusters, or the two kernels do better */
+    if (blocks > cuda_blocks_per_sm(kernel_gemv_rope<KV>, GEMV_WARPS * 32, smem) * be->num_sms ||
+        cuda_cluster_max(kernel_gemv_rope<KV>, GEMV_WARPS * 32, smem) < per_head)
+        return NL_OK;
+    NL_CUDA_CHECK(cuda_launch_clusters(be, kernel_gemv_rope<KV>, blocks, GEMV_WARPS * 32, smem,
+                                       (unsigned)per_head, qkv, (const bf16 *)x, w->data, bias,
+                                       (int)w->cols, norm_w->data, eps, r));
+    *done = true;
+    return NL_OK;
+}
+
+nl_status cuda_gemv_rope(cuda_backend *be, void *qkv, const void *x, const nl_weight *w,
+                         const nl_weight *bias, const nl_weight *norm_w, float eps,
+                         const int32_t *positions, const nl_weight *q_norm,
+                         const nl_weight *k_norm, const float *inv_freq, void *k_cache,
+                         void *v_cache, const int32_t *slots, int hq, int hk, int hd,
+                         nl_dtype kv_dtype, bool *done)
+{
+    *done = false;
+    const bool e4m3 = kv_dtype == NL_DTYPE_F8_E4M3;
+    auto holds_hd = [&](const nl_weight *n) { return !n || n->rows * n->cols == hd; };
+    if (!gemv_rope_enabled() || !be->clusters || !cuda_gemv_fits(x, w, 1) ||
+        (kv_dtype != NL_DTYPE_BF16 && !e4m3) || hd % GEMV_WARPS != 0 || hd < 2 * GEMV_WARPS ||
+        hd > GEMV_ROPE_MAX_HD || hq <= 0 || hk <= 0 || w->rows != (int64_t)(hq + 2 * hk) * hd ||
+        w->cols > CUDA_GEMV_NORM_MAX_COLS || norm_w->rows * norm_w->cols != w->cols ||
+        ((uintptr_t)norm_w->data & 15) != 0 || (bias && bias->rows * bias->cols != w->rows) ||
+        !holds_hd(q_norm) || !holds_hd(k_norm) || !inv_freq)
+        return NL_OK; /* the two ops, which also say what is wrong */
+    const gemv_rope r = {positions, slots, q_norm ? q_norm->data : NULL,
+                         k_norm ? k_norm->data : NULL, inv_freq, k_cache, v_cache, hq, hk, hd, eps};
+    const bf16 *b = bias ? bias->data : NULL;
+    return e4m3 ? gemv_rope_launch<fp8>(be, (bf16 *)qkv, x, w, b, norm_w, eps, r, done)
+                : gemv_rope_launch<bf16>(be, (bf16 *)qkv, x, w, b, norm_w, eps, r, done);
+}
+
