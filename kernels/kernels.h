@@ -197,19 +197,6 @@ typedef struct nl_backend_ops {
      * [n, w.rows] is scratch. */
     nl_status (*linear_add)(nl_backend *be, void *residual, void *work, const void *x,
                             const nl_weight *w, const nl_weight *bias, int32_t n);
-    /* Optional (NULL: the model runs the two ops).  One token's attention
-     * input: norm_linear(qkv, xn, work, NULL, residual, norm_w, eps, w,
-     * bias, 1, false) and then qk_norm_rope_store on qkv with the other
-     * arguments, in one pass where the backend can (w holds the rows of
-     * hq q heads, hk k heads and hk v heads of hd). */
-    nl_status (*norm_linear_rope_store)(nl_backend *be, void *qkv, void *xn, void *work,
-                                        void *residual, const nl_weight *norm_w, float eps,
-                                        const nl_weight *w, const nl_weight *bias,
-                                        const int32_t *positions, const nl_weight *q_norm,
-                                        const nl_weight *k_norm, const float *inv_freq,
-                                        void *k_cache, void *v_cache, const int32_t *slots,
-                                        int32_t hq, int32_t hk, int32_t hd, int32_t block_size,
-                                        nl_dtype kv_dtype);
     /* ids[pairs[2k]] = src[pairs[2k + 1]] for k < n: a step's input tokens
      * taken from the ids the step before it sampled (src: backend or
      * host_alloc memory). */

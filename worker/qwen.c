@@ -270,23 +270,13 @@ nl_status qwen_forward(nl_backend *be, nl_comm *comm, const qwen_weights *w, qwe
         const qwen_layer *L = &w->layers[l];
         void *qkv = s->work, *attn = s->work2, *gate_up = s->work, *mlp = s->work2;
 
-        /* attention block: qkv = norm(residual + pending) @ W_qkv, then
-         * QK-norm, RoPE and the K/V store; one token with nothing pending
-         * may take both in one op */
-        const bool one_pass = op->norm_linear_rope_store && n == 1 && !pending &&
-                              runs(s, QWEN_OP_QKV) && runs(s, QWEN_OP_ROPE_STORE);
+        /* attention block: qkv = norm(residual + pending) @ W_qkv */
         NL_TRY(mark(be, s, QWEN_OP_QKV));
-        if (one_pass)
-            NL_TRY(op->norm_linear_rope_store(be, qkv, s->xn, attn, s->residual, L->input_norm,
-                                              eps, L->qkv, L->qkv_bias, in->positions,
-                                              L->q_norm, L->k_norm, w->rope_inv_freq,
-                                              s->k_cache[l], s->v_cache[l], in->slots, hq, hk,
-                                              hd, s->block_size, s->kv_dtype));
-        else if (runs(s, QWEN_OP_QKV))
+        if (runs(s, QWEN_OP_QKV))
             NL_TRY(op->norm_linear(be, qkv, s->xn, attn, pending, s->residual, L->input_norm,
                                    eps, L->qkv, L->qkv_bias, n, false)); /* [n, (hq + 2 hk) hd] */
         NL_TRY(mark(be, s, QWEN_OP_ROPE_STORE));
-        if (!one_pass && runs(s, QWEN_OP_ROPE_STORE))
+        if (runs(s, QWEN_OP_ROPE_STORE))
             NL_TRY(op->qk_norm_rope_store(be, qkv, in->positions, L->q_norm, L->k_norm,
                                           w->rope_inv_freq, s->k_cache[l], s->v_cache[l],
                                           in->slots, n, hq, hk, hd, eps, s->block_size,

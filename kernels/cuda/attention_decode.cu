@@ -31,6 +31,7 @@
  * other's shared memory, and the step loses the merge kernel, a dependent
  * step of its own on a one-token critical path.
  */
+#include <cooperative_groups.h>
 #include <math.h>
 
 #include "kernels/cuda/attention.cuh"
@@ -142,9 +143,41 @@ static __device__ __forceinline__ dec_cluster dec_cluster_of(int nh, int hd)
     return {n, (nh * hd + n - 1) / n};
 }
 
-/* Barrier phases of the cluster (cluster_arrive): every block arrives
+/* Barrier phases of the cluster (PTX barrier.cluster): every block arrives
  * once at its start, and waits for that phase just before its first push,
  * so that no block writes into one that has not started. */
+static __device__ __forceinline__ void dec_cluster_arrive(bool release)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (release)
+        asm volatile("barrier.cluster.arrive.release;\n" ::: "memory");
+    else
+        asm volatile("barrier.cluster.arrive.relaxed;\n" ::: "memory");
+#else
+    __trap();
+#endif
+}
+
+static __device__ __forceinline__ void dec_cluster_wait(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.wait.acquire;\n" ::: "memory");
+#else
+    __trap();
+#endif
+}
+
+/* The address of `local`'s twin in the shared memory of block `rank` of
+ * the cluster. */
+static __device__ __forceinline__ float *dec_cluster_at(float *local, int rank)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    return cooperative_groups::this_cluster().map_shared_rank(local, rank);
+#else
+    __trap();
+    return local;
+#endif
+}
 
 /* Block `split`'s partial of output idx (head gi, element d) to the block
  * that finishes it; the thread of each head's first element also sends
@@ -155,10 +188,10 @@ static __device__ __forceinline__ void dec_cluster_push(float *cl_o, float (*cl_
                                                         int d, float o, float m, float l)
 {
     const int rank = idx / c.per;
-    cluster_at(cl_o, rank)[split * c.per + idx - rank * c.per] = o;
+    dec_cluster_at(cl_o, rank)[split * c.per + idx - rank * c.per] = o;
     if (d == 0)
         for (int r = 0; r < c.n; r++) {
-            float *ml = cluster_at(&cl_ml[split][gi][0], r);
+            float *ml = dec_cluster_at(&cl_ml[split][gi][0], r);
             ml[0] = m;
             ml[1] = l;
         }
@@ -211,7 +244,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, dec_min_blocks<KV, G, EARLY>()
      * slice] (n * per <= G * HD + n - 1 floats) and [split][head][m, l] */
     __shared__ float cl_o[CLUSTER ? G * HD + DEC_CLUSTER_MAX : 1];
     __shared__ float cl_ml[CLUSTER ? DEC_CLUSTER_MAX : 1][G][2];
-    if constexpr (CLUSTER) cluster_arrive(false);
+    if constexpr (CLUSTER) dec_cluster_arrive(false);
 
     /* The step's inputs (orders, contexts, tables) were uploaded before the
      * kernels before this one ran, so they are read before pdl_wait. */
@@ -424,7 +457,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, dec_min_blocks<KV, G, EARLY>()
     dec_cluster cl{};
     if constexpr (CLUSTER) {
         cl = dec_cluster_of(nh, HD);
-        cluster_wait(); /* every block of the cluster has started */
+        dec_cluster_wait(); /* every block of the cluster has started */
     }
     for (int idx = threadIdx.x; idx < nh * HD; idx += blockDim.x) {
         const int gi = idx / HD, d = idx % HD;
@@ -456,8 +489,8 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, dec_min_blocks<KV, G, EARLY>()
         }
     }
     if constexpr (CLUSTER) {
-        cluster_arrive(true); /* the pushes, released */
-        cluster_wait();
+        dec_cluster_arrive(true); /* the pushes, released */
+        dec_cluster_wait();
         dec_cluster_finish<G, HD>(p, cl_o, cl_ml, cl, split, nh, h0, tok);
     }
 }

@@ -378,7 +378,6 @@ static const nl_backend_ops cuda_ops = {
     .attention = cuda_attention,
     .norm_linear = cuda_norm_linear,
     .linear_add = cuda_linear_add,
-    .norm_linear_rope_store = cuda_norm_linear_rope_store,
     .take_ids = cuda_take_ids,
     .gather_rows = cuda_gather_rows,
     .sample = cuda_sample,

@@ -13,7 +13,6 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
-#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
 
@@ -113,45 +112,6 @@ static __device__ __forceinline__ void pdl_release(void)
 #endif
 }
 
-/* Thread-block clusters (Hopper; launch with cuda_launch_clusters).  A
- * barrier phase: every block arrives (release: its writes into other
- * blocks' shared memory become visible with the phase) and waits for the
- * others (acquire).  A block may write into another's shared memory only
- * once that one has started, which a relaxed arrival at the kernel's start
- * and its wait before the first remote write guarantee. */
-static __device__ __forceinline__ void cluster_arrive(bool release)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (release)
-        asm volatile("barrier.cluster.arrive.release;\n" ::: "memory");
-    else
-        asm volatile("barrier.cluster.arrive.relaxed;\n" ::: "memory");
-#else
-    __trap();
-#endif
-}
-
-static __device__ __forceinline__ void cluster_wait(void)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("barrier.cluster.wait.acquire;\n" ::: "memory");
-#else
-    __trap();
-#endif
-}
-
-/* The address of `local`'s twin in the shared memory of block `rank` of
- * the cluster. */
-static __device__ __forceinline__ float *cluster_at(float *local, int rank)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    return cooperative_groups::this_cluster().map_shared_rank(local, rank);
-#else
-    __trap();
-    return local;
-#endif
-}
-
 /* The least power of two >= x (1 for x <= 1): lane groups whose xor
  * reductions stay inside them. */
 static __host__ __device__ constexpr int pow2_ceil(int x)
@@ -162,21 +122,6 @@ static __host__ __device__ constexpr int pow2_ceil(int x)
 static __device__ __forceinline__ float round_bf16(float x)
 {
     return __bfloat162float(__float2bfloat16(x));
-}
-
-/* A value into a KV cache of bf16 or e4m3 (round to nearest even,
- * saturating at +-448: the bytes of the host's nl_f32_to_f8e4m3). */
-static __device__ __forceinline__ void kv_put(bf16 *p, float v) { *p = __float2bfloat16(v); }
-static __device__ __forceinline__ void kv_put(fp8 *p, float v)
-{
-    *(__nv_fp8_storage_t *)p = __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
-}
-
-/* NeoX rotary embedding of one pair (a, b) = (x[i], x[i + hd/2]) by the
- * angle whose cosine and sine are c and s; the caller rounds. */
-static __device__ __forceinline__ float2 rope_turn(float a, float b, float c, float s)
-{
-    return make_float2(a * c - b * s, b * c + a * s);
 }
 
 /* One element of an RMSNorm as the reference rounds it: x / rms (inv is
@@ -357,24 +302,6 @@ enum { GEMV_STORE, GEMV_SILU_MUL, GEMV_ADD };
 bool cuda_gemv_fits(const void *x, const nl_weight *w, int32_t n);
 nl_status cuda_gemv(cuda_backend *be, void *out, bool out_f32, int epilogue, const void *x,
                     const nl_weight *w, const nl_weight *bias, const nl_weight *norm_w, float eps);
-/* One token's qkv GEMV (norm_w given, as cuda_gemv) with QK-norm, RoPE and
- * the K/V store after it, qk_norm_rope_store's, in one kernel; *done false
- * and nothing launched where the shapes, the device or NANOLLM_GEMV_ROPE=0
- * leave it to the two ops. */
-nl_status cuda_gemv_rope(cuda_backend *be, void *qkv, const void *x, const nl_weight *w,
-                         const nl_weight *bias, const nl_weight *norm_w, float eps,
-                         const int32_t *positions, const nl_weight *q_norm,
-                         const nl_weight *k_norm, const float *inv_freq, void *k_cache,
-                         void *v_cache, const int32_t *slots, int hq, int hk, int hd,
-                         nl_dtype kv_dtype, bool *done);
-nl_status cuda_norm_linear_rope_store(nl_backend *b, void *qkv, void *xn, void *work,
-                                      void *residual, const nl_weight *norm_w, float eps,
-                                      const nl_weight *w, const nl_weight *bias,
-                                      const int32_t *positions, const nl_weight *q_norm,
-                                      const nl_weight *k_norm, const float *inv_freq,
-                                      void *k_cache, void *v_cache, const int32_t *slots,
-                                      int32_t hq, int32_t hk, int32_t hd, int32_t block_size,
-                                      nl_dtype kv_dtype);
 nl_status cuda_take_ids(nl_backend *b, int32_t *ids, const int32_t *src, const int32_t *pairs, int32_t n);
 nl_status cuda_copy_pieces(nl_backend *b, const nl_copy_piece *pieces, int32_t n);
 nl_status cuda_gather_rows(nl_backend *b, void *out, const void *x, const int32_t *rows,

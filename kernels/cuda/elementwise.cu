@@ -169,6 +169,21 @@ nl_status cuda_rmsnorm(nl_backend *b, void *out, const void *x, void *residual,
 
 /* ---- QK-norm + RoPE + KV-cache store: one warp per (token, head) ----------------- */
 
+static __device__ __forceinline__ void kv_put(bf16 *p, float v) { *p = __float2bfloat16(v); }
+static __device__ __forceinline__ void kv_put(fp8 *p, float v)
+{
+    /* round to nearest even, saturating at +-448: the bytes of the host's
+     * nl_f32_to_f8e4m3 */
+    *(__nv_fp8_storage_t *)p = __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
+}
+
+/* NeoX rotary embedding of one pair (a, b) = (x[i], x[i + hd/2]) by the
+ * angle whose cosine and sine are c and s; the caller rounds. */
+static __device__ __forceinline__ float2 rope_turn(float a, float b, float c, float s)
+{
+    return make_float2(a * c - b * s, b * c + a * s);
+}
+
 #define ROPE_PAIRS 4 /* a lane's rotary pairs whose angles come before the wait: hd <= 256 */
 
 /* Warps of heads [0, hq + hk) normalise and rotate a q or k head in place;

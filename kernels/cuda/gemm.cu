@@ -246,24 +246,6 @@ nl_status cuda_norm_linear(nl_backend *b, void *out, void *xn, void *work, const
     return cuda_silu_mul(b, out, work, n, (int32_t)(w->rows / 2));
 }
 
-nl_status cuda_norm_linear_rope_store(nl_backend *b, void *qkv, void *xn, void *work,
-                                      void *residual, const nl_weight *norm_w, float eps,
-                                      const nl_weight *w, const nl_weight *bias,
-                                      const int32_t *positions, const nl_weight *q_norm,
-                                      const nl_weight *k_norm, const float *inv_freq,
-                                      void *k_cache, void *v_cache, const int32_t *slots,
-                                      int32_t hq, int32_t hk, int32_t hd, int32_t block_size,
-                                      nl_dtype kv_dtype)
-{
-    bool done = false;
-    NL_TRY(cuda_gemv_rope(cuda_be(b), qkv, residual, w, bias, norm_w, eps, positions, q_norm,
-                          k_norm, inv_freq, k_cache, v_cache, slots, hq, hk, hd, kv_dtype, &done));
-    if (done) return NL_OK;
-    NL_TRY(cuda_norm_linear(b, qkv, xn, work, NULL, residual, norm_w, eps, w, bias, 1, false));
-    return cuda_qk_norm_rope_store(b, qkv, positions, q_norm, k_norm, inv_freq, k_cache, v_cache,
-                                   slots, 1, hq, hk, hd, eps, block_size, kv_dtype);
-}
-
 nl_status cuda_linear_add(nl_backend *b, void *residual, void *work, const void *x,
                           const nl_weight *w, const nl_weight *bias, int32_t n)
 {
