@@ -143,6 +143,14 @@ static nl_status send_reply(worker_env *env, uint64_t step_id, nl_status st, wir
     return st != NL_OK ? st : ring_write(&seg->reply, out->data, out->len, worker_check_leader, env);
 }
 
+/* The reply a RUN fills on this rank: rank 0's goes out (answer); the
+ * others' samples are read on their devices, not on the host, so they
+ * fill none. */
+static wire_reply *reply_to_fill(const worker_env *env, wire_reply *reply)
+{
+    return env->rank == 0 ? reply : NULL;
+}
+
 /* Step step_id's end on this rank: rank 0 replies (st's message when it
  * failed); another rank answers nothing, and a failure ends it, recorded
  * in its slot for the leader.  False when the loop must stop. */
@@ -194,7 +202,7 @@ static int serve(worker_env *env, const worker_ops *ops, void *ctx)
         if (cmd.kind == WIRE_SHUTDOWN) break;
 
         wire_reply reply = {.step_id = cmd.step_id};
-        nl_status st = ops->execute(ctx, &cmd, &reply);
+        nl_status st = ops->execute(ctx, &cmd, reply_to_fill(env, &reply));
         if (!answer(env, cmd.step_id, st, &reply, &bufs.out)) {
             status = 1; /* the leader is gone, or this rank failed */
             break;
@@ -271,9 +279,7 @@ static int serve_pipelined(worker_env *env, const worker_ops *ops, void *ctx)
         n--;
         wire_reply reply = {.step_id = run->step_id};
         nl_status st = run->launched;
-        /* only rank 0's reply goes out: the others' samples are read on
-         * their devices, not on the host */
-        if (st == NL_OK) st = ops->finish(ctx, env->rank == 0 ? &reply : NULL);
+        if (st == NL_OK) st = ops->finish(ctx, reply_to_fill(env, &reply));
         else nl_error(st, "%s", run->error);
         if (!answer(env, run->step_id, st, &reply, &bufs.out)) {
             status = 1;

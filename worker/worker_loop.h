@@ -36,8 +36,9 @@ typedef struct worker_ops {
     /* Loads this rank's shard and sizes its KV cache. */
     nl_status (*init)(void *ctx, worker_env *env, int32_t *num_kv_blocks);
     /* Executes one RUN, its WIRE_TOKEN_PREVIOUS inputs resolved by the
-     * model from the RUN before it; on rank 0 fills reply->sampled (storage
-     * owned by the model, valid until the next call). */
+     * model from the RUN before it; fills reply->sampled (storage owned by
+     * the model, valid until the next call), reply NULL on ranks other
+     * than 0, which send none. */
     nl_status (*execute)(void *ctx, const wire_run *cmd, wire_reply *reply);
     /* Frees what init made; also called after init failed part way. */
     void (*shutdown)(void *ctx);
