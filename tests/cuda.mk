@@ -27,16 +27,19 @@ endif
 # The device probes (bench/README.md; built with the tests, never run by
 # them): what wrapping a decode graph in a step costs on the device's
 # queue, what a persistent kernel's grid barriers cost with the weights
-# streaming under them, and whether a stream through shared memory that
-# runs ahead of the barriers hides them.
+# streaming under them, whether a stream through shared memory that
+# runs ahead of the barriers hides them, and how fast cuBLASLt's own
+# configurations run a decode batch's projections.
 if HAVE_CUDA
-check_PROGRAMS += bench/gap_probe bench/barrier_probe bench/ring_probe
+check_PROGRAMS += bench/gap_probe bench/barrier_probe bench/ring_probe bench/gemm_probe
 bench_gap_probe_SOURCES = bench/gap_probe.cu bench/probe_check.h
 bench_gap_probe_LDADD = $(CUDA_LIBS) -lstdc++ -lm
 bench_barrier_probe_SOURCES = bench/barrier_probe.cu bench/probe_barrier.cuh bench/probe_check.h
 bench_barrier_probe_LDADD = $(CUDA_LIBS) -lstdc++ -lm
 bench_ring_probe_SOURCES = bench/ring_probe.cu bench/probe_barrier.cuh bench/probe_check.h
 bench_ring_probe_LDADD = $(CUDA_LIBS) -lstdc++ -lm
+bench_gemm_probe_SOURCES = bench/gemm_probe.cu bench/probe_check.h
+bench_gemm_probe_LDADD = $(CUDA_LIBS) -lstdc++ -lm
 endif
 
 # Timing of the hot ops on a GPU (built with the tests, never run by them).
