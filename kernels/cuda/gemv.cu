@@ -72,11 +72,10 @@ static __device__ __forceinline__ void gemv_load_pieces(uint4 *wv, const uint4 *
 /* Writes rmsnorm(x) * norm_w, as bf16, into xs: the block's copy of the
  * normalised input.  w0: the thread's first piece of norm_w, loaded before
  * the wait for x (the weights are constant). */
-template <int WARPS>
 static __device__ void gemv_norm_prologue(uint4 *xs, const uint4 *x, const uint4 *norm_w, uint4 w0,
                                           int k, float eps)
 {
-    __shared__ float red[WARPS];
+    __shared__ float red[GEMV_WARPS];
     const int kv = k / 8;
     float ss = 0.0f;
     for (int i = threadIdx.x; i < kv; i += blockDim.x) {
@@ -90,7 +89,7 @@ static __device__ void gemv_norm_prologue(uint4 *xs, const uint4 *x, const uint4
     __syncthreads();
     ss = 0.0f;
 #pragma unroll
-    for (int w = 0; w < WARPS; w++) ss += red[w];
+    for (int w = 0; w < GEMV_WARPS; w++) ss += red[w];
     const float inv = rsqrtf(ss / k + eps);
     for (int i = threadIdx.x; i < kv; i += blockDim.x) {
         float f[8], g[8];
@@ -200,7 +199,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
         if (finisher && row < m) add.residual = (float)out[row];
     const uint4 *xr = (const uint4 *)x;
     if constexpr (NORM) {
-        gemv_norm_prologue<GEMV_WARPS>(xs, xr, (const uint4 *)norm_w, norm_w0, k, eps);
+        gemv_norm_prologue(xs, xr, (const uint4 *)norm_w, norm_w0, k, eps);
         xr = xs;
     }
     float acc[R];
@@ -281,122 +280,6 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
     }
 }
 
-/* ---- the staged GEMV ---------------------------------------------------------
- *
- * kernel_gemv holds its weight stream in registers, so its grid fills every
- * SM's registers and the kernel after it cannot become resident before its
- * blocks leave: under a dependent launch the next GEMV's first weight loads
- * wait for this one's tail.  When a block's share of the rows fits in shared
- * memory (0.6B's four projections: 32-96 KiB an SM), the staged kernel
- * instead runs one small block an SM whose first warp copies the block's
- * whole slice into shared memory with bulk copies, one per weight row, each
- * signalling its own mbarrier, before the wait for x.  Its blocks take few
- * registers and at most STAGE_MAX_BYTES of shared memory, so they fit beside
- * the kernel before them: the weights stream in while that kernel still
- * runs, and after the wait only the multiplications from shared memory are
- * left.  A warp takes rows j, j + STAGE_WARPS, ... of the slice, each as
- * soon as its row has landed; its lanes sum pieces lane, lane + 32, ... in
- * the order kernel_gemv's do, so both give the same bits where the latter
- * does not split rows. */
-#define STAGE_WARPS 8
-#define STAGE_MAX_BYTES (100u << 10) /* two blocks' slices fit one SM's 227 KiB */
-#define STAGE_MAX_ROWS 64            /* weight rows' mbarriers a block */
-
-static __device__ __forceinline__ unsigned smem_u32(const void *p)
-{
-    return (unsigned)__cvta_generic_to_shared(p);
-}
-
-static __device__ __forceinline__ void mbar_init(uint64_t *bar)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(bar)) : "memory");
-}
-
-/* The barrier's one arrival, expecting `bytes` from bulk copies. */
-static __device__ __forceinline__ void mbar_expect(uint64_t *bar, unsigned bytes)
-{
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)),
-                 "r"(bytes)
-                 : "memory");
-}
-
-static __device__ __forceinline__ void mbar_wait_first(uint64_t *bar)
-{
-    unsigned done;
-    do {
-        asm volatile("{\n .reg .pred p;\n"
-                     " mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0;\n"
-                     " selp.u32 %0, 1, 0, p;\n}"
-                     : "=r"(done)
-                     : "r"(smem_u32(bar))
-                     : "memory");
-    } while (!done);
-}
-
-/* bytes (a multiple of 16, both ends 16-byte aligned) from global src to
- * shared dst, counted on bar when they land. */
-static __device__ __forceinline__ void bulk_copy(void *dst, const void *src, unsigned bytes,
-                                                 uint64_t *bar)
-{
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
-                 "%2, [%3];" ::"r"(smem_u32(dst)),
-                 "l"(src), "r"(bytes), "r"(smem_u32(bar))
-                 : "memory");
-}
-
-/* As kernel_gemv with KS = 1, for a block owning rows [blockIdx.x * rpb,
- * + rpb) of out; dynamic shared memory: the slice (rpb * R rows of k), then
- * with NORM the normalised x. */
-template <typename OUT, int EPI, bool NORM>
-__global__ void __launch_bounds__(STAGE_WARPS * 32, 4)
-    kernel_gemv_staged(OUT *out, const bf16 *x, const bf16 *w, const bf16 *bias, int m, int k,
-                       int rpb, const bf16 *norm_w, float eps)
-{
-    constexpr int R = EPI == GEMV_SILU_MUL ? 2 : 1;
-    extern __shared__ uint4 staged[];
-    __shared__ uint64_t landed[STAGE_MAX_ROWS];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, kv = k / 8;
-    const int r0 = blockIdx.x * rpb, rows = min(rpb, m - r0);
-    if (warp == 0) { /* a lane a row: the copies are issued side by side */
-        for (int j = lane; j < rows; j += 32) {
-            mbar_init(&landed[j]);
-            asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-            mbar_expect(&landed[j], (unsigned)(R * k * 2));
-#pragma unroll
-            for (int r = 0; r < R; r++)
-                bulk_copy(staged + (size_t)(j * R + r) * kv, w + ((size_t)r * m + r0 + j) * k,
-                          (unsigned)(k * 2), &landed[j]);
-        }
-    }
-    uint4 norm_w0 = make_uint4(0, 0, 0, 0);
-    if (NORM && (int)threadIdx.x < kv) norm_w0 = ((const uint4 *)norm_w)[threadIdx.x];
-    __syncthreads(); /* the mbarriers are initialised before anyone waits on them */
-    pdl_wait();
-    pdl_release();
-    const uint4 *xr = (const uint4 *)x;
-    if constexpr (NORM) {
-        uint4 *xs = staged + (size_t)rpb * R * kv;
-        gemv_norm_prologue<STAGE_WARPS>(xs, xr, (const uint4 *)norm_w, norm_w0, k, eps);
-        xr = xs;
-    }
-    for (int j = warp; j < rows; j += STAGE_WARPS) {
-        const int row = r0 + j;
-        gemv_addends<R> add{};
-        if (lane == 0) add = gemv_addends_of<OUT, EPI, R>(out, bias, m, row, true);
-        mbar_wait_first(&landed[j]);
-        float acc[R];
-#pragma unroll
-        for (int r = 0; r < R; r++) {
-            const uint4 *wr = staged + (size_t)(j * R + r) * kv;
-            acc[r] = 0.0f;
-            for (int i = lane; i < kv; i += 32) acc[r] += gemv_dot8(wr[i], xr[i]);
-#pragma unroll
-            for (int off = 16; off > 0; off >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], off);
-        }
-        if (lane == 0) gemv_finish<OUT, EPI, R>(out, row, acc, add);
-    }
-}
-
 /* NANOLLM_GEMV=0 turns the GEMV path off (read once). */
 static bool gemv_enabled(void)
 {
@@ -469,63 +352,11 @@ static nl_status gemv_launch_loop(cuda_backend *be, OUT *out, const bf16 *x, con
     }
 }
 
-/* Dynamic shared memory of a staged block: its slice, then with a norm
- * prologue the normalised x. */
-static size_t gemv_staged_smem(int rpb, int k, int R, bool norm)
-{
-    return ((size_t)rpb * R + (norm ? 1 : 0)) * k * sizeof(bf16);
-}
-
-/* NANOLLM_GEMV_STAGE=0 keeps every GEMV on kernel_gemv (read once). */
-static bool gemv_stage_enabled(void)
-{
-    static int cached = -1;
-    if (cached < 0) {
-        const char *v = getenv("NANOLLM_GEMV_STAGE");
-        cached = !(v && strcmp(v, "0") == 0);
-    }
-    return cached != 0;
-}
-
-/* Rows a block of the staged kernel owns for an m x k matrix (R weight
- * rows an output), spread over one block an SM; 0 when the slice does not
- * fit (the staged kernel's comment) and kernel_gemv takes the matrix. */
-static int gemv_staged_rows(const cuda_backend *be, int m, int k, int R, bool norm)
-{
-    const int rpb = (m + be->num_sms - 1) / be->num_sms;
-    if (!gemv_stage_enabled() || rpb > STAGE_MAX_ROWS ||
-        gemv_staged_smem(rpb, k, R, norm) > STAGE_MAX_BYTES)
-        return 0;
-    return rpb;
-}
-
-template <typename OUT, int EPI, bool NORM>
-static nl_status gemv_launch_staged(cuda_backend *be, OUT *out, const bf16 *x, const nl_weight *w,
-                                    const nl_weight *bias, const nl_weight *norm_w, float eps,
-                                    int m, int rpb)
-{
-    constexpr int R = EPI == GEMV_SILU_MUL ? 2 : 1;
-    const int k = (int)w->cols;
-    const size_t smem = gemv_staged_smem(rpb, k, R, NORM);
-    auto kernel = kernel_gemv_staged<OUT, EPI, NORM>;
-    NL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       (int)smem));
-    NL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                       (int)cudaSharedmemCarveoutMaxShared));
-    NL_CUDA_CHECK(cuda_launch(be, kernel, (m + rpb - 1) / rpb, STAGE_WARPS * 32, smem, out, x,
-                              w->data, bias ? bias->data : NULL, m, k, rpb,
-                              norm_w ? norm_w->data : NULL, eps));
-    return NL_OK;
-}
-
 /* The loop for the row length (GEMV_ROLL_MIN_COLS). */
 template <typename OUT, int EPI, bool NORM>
 static nl_status gemv_launch(cuda_backend *be, OUT *out, const bf16 *x, const nl_weight *w,
                              const nl_weight *bias, const nl_weight *norm_w, float eps)
 {
-    const int R = EPI == GEMV_SILU_MUL ? 2 : 1, m = (int)(w->rows / R);
-    if (const int rpb = gemv_staged_rows(be, m, (int)w->cols, R, NORM))
-        return gemv_launch_staged<OUT, EPI, NORM>(be, out, x, w, bias, norm_w, eps, m, rpb);
     return w->cols >= GEMV_ROLL_MIN_COLS
                ? gemv_launch_loop<OUT, EPI, NORM, true>(be, out, x, w, bias, norm_w, eps)
                : gemv_launch_loop<OUT, EPI, NORM, false>(be, out, x, w, bias, norm_w, eps);
