@@ -970,8 +970,8 @@ START_TEST(test_decode_split_same_logits)
     forward_seqs(&f, ctx, true);
     ck_assert_int_eq(f.be->ops->download(f.be, split, f.s->logits, bytes), NL_OK);
     const int32_t layers = f.cfg.num_hidden_layers;
-    ck_assert_int_eq(lane_uses, 2 * layers + 1);
-    ck_assert_int_eq(lane_waits, 2 * layers + 1);
+    ck_assert_int_eq(lane_uses, 3 * layers + 2);
+    ck_assert_int_eq(lane_waits, 2 * layers);
     double worst = 0;
     size_t at = 0;
     for (size_t i = 0; i < SPLIT_SEQS * vocab; i++)
