@@ -236,16 +236,6 @@ typedef struct nl_backend_ops {
     nl_status (*timer_mark)(nl_backend *be, int32_t tag);
     nl_status (*timer_collect)(nl_backend *be, double *secs, int32_t n_tags);
 
-    /* Two lanes of work that may run side by side (the halves of a
-     * decode batch, qwen_forward); NULL where the backend runs everything
-     * in order.  lane_use: the ops after it go to lane (0, where every op
-     * goes otherwise, or 1), each lane with its own scratch; lane_wait: the
-     * current lane's next op waits for all work enqueued on `lane` so far.
-     * Work ends on lane 0 after a lane_wait for lane 1: fences, graph
-     * captures and downloads see lane 0 only. */
-    nl_status (*lane_use)(nl_backend *be, int32_t lane);
-    nl_status (*lane_wait)(nl_backend *be, int32_t lane);
-
     /* CUDA graphs; NULL where the backend has none. */
     nl_status (*capture_begin)(nl_backend *be);
     nl_status (*capture_end)(nl_backend *be, nl_graph **out);

@@ -35,8 +35,6 @@
  */
 #include "worker/model_runner.h"
 
-#include <errno.h>
-#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -506,45 +504,12 @@ static void pad_decode(model_runner *r, int32_t from, int32_t size, int32_t max_
     plan->all_decode = true;
 }
 
-/* Decode batches of at least this many sequences run as two halves side by
- * side where the backend has lanes (qwen_decode_split): below it a half's
- * projections cost about what the whole batch's do, and the attention
- * they would hide behind is short. */
-#define DECODE_SPLIT_MIN 64
-
-/* qwen_state.decode_split_min: DECODE_SPLIT_MIN, or NANOLLM_DECODE_SPLIT
- * (a count; 0 never splits).  The op profile times the forward unsplit:
- * its marks follow one lane. */
-static nl_status decode_split_min(const runner_profile *prof, int32_t *out)
-{
-    const char *v = getenv("NANOLLM_DECODE_SPLIT");
-    *out = prof->ops ? 0 : DECODE_SPLIT_MIN;
-    if (!v) return NL_OK;
-    char *end;
-    errno = 0;
-    long n = strtol(v, &end, 10);
-    if (end == v || *end != '\0' || errno || n < 0 || n > INT32_MAX)
-        return nl_error(NL_ERR_INVALID_ARG, "NANOLLM_DECODE_SPLIT=%s: want a count of sequences "
-                        "(0: never split a decode batch)", v);
-    if (!prof->ops) *out = (int32_t)n;
-    return NL_OK;
-}
-
-/* The decode seqs' launch order for attention (nl_attn_batch.decode_order):
- * each half's own where the forward splits the batch (qwen_decode_split). */
+/* The decode seqs' launch order for attention (nl_attn_batch.decode_order). */
 static void fill_decode_order(model_runner *r, const step_plan *plan)
 {
     const int32_t n = plan->shape.n_seqs;
-    const int32_t *ctx = r->host[BUF_CTX];
-    int64_t *keys = r->host[BUF_ORDER_KEYS];
-    int32_t *order = r->host[BUF_ORDER];
-    const int32_t h = qwen_decode_split(r->be, r->s, r->p.tp, n, plan->all_decode);
-    if (h > 0) {
-        nl_attn_decode_order(ctx, h, h, keys, order);
-        nl_attn_decode_order(ctx + h, n - h, n - h, keys, order + h);
-        return;
-    }
-    nl_attn_decode_order(ctx, plan->all_decode ? n : plan->n_leading_decodes, n, keys, order);
+    nl_attn_decode_order(r->host[BUF_CTX], plan->all_decode ? n : plan->n_leading_decodes, n,
+                         r->host[BUF_ORDER_KEYS], r->host[BUF_ORDER]);
 }
 
 /* Uploads the forward inputs the plan's shape uses and describes them in
@@ -703,7 +668,6 @@ static nl_status runner_init(model_runner *r)
     NL_TRY(check_memory_plan(r));
     NL_TRY(qwen_state_create(r->be, r->w, p->max_num_batched_tokens, p->max_num_seqs, &r->s));
     r->s->left_out = r->prof.left_out;
-    NL_TRY(decode_split_min(&r->prof, &r->s->decode_split_min));
     NL_TRY(alloc_step_buffers(r));
     runner_profile_startup(&r->prof, r->be, r->rank, "activations", &mark);
     NL_TRY(size_kv_cache(r));

@@ -38,34 +38,22 @@ typedef struct state_sizes {
     size_t x, xn, residual, work, work2, last, logits_shard, logits_gathered, logits;
 } state_sizes;
 
-/* Row widths of work (qkv, later gate_up) and work2 (the attention's
- * output, later the MLP's): the wider of each buffer's two uses. */
-static size_t work_width(const qwen_shard *sh)
-{
-    size_t qkv_w = (size_t)(sh->hq + 2 * sh->hk) * sh->hd, gu_w = 2 * (size_t)sh->inter;
-    return qkv_w > gu_w ? qkv_w : gu_w;
-}
-
-static size_t work2_width(const qwen_shard *sh)
-{
-    size_t attn_w = (size_t)sh->hq * sh->hd, mlp_w = (size_t)sh->inter;
-    return attn_w > mlp_w ? attn_w : mlp_w;
-}
-
 static state_sizes state_sizes_of(const qwen_weights *w, size_t act_size, int32_t max_tokens,
                                   int32_t max_logits)
 {
     const qwen_shard *sh = &w->shard;
     size_t T = (size_t)max_tokens, L = (size_t)max_logits, a = act_size;
     size_t hidden = (size_t)w->cfg.hidden_size;
+    size_t qkv_w = (size_t)(sh->hq + 2 * sh->hk) * sh->hd, attn_w = (size_t)sh->hq * sh->hd;
+    size_t gu_w = 2 * (size_t)sh->inter, mlp_w = (size_t)sh->inter;
     size_t vs = (size_t)sh->vocab_shard, tp = (size_t)sh->tp;
     bool gathers = tp > 1; /* every rank samples the whole rows */
     return (state_sizes){
         .x = T * hidden * a,
         .xn = T * hidden * a,
         .residual = T * hidden * a,
-        .work = T * work_width(sh) * a,
-        .work2 = T * work2_width(sh) * a,
+        .work = T * (qkv_w > gu_w ? qkv_w : gu_w) * a,
+        .work2 = T * (attn_w > mlp_w ? attn_w : mlp_w) * a,
         .last = L * hidden * a,
         .logits_shard = L * vs * sizeof(float),
         .logits_gathered = gathers ? tp * L * vs * sizeof(float) : 0,
@@ -217,186 +205,26 @@ static const nl_weight *row_parallel_bias(const qwen_weights *w, const nl_weight
     return w->shard.rank == 0 ? bias : NULL;
 }
 
-/* A run of the step's rows, [off, off + n), with the attention batch of
- * their sequences and the partial sums their next norm_linear must add
- * (project_into_residual): the whole step, or one half of a decode batch
- * (qwen_decode_split). */
-typedef struct row_run {
-    int32_t off, n;
-    nl_attn_batch attn;
-    const void *pending;
-} row_run;
-
-/* Row `row` of a [rows, elems] activation buffer. */
-static void *row_of(const qwen_state *s, void *base, int32_t row, size_t elems)
-{
-    return (char *)base + (size_t)row * elems * s->act_size;
-}
-
 /* A row-parallel projection (o_proj, down) of in into the residual stream
- * (row_parallel_bias), for the run's rows.  One token on one rank: the
- * product goes straight into the residual (linear_add), so the next
- * norm_linear finds the residual complete and a backend can normalise it
- * inside that projection (the GEMV of a single token).  Otherwise the
- * partial sums land in x, are all-reduced, and run->pending names them for
- * the next norm_linear to add: in a batch that add rides in the RMSNorm
- * kernel for free, where a separate add would cost a kernel. */
+ * (row_parallel_bias).  One token on one rank: the product goes straight
+ * into the residual (linear_add), so the next norm_linear finds the
+ * residual complete and a backend can normalise it inside that projection
+ * (the GEMV of a single token).  Otherwise the partial sums land in x, are
+ * all-reduced, and *pending names them for the next norm_linear to add: in
+ * a batch that add rides in the RMSNorm kernel for free, where a separate
+ * add would cost a kernel. */
 static nl_status project_into_residual(nl_backend *be, nl_comm *comm, const qwen_weights *w,
-                                       qwen_state *s, row_run *run, const void *in,
-                                       const nl_weight *weight, const nl_weight *bias)
+                                       qwen_state *s, const void *in, const nl_weight *weight,
+                                       const nl_weight *bias, int32_t n, const void **pending)
 {
     const nl_weight *b = row_parallel_bias(w, bias);
-    const int32_t hidden = w->cfg.hidden_size;
-    void *residual = row_of(s, s->residual, run->off, hidden), *x = row_of(s, s->x, run->off, hidden);
-    if (run->n == 1 && comm->size == 1) {
-        run->pending = NULL;
-        return be->ops->linear_add(be, residual, s->x, in, weight, b, run->n);
+    if (n == 1 && comm->size == 1) {
+        *pending = NULL;
+        return be->ops->linear_add(be, s->residual, s->x, in, weight, b, n);
     }
-    NL_TRY(be->ops->linear(be, x, in, weight, b, run->n));
-    run->pending = x;
-    return all_reduce(comm, be, s, x, (size_t)run->n * hidden);
-}
-
-/* The run's part of work (its qkv, later its gate_up) and of work2 (its
- * attention's output, later its MLP's), each [n, width of the use] from
- * the run's first row at the buffer's widest row: two runs' parts never
- * overlap, whichever use each is in (the halves of a decode batch are at
- * different points of a layer). */
-static void *work_rows(const qwen_weights *w, const qwen_state *s, const row_run *run)
-{
-    return row_of(s, s->work, run->off, work_width(&w->shard));
-}
-
-static void *work2_rows(const qwen_weights *w, const qwen_state *s, const row_run *run)
-{
-    return row_of(s, s->work2, run->off, work2_width(&w->shard));
-}
-
-/* Layer l's first part for the run's rows: qkv = norm(residual + pending)
- * @ W_qkv, then QK-norm, RoPE and the K/V store. */
-static nl_status layer_qkv(nl_backend *be, const qwen_weights *w, qwen_state *s,
-                           const qwen_inputs *in, int32_t l, const row_run *run)
-{
-    const nl_backend_ops *op = be->ops;
-    const qwen_shard *sh = &w->shard;
-    const qwen_layer *L = &w->layers[l];
-    const int32_t hidden = w->cfg.hidden_size, off = run->off;
-    const float eps = w->cfg.rms_norm_eps;
-    void *qkv = work_rows(w, s, run);
-    NL_TRY(mark(be, s, QWEN_OP_QKV));
-    if (runs(s, QWEN_OP_QKV))
-        NL_TRY(op->norm_linear(be, qkv, row_of(s, s->xn, off, hidden), work2_rows(w, s, run),
-                               run->pending, row_of(s, s->residual, off, hidden), L->input_norm,
-                               eps, L->qkv, L->qkv_bias, run->n, false)); /* [n, (hq + 2 hk) hd] */
-    NL_TRY(mark(be, s, QWEN_OP_ROPE_STORE));
-    if (runs(s, QWEN_OP_ROPE_STORE))
-        NL_TRY(op->qk_norm_rope_store(be, qkv, in->positions + off, L->q_norm, L->k_norm,
-                                      w->rope_inv_freq, s->k_cache[l], s->v_cache[l],
-                                      in->slots + off, run->n, sh->hq, sh->hk, sh->hd, eps,
-                                      s->block_size, s->kv_dtype));
-    return NL_OK;
-}
-
-/* Layer l's rest for the run's rows: the attention and o_proj, then the
- * MLP block, mlp = silu * mul of norm(residual + pending) @ W_gate_up, and
- * down. */
-static nl_status layer_rest(nl_backend *be, nl_comm *comm, const qwen_weights *w, qwen_state *s,
-                            int32_t l, row_run *run)
-{
-    const nl_backend_ops *op = be->ops;
-    const qwen_shard *sh = &w->shard;
-    const qwen_layer *L = &w->layers[l];
-    const int32_t hidden = w->cfg.hidden_size, off = run->off;
-    const float eps = w->cfg.rms_norm_eps, scale = 1.0f / sqrtf((float)sh->hd);
-    void *attn = work2_rows(w, s, run), *mlp = attn, *gate_up = work_rows(w, s, run);
-    NL_TRY(mark(be, s, QWEN_OP_ATTENTION));
-    if (runs(s, QWEN_OP_ATTENTION))
-        NL_TRY(op->attention(be, attn, work_rows(w, s, run), s->k_cache[l], s->v_cache[l],
-                             &run->attn, sh->hq, sh->hk, sh->hd, scale,
-                             s->kv_dtype)); /* [n, hq hd] */
-    NL_TRY(mark(be, s, QWEN_OP_O_PROJ));
-    if (runs(s, QWEN_OP_O_PROJ))
-        NL_TRY(project_into_residual(be, comm, w, s, run, attn, L->o_proj, L->o_bias));
-    NL_TRY(mark(be, s, QWEN_OP_GATE_UP));
-    if (runs(s, QWEN_OP_GATE_UP))
-        NL_TRY(op->norm_linear(be, mlp, row_of(s, s->xn, off, hidden), gate_up, run->pending,
-                               row_of(s, s->residual, off, hidden), L->post_norm, eps, L->gate_up,
-                               L->gate_up_bias, run->n, true)); /* [n, inter] */
-    NL_TRY(mark(be, s, QWEN_OP_DOWN));
-    if (runs(s, QWEN_OP_DOWN))
-        NL_TRY(project_into_residual(be, comm, w, s, run, mlp, L->down, L->down_bias));
-    return NL_OK;
-}
-
-int32_t qwen_decode_split(const nl_backend *be, const qwen_state *s, int32_t tp, int32_t n_seqs,
-                          bool all_decode)
-{
-    if (s->decode_split_min <= 0 || tp != 1 || !all_decode || !be->ops->lane_use ||
-        n_seqs < s->decode_split_min || n_seqs < QWEN_SPLIT_LEAST)
-        return 0;
-    return n_seqs / 2;
-}
-
-/* The rows [h, n) of a decode batch as a batch of their own: their
- * sequences' arrays from h on (a decode batch's cu_seqlens_q[i] is i, so
- * its head serves the tail too); decode_order holds each half's order, the
- * second's from h on (qwen_decode_orders). */
-static nl_attn_batch decode_tail(const nl_attn_batch *b, int32_t h)
-{
-    nl_attn_batch t = *b;
-    t.n_seqs = b->n_seqs - h;
-    t.n_tokens = b->n_tokens - h;
-    t.context_lens = b->context_lens + h;
-    t.block_tables = b->block_tables + (size_t)h * b->max_blocks_per_seq;
-    if (b->decode_order) t.decode_order = b->decode_order + h;
-    t.n_leading_decodes = 0;
-    return t;
-}
-
-/* The layers, the decode batch split at h into two halves on two lanes
- * when h > 0 (qwen_decode_split).  Each layer's qkv part of one half waits
- * for the other half's last one (lane_wait at the point where the other
- * lane's qkv part was just enqueued), so the halves stay offset by about
- * that part and neither runs more than a layer ahead: one half's
- * projections, whose few microseconds each are mostly launch, ramp and
- * tail, then run beside the other half's attention, which is bound by the
- * cache's bytes. */
-static nl_status layers_forward(nl_backend *be, nl_comm *comm, const qwen_weights *w,
-                                qwen_state *s, const qwen_inputs *in, int32_t h,
-                                const void **pending)
-{
-    const nl_backend_ops *op = be->ops;
-    const int32_t n = in->n_tokens, layers = w->cfg.num_hidden_layers;
-    if (h == 0) {
-        row_run all = {0, n, in->attn, NULL};
-        for (int32_t l = 0; l < layers; l++) {
-            NL_TRY(layer_qkv(be, w, s, in, l, &all));
-            NL_TRY(layer_rest(be, comm, w, s, l, &all));
-        }
-        *pending = all.pending;
-        return NL_OK;
-    }
-    nl_attn_batch head = in->attn;
-    head.n_seqs = head.n_tokens = h;
-    head.n_leading_decodes = 0;
-    row_run a = {0, h, head, NULL}, b = {h, n - h, decode_tail(&in->attn, h), NULL};
-    for (int32_t l = 0; l < layers; l++) {
-        NL_TRY(op->lane_use(be, 0));
-        if (l > 0) NL_TRY(op->lane_wait(be, 1)); /* after b's qkv part of layer l - 1 */
-        NL_TRY(layer_qkv(be, w, s, in, l, &a));
-        NL_TRY(op->lane_use(be, 1));
-        if (l > 0) NL_TRY(layer_rest(be, comm, w, s, l - 1, &b));
-        NL_TRY(op->lane_wait(be, 0)); /* after a's qkv part of layer l (first: the fork) */
-        NL_TRY(layer_qkv(be, w, s, in, l, &b));
-        NL_TRY(op->lane_use(be, 0));
-        NL_TRY(layer_rest(be, comm, w, s, l, &a));
-    }
-    NL_TRY(op->lane_use(be, 1));
-    NL_TRY(layer_rest(be, comm, w, s, layers - 1, &b));
-    NL_TRY(op->lane_use(be, 0));
-    NL_TRY(op->lane_wait(be, 1));
-    *pending = a.pending ? s->x : NULL; /* both halves' rows of x, or neither */
-    return NL_OK;
+    NL_TRY(be->ops->linear(be, s->x, in, weight, b, n));
+    *pending = s->x;
+    return all_reduce(comm, be, s, s->x, (size_t)n * w->cfg.hidden_size);
 }
 
 int32_t qwen_linear_shapes(const qwen_weights *w, int32_t n, int32_t n_logits,
@@ -421,7 +249,8 @@ nl_status qwen_forward(nl_backend *be, nl_comm *comm, const qwen_weights *w, qwe
     const nl_model_config *cfg = &w->cfg;
     const qwen_shard *sh = &w->shard;
     const int32_t n = in->n_tokens, hidden = cfg->hidden_size;
-    const float eps = cfg->rms_norm_eps;
+    const int32_t hq = sh->hq, hk = sh->hk, hd = sh->hd;
+    const float eps = cfg->rms_norm_eps, scale = 1.0f / sqrtf((float)hd);
     if (n <= 0 || n > s->max_tokens || in->n_logits < 0 || in->n_logits > s->max_logits ||
         in->n_logits > n)
         return nl_error(NL_ERR_INVALID_ARG, "forward: %d tokens (max %d), %d logits rows (max %d)", n,
@@ -436,8 +265,39 @@ nl_status qwen_forward(nl_backend *be, nl_comm *comm, const qwen_weights *w, qwe
         NL_TRY(op->embedding(be, s->residual, w->embed, in->ids, n, sh->vocab_start));
     NL_TRY(all_reduce(comm, be, s, s->residual, (size_t)n * hidden));
     const void *pending = NULL;
-    const int32_t h = qwen_decode_split(be, s, sh->tp, in->attn.n_seqs, in->attn.all_decode);
-    NL_TRY(layers_forward(be, comm, w, s, in, h, &pending));
+
+    for (int32_t l = 0; l < cfg->num_hidden_layers; l++) {
+        const qwen_layer *L = &w->layers[l];
+        void *qkv = s->work, *attn = s->work2, *gate_up = s->work, *mlp = s->work2;
+
+        /* attention block: qkv = norm(residual + pending) @ W_qkv */
+        NL_TRY(mark(be, s, QWEN_OP_QKV));
+        if (runs(s, QWEN_OP_QKV))
+            NL_TRY(op->norm_linear(be, qkv, s->xn, attn, pending, s->residual, L->input_norm,
+                                   eps, L->qkv, L->qkv_bias, n, false)); /* [n, (hq + 2 hk) hd] */
+        NL_TRY(mark(be, s, QWEN_OP_ROPE_STORE));
+        if (runs(s, QWEN_OP_ROPE_STORE))
+            NL_TRY(op->qk_norm_rope_store(be, qkv, in->positions, L->q_norm, L->k_norm,
+                                          w->rope_inv_freq, s->k_cache[l], s->v_cache[l],
+                                          in->slots, n, hq, hk, hd, eps, s->block_size,
+                                          s->kv_dtype));
+        NL_TRY(mark(be, s, QWEN_OP_ATTENTION));
+        if (runs(s, QWEN_OP_ATTENTION))
+            NL_TRY(op->attention(be, attn, qkv, s->k_cache[l], s->v_cache[l], &in->attn, hq, hk,
+                                 hd, scale, s->kv_dtype)); /* [n, hq hd] */
+        NL_TRY(mark(be, s, QWEN_OP_O_PROJ));
+        if (runs(s, QWEN_OP_O_PROJ))
+            NL_TRY(project_into_residual(be, comm, w, s, attn, L->o_proj, L->o_bias, n, &pending));
+
+        /* MLP block: mlp = silu * mul of norm(residual + pending) @ W_gate_up */
+        NL_TRY(mark(be, s, QWEN_OP_GATE_UP));
+        if (runs(s, QWEN_OP_GATE_UP))
+            NL_TRY(op->norm_linear(be, mlp, s->xn, gate_up, pending, s->residual, L->post_norm,
+                                   eps, L->gate_up, L->gate_up_bias, n, true)); /* [n, inter] */
+        NL_TRY(mark(be, s, QWEN_OP_DOWN));
+        if (runs(s, QWEN_OP_DOWN))
+            NL_TRY(project_into_residual(be, comm, w, s, mlp, L->down, L->down_bias, n, &pending));
+    }
 
     /* final norm, then the LM head on the rows that sample only */
     NL_TRY(mark(be, s, QWEN_OP_RMSNORM));

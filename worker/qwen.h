@@ -49,10 +49,6 @@ typedef struct qwen_state {
     uint32_t left_out;         /* bit op: the forward skips that op, for
                                   timing what it costs (NANOLLM_PROFILE=
                                   skip:...); the results are then wrong     */
-    int32_t decode_split_min;  /* decode batches of at least this many
-                                  sequences run as two halves side by side
-                                  where the backend has lanes (0: never;
-                                  qwen_decode_split)                        */
 } qwen_state;
 
 /* The forward's ops as NANOLLM_PROFILE=ops reports them (an op's interval
@@ -100,19 +96,6 @@ void qwen_state_destroy(nl_backend *be, const qwen_weights *w, qwen_state *s);
 #define QWEN_LINEAR_SHAPES 5
 int32_t qwen_linear_shapes(const qwen_weights *w, int32_t n, int32_t n_logits,
                            nl_linear_shape out[QWEN_LINEAR_SHAPES]);
-
-/* Where qwen_forward splits a step of n_seqs sequences (all decodes when
- * all_decode) into two halves that run side by side on the backend's two
- * lanes: rows [0, h) and [h, n_seqs), for the returned h; 0: no split.  A
- * decode batch of at least s->decode_split_min sequences on one rank
- * splits, where the backend has lanes; each half then has at least two
- * rows, so each leaves its projections' partial sums pending as a batch
- * does.  The attention's decode_order must hold each half's own order
- * (the second's indices counting from h), which the caller fills with this
- * h. */
-#define QWEN_SPLIT_LEAST 4
-int32_t qwen_decode_split(const nl_backend *be, const qwen_state *s, int32_t tp, int32_t n_seqs,
-                          bool all_decode);
 
 /* Runs the model over in->n_tokens tokens, storing their K/V, and leaves
  * the logits of in->logit_rows in s->logits on every rank ([n_logits,

@@ -327,30 +327,6 @@ static void cuda_graph_destroy(nl_backend *b, nl_graph *g)
     free(g);
 }
 
-/* ---- lanes ------------------------------------------------------------------ */
-
-static nl_status cuda_lane_use(nl_backend *b, int32_t lane)
-{
-    cuda_backend *be = cuda_be(b);
-    if (lane < 0 || lane > 1) return nl_error(NL_ERR_INVALID_ARG, "cuda: no lane %d", lane);
-    const cuda_lane *l = &be->lanes[lane];
-    be->lane = lane;
-    be->stream = l->stream;
-    be->workspace = l->workspace;
-    be->step_scratch = l->step_scratch;
-    return NL_OK;
-}
-
-static nl_status cuda_lane_wait(nl_backend *b, int32_t lane)
-{
-    cuda_backend *be = cuda_be(b);
-    if (lane < 0 || lane > 1) return nl_error(NL_ERR_INVALID_ARG, "cuda: no lane %d", lane);
-    if (lane == be->lane) return NL_OK;
-    NL_CUDA_CHECK(cudaEventRecord(be->lanes[lane].mark, be->lanes[lane].stream));
-    NL_CUDA_CHECK(cudaStreamWaitEvent(be->stream, be->lanes[lane].mark, 0));
-    return NL_OK;
-}
-
 /* ---- lifetime --------------------------------------------------------------- */
 
 static void cuda_destroy(nl_backend *b)
@@ -358,19 +334,12 @@ static void cuda_destroy(nl_backend *b)
     cuda_backend *be = cuda_be(b);
     if (!be) return;
     cudaSetDevice(be->device);
-    if (be->lanes[0].stream) cuda_lane_use(b, 0);
-    if (be->lanes[1].stream) cudaStreamSynchronize(be->lanes[1].stream);
     if (be->stream) cudaStreamSynchronize(be->stream);
     cuda_gemm_release_plans(be);
     cuda_timer_release(be);
     if (be->lt) cublasLtDestroy(be->lt);
     cudaFree(be->workspace);
     cudaFree(be->step_scratch);
-    cudaFree(be->lanes[1].workspace);
-    cudaFree(be->lanes[1].step_scratch);
-    for (int i = 0; i < 2; i++)
-        if (be->lanes[i].mark) cudaEventDestroy(be->lanes[i].mark);
-    if (be->lanes[1].stream) cudaStreamDestroy(be->lanes[1].stream);
     for (int i = 0; i < 2; i++) {
         if (be->staging[i]) cudaFreeHost(be->staging[i]);
         if (be->staged[i]) cudaEventDestroy(be->staged[i]);
@@ -416,8 +385,6 @@ static const nl_backend_ops cuda_ops = {
     .linear_warm_join = cuda_linear_warm_join,
     .timer_mark = cuda_timer_mark,
     .timer_collect = cuda_timer_collect,
-    .lane_use = cuda_lane_use,
-    .lane_wait = cuda_lane_wait,
     .capture_begin = cuda_capture_begin,
     .capture_end = cuda_capture_end,
     .graph_launch = cuda_graph_launch,
@@ -513,13 +480,6 @@ static nl_status backend_init(cuda_backend *be)
     }
     for (int i = 0; i < NL_FENCES; i++)
         NL_CUDA_CHECK(cudaEventCreateWithFlags(&be->fences[i], cudaEventDisableTiming));
-    be->lanes[0] = cuda_lane{be->stream, be->workspace, be->step_scratch, NULL};
-    cuda_lane *l1 = &be->lanes[1];
-    NL_CUDA_CHECK(cudaStreamCreateWithFlags(&l1->stream, cudaStreamNonBlocking));
-    NL_CUDA_CHECK(cudaMalloc(&l1->workspace, be->workspace_bytes));
-    NL_CUDA_CHECK(cudaMalloc(&l1->step_scratch, be->step_scratch_bytes));
-    for (int i = 0; i < 2; i++)
-        NL_CUDA_CHECK(cudaEventCreateWithFlags(&be->lanes[i].mark, cudaEventDisableTiming));
     return NL_OK;
 }
 

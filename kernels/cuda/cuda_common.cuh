@@ -157,15 +157,6 @@ typedef struct cuda_gemm_plan {
 
 typedef struct cuda_gemm_warm cuda_gemm_warm;
 
-/* One lane of work (kernels.h, lane_use): its stream, its cuBLASLt
- * workspace and step scratch, so that two lanes' ops never share either. */
-typedef struct cuda_lane {
-    cudaStream_t stream;
-    void *workspace;
-    void *step_scratch;
-    cudaEvent_t mark; /* lane_wait's record of the lane's point */
-} cuda_lane;
-
 typedef struct cuda_backend {
     nl_backend base;
     int device;
@@ -196,11 +187,6 @@ typedef struct cuda_backend {
     struct cuda_gemm_warm *warm; /* plans being prepared ahead (gemm.cu)   */
     struct cuda_op_timer *timer; /* NANOLLM_PROFILE=ops; op_timer.cu       */
     cudaEvent_t fences[NL_FENCES]; /* fence_record's marks                 */
-    /* The two lanes (kernels.h, lane_use): stream, workspace and
-     * step_scratch above are the current lane's; lane 0's are those the
-     * backend was created with. */
-    cuda_lane lanes[2];
-    int lane;
 } cuda_backend;
 
 struct nl_weight {
