@@ -334,10 +334,10 @@ async function testApi() {
     // A client that shuts down its writing side after the request (as
     // `nc -N` or `curl --data @- <&-` may) still reads: it gets its whole
     // response, streamed or not, and the request is not counted as aborted.
-    const halfClose = (body) => new Promise((resolve) => {
+    const halfClose = (body, version = '1.1') => new Promise((resolve) => {
       const sock = net.connect(a.port, '127.0.0.1', () => {
         const json = JSON.stringify(body);
-        sock.end(`POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${KEY}\r\n` +
+        sock.end(`POST /v1/completions HTTP/${version}\r\nHost: x\r\nAuthorization: Bearer ${KEY}\r\n` +
           `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(json)}\r\n` +
           'Connection: close\r\n\r\n' + json);
       });
@@ -357,6 +357,25 @@ async function testApi() {
     eq(text, ref.greedy.text, 'a half-closed client gets the whole response (= batch)');
     raw = await halfClose({ ...hcBody, stream: true });
     check(raw.includes('data: [DONE]'), 'a half-closed client gets the whole stream');
+    // An HTTP/1.0 client has no chunked encoding: its stream is the bytes
+    // until the server closes, and a half-close must not cut it short.
+    raw = await halfClose(hcBody, '1.0');
+    const final10 = raw.slice(raw.lastIndexOf('HTTP/1.'));
+    check(/^HTTP\/1\.[01] 200 /.test(final10), `an HTTP/1.0 half-closed client gets a 200 (${JSON.stringify(raw.slice(0, 40))})`);
+    text = null;
+    try { text = JSON.parse(final10.slice(final10.indexOf('\r\n\r\n') + 4)).choices[0].text; } catch { /* below */ }
+    eq(text, ref.greedy.text, 'an HTTP/1.0 half-closed client gets the whole response (= batch)');
+    raw = await halfClose({ ...hcBody, stream: true }, '1.0');
+    check(!/transfer-encoding: chunked/i.test(raw), 'an HTTP/1.0 stream is not chunked');
+    const events10 = raw.slice(raw.indexOf('\r\n\r\n') + 4).split('\n\n').filter((x) => x.startsWith('data: '));
+    let streamed10 = '';
+    for (const ev of events10) {
+      if (ev === 'data: [DONE]') continue;
+      try { streamed10 += JSON.parse(ev.slice(6)).choices[0].text; } catch { streamed10 = null; break; }
+    }
+    check(events10.length > 0 && events10[events10.length - 1] === 'data: [DONE]',
+      'an HTTP/1.0 half-closed client gets the whole stream, [DONE] last');
+    eq(streamed10, ref.greedy.text, 'an HTTP/1.0 stream carries the batch text');
     eq((await metrics(a.port)).get('nanollm_request_finished_total', 'finished_reason="abort"'), aborted0,
       'a half-close aborts nothing');
 
