@@ -395,16 +395,11 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, dec_min_blocks<KV, G, EARLY>()
             const float m_new = fmaxf(m[gi], mx);
             /* No visible key yet: keep everything at zero without NaNs. */
             m_use[gi] = m_new == -INFINITY ? 0.0f : m_new;
-            /* Once the running maximum settles (most iterations past the
-             * first few), alpha is exactly 1 and l and o stay as they are:
-             * the rescale is skipped, to the same bits. */
-            if (m_new != m[gi]) {
-                const float alpha = exp2f(m[gi] - m_use[gi]);
-                l[gi] *= alpha;
-#pragma unroll
-                for (int i = 0; i < EPL; i++) o[gi][i] *= alpha;
-            }
+            const float alpha = exp2f(m[gi] - m_use[gi]);
             m[gi] = m_new;
+            l[gi] *= alpha;
+#pragma unroll
+            for (int i = 0; i < EPL; i++) o[gi][i] *= alpha;
         }
         if constexpr (FP8) {
             __half2 pv[G][EPL / 2];
