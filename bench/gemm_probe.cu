@@ -50,6 +50,13 @@ typedef struct {
     int m, k;
 } shape;
 
+/* What the timings are read against: the L2 the weights must outgrow, and
+ * the memory's peak rate (double data rate over the bus), bytes a us. */
+typedef struct {
+    size_t l2;
+    double hbm_bytes_per_us;
+} device_facts;
+
 typedef struct {
     cublasLtMatmulAlgo_t algo;
     int id, tile, stages, splitk, scheme, swizzle, custom, cluster;
@@ -277,10 +284,11 @@ static double max_diff_against(problem *p, const cublasLtMatmulAlgo_t *ref,
     return worst;
 }
 
-static void probe_shape(cublasLtHandle_t lt, const shape *s, int n, size_t l2, double *sums)
+static void probe_shape(cublasLtHandle_t lt, const shape *s, int n, const device_facts *dev,
+                        double *sums)
 {
     problem p;
-    problem_open(&p, lt, s->m, n, s->k, l2);
+    problem_open(&p, lt, s->m, n, s->k, dev->l2);
     printf("%s m %d k %d n %d (%d weight copies, %.2f MB each)\n", s->name, s->m, s->k, n,
            p.copies, (double)s->m * s->k * 2 / 1e6);
 
@@ -308,8 +316,8 @@ static void probe_shape(cublasLtHandle_t lt, const shape *s, int n, size_t l2, d
     }
 
     enum { KEEP = 5 };
-    candidate best[KEEP + 1];
-    for (int i = 0; i <= KEEP; i++) best[i].us = -1;
+    candidate best[KEEP];
+    for (int i = 0; i < KEEP; i++) best[i].us = -1;
     remember(best, KEEP, &best_heur);
     int ids[256], nids = 0, tried = 0;
     LT(cublasLtMatmulAlgoGetIds(lt, CUBLAS_COMPUTE_32F, CUDA_R_32F, CUDA_R_16BF, CUDA_R_16BF,
@@ -395,15 +403,15 @@ static void probe_shape(cublasLtHandle_t lt, const shape *s, int n, size_t l2, d
             remember(best, KEEP, &c);
         }
     double diff = max_diff_against(&p, &first.algo, &best[0].algo);
-    double floor_us = (double)s->m * s->k * 2 / 3.35e6; /* H100 HBM3 at 3.35 TB/s */
+    double floor_us = (double)s->m * s->k * 2 / dev->hbm_bytes_per_us;
     print_candidate("heuristic", &first);
     print_candidate("best-heur", &best_heur);
     for (int i = 0; i < KEEP && best[i].us > 0; i++) print_candidate(i ? "next" : "best", &best[i]);
     printf("  => %s n %d: heuristic %.2f us, best %.2f us (x%.2f), %d configurations ran "
-           "(%d from scratch), %d algorithms, max |diff| %.3g, weight bytes at 3.35 TB/s "
+           "(%d from scratch), %d algorithms, max |diff| %.3g, weight bytes at %.2f TB/s "
            "%.2f us\n",
            s->name, n, first.us, best[0].us, first.us / best[0].us, tried, from_scratch, nids,
-           diff, floor_us);
+           diff, dev->hbm_bytes_per_us / 1e6, floor_us);
     fflush(stdout);
     sums[0] += first.us;
     sums[1] += best[0].us;
@@ -459,12 +467,17 @@ int main(int argc, char **argv)
     }
     cudaDeviceProp prop;
     CHECK(cudaGetDeviceProperties(&prop, 0));
-    printf("%s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
+    int mem_khz = 0, bus_bits = 0;
+    CHECK(cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, 0));
+    CHECK(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, 0));
+    const device_facts dev = {(size_t)prop.l2CacheSize, 2.0 * mem_khz * 1e3 * (bus_bits / 8) / 1e6};
+    printf("%s, %d SMs, L2 %d MB, memory %.2f TB/s\n", prop.name, prop.multiProcessorCount,
+           prop.l2CacheSize >> 20, dev.hbm_bytes_per_us / 1e6);
     cublasLtHandle_t lt;
     LT(cublasLtCreate(&lt));
     for (int t = 0; t < ntokens; t++) {
         double sums[2] = {0, 0};
-        for (int s = 0; s < nshapes; s++) probe_shape(lt, &shapes[s], tokens[t], prop.l2CacheSize, sums);
+        for (int s = 0; s < nshapes; s++) probe_shape(lt, &shapes[s], tokens[t], &dev, sums);
         printf("== n %d: a layer's projections, heuristic %.2f us, best %.2f us\n\n", tokens[t],
                sums[0], sums[1]);
     }

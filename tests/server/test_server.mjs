@@ -347,24 +347,28 @@ async function testApi() {
       sock.on('close', () => resolve(got));
       sock.on('error', () => resolve(got));
     });
+    // The last response in raw (after any 100 Continue): its bytes, and
+    // its body's completion text (null when the body is not one).
+    const lastResponse = (raw) => {
+      const res = raw.slice(raw.lastIndexOf('HTTP/1.'));
+      let text = null;
+      try { text = JSON.parse(res.slice(res.indexOf('\r\n\r\n') + 4)).choices[0].text; } catch { /* null */ }
+      return { res, text };
+    };
     const aborted0 = (await metrics(a.port)).get('nanollm_request_finished_total', 'finished_reason="abort"');
     const hcBody = { model: MODEL, prompt: 'Hello world, this is', max_tokens: 24, temperature: 0, ignore_eos: true };
     let raw = await halfClose(hcBody);
-    const final = raw.slice(raw.lastIndexOf('HTTP/1.1 '));
-    check(/^HTTP\/1\.1 200 /.test(final), `a half-closed client gets a 200 (${JSON.stringify(raw.slice(0, 40))})`);
-    let text = null;
-    try { text = JSON.parse(final.slice(final.indexOf('\r\n\r\n') + 4)).choices[0].text; } catch { /* below */ }
-    eq(text, ref.greedy.text, 'a half-closed client gets the whole response (= batch)');
+    let last = lastResponse(raw);
+    check(/^HTTP\/1\.1 200 /.test(last.res), `a half-closed client gets a 200 (${JSON.stringify(raw.slice(0, 40))})`);
+    eq(last.text, ref.greedy.text, 'a half-closed client gets the whole response (= batch)');
     raw = await halfClose({ ...hcBody, stream: true });
     check(raw.includes('data: [DONE]'), 'a half-closed client gets the whole stream');
     // An HTTP/1.0 client has no chunked encoding: its stream is the bytes
     // until the server closes, and a half-close must not cut it short.
     raw = await halfClose(hcBody, '1.0');
-    const final10 = raw.slice(raw.lastIndexOf('HTTP/1.'));
-    check(/^HTTP\/1\.[01] 200 /.test(final10), `an HTTP/1.0 half-closed client gets a 200 (${JSON.stringify(raw.slice(0, 40))})`);
-    text = null;
-    try { text = JSON.parse(final10.slice(final10.indexOf('\r\n\r\n') + 4)).choices[0].text; } catch { /* below */ }
-    eq(text, ref.greedy.text, 'an HTTP/1.0 half-closed client gets the whole response (= batch)');
+    last = lastResponse(raw);
+    check(/^HTTP\/1\.[01] 200 /.test(last.res), `an HTTP/1.0 half-closed client gets a 200 (${JSON.stringify(raw.slice(0, 40))})`);
+    eq(last.text, ref.greedy.text, 'an HTTP/1.0 half-closed client gets the whole response (= batch)');
     raw = await halfClose({ ...hcBody, stream: true }, '1.0');
     check(!/transfer-encoding: chunked/i.test(raw), 'an HTTP/1.0 stream is not chunked');
     const events10 = raw.slice(raw.indexOf('\r\n\r\n') + 4).split('\n\n').filter((x) => x.startsWith('data: '));
