@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "bench/probe_check.h"
+#include "kernels/cuda/cuda_common.cuh"
 
 #define LT(call)                                                                             \
     do {                                                                                     \
@@ -65,8 +66,7 @@ typedef struct {
 
 typedef struct {
     cublasLtHandle_t lt;
-    cublasLtMatmulDesc_t desc;
-    cublasLtMatrixLayout_t a, b, c;
+    cuda_gemm_plan plan; /* the engine's descriptors (gemm.cu); the algorithm varies */
     int m, n, k, copies;
     __nv_bfloat16 *w, *x, *out;
     void *workspace;
@@ -103,21 +103,15 @@ static void problem_open(problem *p, cublasLtHandle_t lt, int m, int n, int k, s
     fill<<<1024, 256, 0, p->stream>>>(p->w, (size_t)m * k * p->copies, 1);
     fill<<<256, 256, 0, p->stream>>>(p->x, (size_t)n * k, 2);
     CHECK(cudaStreamSynchronize(p->stream));
-    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    LT(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    LT(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-    LT(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-    LT(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16BF, k, m, k));
-    LT(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16BF, k, n, k));
-    LT(cublasLtMatrixLayoutCreate(&p->c, CUDA_R_16BF, m, n, m));
+    if (cuda_gemm_plan_describe(&p->plan, m, n, k, CUDA_R_16BF, false) != NL_OK) {
+        fprintf(stderr, "gemm_probe: %s\n", nl_last_error());
+        exit(1);
+    }
 }
 
 static void problem_close(problem *p)
 {
-    cublasLtMatrixLayoutDestroy(p->a);
-    cublasLtMatrixLayoutDestroy(p->b);
-    cublasLtMatrixLayoutDestroy(p->c);
-    cublasLtMatmulDescDestroy(p->desc);
+    cuda_gemm_plan_release(&p->plan);
     cudaFree(p->w);
     cudaFree(p->x);
     cudaFree(p->out);
@@ -128,8 +122,9 @@ static void problem_close(problem *p)
 static bool run_one(problem *p, const cublasLtMatmulAlgo_t *algo, int copy)
 {
     const float one = 1.0f, zero = 0.0f;
-    return cublasLtMatmul(p->lt, p->desc, &one, p->w + (size_t)copy * p->m * p->k, p->a, p->x,
-                          p->b, &zero, p->out, p->c, p->out, p->c, algo, p->workspace, WORKSPACE,
+    const cuda_gemm_plan *g = &p->plan;
+    return cublasLtMatmul(p->lt, g->desc, &one, p->w + (size_t)copy * p->m * p->k, g->a, p->x,
+                          g->b, &zero, p->out, g->c, p->out, g->c, algo, p->workspace, WORKSPACE,
                           p->stream) == CUBLAS_STATUS_SUCCESS;
 }
 
@@ -137,7 +132,8 @@ static bool run_one(problem *p, const cublasLtMatmulAlgo_t *algo, int copy)
 static double time_algo(problem *p, const cublasLtMatmulAlgo_t *algo)
 {
     cublasLtMatmulHeuristicResult_t check;
-    if (cublasLtMatmulAlgoCheck(p->lt, p->desc, p->a, p->b, p->c, p->c, algo, &check) !=
+    const cuda_gemm_plan *g = &p->plan;
+    if (cublasLtMatmulAlgoCheck(p->lt, g->desc, g->a, g->b, g->c, g->c, algo, &check) !=
             CUBLAS_STATUS_SUCCESS ||
         check.workspaceSize > WORKSPACE)
         return -1;
@@ -299,7 +295,8 @@ static void probe_shape(cublasLtHandle_t lt, const shape *s, int n, const device
                                             sizeof ws));
     cublasLtMatmulHeuristicResult_t heur[32];
     int found = 0;
-    LT(cublasLtMatmulAlgoGetHeuristic(lt, p.desc, p.a, p.b, p.c, p.c, pref, 32, heur, &found));
+    const cuda_gemm_plan *g = &p.plan;
+    LT(cublasLtMatmulAlgoGetHeuristic(lt, g->desc, g->a, g->b, g->c, g->c, pref, 32, heur, &found));
     cublasLtMatmulPreferenceDestroy(pref);
 
     candidate first = {}, best_heur = {};

@@ -4,7 +4,7 @@
 # bench/gpu_validate.sh and tests/golden/gpu_e2e.sh):
 #   bench/gpu_pack.sh BUILD_DIR BIN_DIR
 # BUILD_DIR is a tree configured with CUDA and built (`make` and `make
-# tests/test_cuda_ops bench/gap_probe bench/barrier_probe bench/ring_probe bench/gemm_probe`, whichever are
+# tests/test_cuda_ops bench/gap_probe bench/barrier_probe bench/ring_probe`, whichever are
 # wanted).  BIN_DIR gets the programs (stripped), lib/ with every shared
 # library they load from outside the toolkit and the base system, tok/
 # with the Qwen3 tokenizer files and nanovllm-bench.jsonl (WORKLOAD names
@@ -14,9 +14,10 @@ build=$(cd "$1" && pwd)
 mkdir -p "$2/lib"
 dest=$(cd "$2" && pwd)
 here=$(cd "$(dirname "$0")" && pwd)
-# (bench_cuda_ops is left out: 13 MB of a device run's 64 MiB of luggage)
+# (bench_cuda_ops and gemm_probe are left out: ~13 MB each of a device
+# run's 64 MiB of luggage; copy the one a run needs beside the rest)
 programs=(nanollm-launch nanollm-worker tests/test_cuda_ops tests/test_comm_ipc bench/gap_probe
-          bench/barrier_probe bench/ring_probe bench/gemm_probe)
+          bench/barrier_probe bench/ring_probe)
 copied=()
 for p in "${programs[@]}"; do
     [ -x "$build/$p" ] || continue

@@ -39,7 +39,8 @@ bench_barrier_probe_LDADD = $(CUDA_LIBS) -lstdc++ -lm
 bench_ring_probe_SOURCES = bench/ring_probe.cu bench/probe_barrier.cuh bench/probe_check.h
 bench_ring_probe_LDADD = $(CUDA_LIBS) -lstdc++ -lm
 bench_gemm_probe_SOURCES = bench/gemm_probe.cu bench/probe_check.h
-bench_gemm_probe_LDADD = $(CUDA_LIBS) -lstdc++ -lm
+bench_gemm_probe_LDADD = libnlkernels.la libnlcuda.a libnlcommon.la $(OPENBLAS_LIBS) $(CUDA_LIBS) \
+	-lstdc++ -lm -lpthread
 endif
 
 # Timing of the hot ops on a GPU (built with the tests, never run by them).

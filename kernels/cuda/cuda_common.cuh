@@ -155,6 +155,14 @@ typedef struct cuda_gemm_plan {
     cublasLtMatmulAlgo_t algo;
 } cuda_gemm_plan;
 
+/* p's cuBLASLt descriptors for out[n, m] = x[n, k] @ W[m, k]^T (+ bias),
+ * bf16 operands, fp32 accumulation, out_type out; no algorithm yet
+ * (gemm.cu; bench/gemm_probe times the same descriptors).  Release frees
+ * them and marks p invalid; a plan never described is left alone. */
+nl_status cuda_gemm_plan_describe(cuda_gemm_plan *p, int64_t m, int64_t n, int64_t k,
+                                  cudaDataType_t out_type, bool bias);
+void cuda_gemm_plan_release(cuda_gemm_plan *p);
+
 typedef struct cuda_gemm_warm cuda_gemm_warm;
 
 typedef struct cuda_backend {

@@ -21,7 +21,7 @@
 
 #include "kernels/cuda/cuda_common.cuh"
 
-static void plan_release(cuda_gemm_plan *p)
+void cuda_gemm_plan_release(cuda_gemm_plan *p)
 {
     if (!p->valid) return;
     cublasLtMatrixLayoutDestroy(p->a);
@@ -34,8 +34,8 @@ static void plan_release(cuda_gemm_plan *p)
 /* p's descriptors for the shape, no algorithm yet.  Row-major
  * out[n, m] = x[n, k] @ W[m, k]^T is, read column-major,
  * out^T[m, n] = op_T(W^T[k, m]) * x^T[k, n]: A = W with transa, B = x. */
-static nl_status plan_describe(cuda_gemm_plan *p, int64_t m, int64_t n, int64_t k,
-                               cudaDataType_t out_type, bool bias)
+nl_status cuda_gemm_plan_describe(cuda_gemm_plan *p, int64_t m, int64_t n, int64_t k,
+                                  cudaDataType_t out_type, bool bias)
 {
     memset(p, 0, sizeof *p);
     p->m = m;
@@ -68,7 +68,7 @@ static nl_status plan_describe(cuda_gemm_plan *p, int64_t m, int64_t n, int64_t 
 static nl_status plan_build(cuda_backend *be, cuda_gemm_plan *p, int64_t m, int64_t n, int64_t k,
                             cudaDataType_t out_type, bool bias)
 {
-    NL_TRY(plan_describe(p, m, n, k, out_type, bias));
+    NL_TRY(cuda_gemm_plan_describe(p, m, n, k, out_type, bias));
     cublasLtMatmulPreference_t pref;
     NL_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     size_t ws = be->workspace_bytes;
@@ -81,7 +81,7 @@ static nl_status plan_build(cuda_backend *be, cuda_gemm_plan *p, int64_t m, int6
                                             &res, &found);
     cublasLtMatmulPreferenceDestroy(pref);
     if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
-        plan_release(p);
+        cuda_gemm_plan_release(p);
         if (st != CUBLAS_STATUS_SUCCESS)
             return NL_CUDA_FAIL("cublasLtMatmulAlgoGetHeuristic", cublasLtGetStatusString(st));
         return nl_error(NL_ERR_UNSUPPORTED, "cuda: no cuBLASLt algorithm for m=%lld n=%lld k=%lld",
@@ -114,7 +114,7 @@ static cuda_gemm_plan *plan_slot(cuda_backend *be)
 {
     cuda_gemm_plan *p = &be->plans[be->next_plan];
     be->next_plan = (be->next_plan + 1) % NL_GEMM_PLAN_CACHE;
-    plan_release(p);
+    cuda_gemm_plan_release(p);
     return p;
 }
 
@@ -173,8 +173,8 @@ static nl_status derived_get(cuda_backend *be, const cuda_gemm_plan *b, int64_t 
 {
     cuda_gemm_plan *p = &be->derived[be->next_derived];
     be->next_derived = (be->next_derived + 1) % NL_GEMM_DERIVED_CACHE;
-    plan_release(p);
-    NL_TRY(plan_describe(p, b->m, n, b->k, b->out_type, b->bias));
+    cuda_gemm_plan_release(p);
+    NL_TRY(cuda_gemm_plan_describe(p, b->m, n, b->k, b->out_type, b->bias));
     cublasLtMatmulHeuristicResult_t check;
     if (cublasLtMatmulAlgoCheck(be->lt, p->desc, p->a, p->b, p->c, p->c, &b->algo, &check) ==
             CUBLAS_STATUS_SUCCESS &&
@@ -183,7 +183,7 @@ static nl_status derived_get(cuda_backend *be, const cuda_gemm_plan *b, int64_t 
         *out = p;
         return NL_OK;
     }
-    plan_release(p);
+    cuda_gemm_plan_release(p);
     return plan_get(be, b->m, n, b->k, b->out_type, b->bias, out);
 }
 
@@ -305,7 +305,7 @@ static void *warm_lane_run(void *arg)
         if (plan_build(be, p, sh->w->rows, sh->n, sh->w->cols,
                        sh->out_f32 ? CUDA_R_32F : CUDA_R_16BF, sh->bias != NULL) == NL_OK &&
             plan_run(be, p, sh->w, sh->bias, g->x, g->out, ln->workspace, ln->stream) != NL_OK)
-            plan_release(p);
+            cuda_gemm_plan_release(p);
     }
     cudaStreamSynchronize(ln->stream);
     cudaGetLastError(); /* this thread's, and nothing to report */
@@ -337,7 +337,7 @@ static void warm_free(cuda_gemm_warm *g)
     cudaFree(g->x);
     cudaFree(g->out);
     if (g->plans)
-        for (int i = 0; i < g->n_shapes; i++) plan_release(&g->plans[i]);
+        for (int i = 0; i < g->n_shapes; i++) cuda_gemm_plan_release(&g->plans[i]);
     free(g->plans);
     free(g->shapes);
     pthread_mutex_destroy(&g->lock);
@@ -429,6 +429,6 @@ extern "C" int nl_backend_cuda_plans(nl_backend *b)
 void cuda_gemm_release_plans(cuda_backend *be)
 {
     cuda_linear_warm_join(&be->base);
-    for (int i = 0; i < NL_GEMM_PLAN_CACHE; i++) plan_release(&be->plans[i]);
-    for (int i = 0; i < NL_GEMM_DERIVED_CACHE; i++) plan_release(&be->derived[i]);
+    for (int i = 0; i < NL_GEMM_PLAN_CACHE; i++) cuda_gemm_plan_release(&be->plans[i]);
+    for (int i = 0; i < NL_GEMM_DERIVED_CACHE; i++) cuda_gemm_plan_release(&be->derived[i]);
 }
