@@ -16,8 +16,9 @@ noinst_LIBRARIES += libnlcuda.a
 libnlcuda_a_SOURCES = \
 	kernels/cuda/cuda_common.cuh kernels/cuda/cuda_backend.h kernels/cuda/comm_nccl.h \
 	kernels/cuda/backend.cu kernels/cuda/gemm.cu kernels/cuda/gemv.cu kernels/cuda/elementwise.cu \
-	kernels/cuda/attention.cuh \
-	kernels/cuda/attention.cu kernels/cuda/attention_decode.cu kernels/cuda/attention_prefill.cu \
+	kernels/cuda/attention.cuh kernels/cuda/attention_decode.cuh \
+	kernels/cuda/attention.cu kernels/cuda/attention_decode.cu kernels/cuda/attention_decode_mma.cu \
+	kernels/cuda/attention_prefill.cu \
 	kernels/cuda/sample_block.cuh kernels/cuda/sample_head.cuh kernels/cuda/sample_radix.cuh \
 	kernels/cuda/sample.cu kernels/cuda/comm_nccl.cu \
 	kernels/cuda/comm_ipc.h kernels/cuda/comm_ipc.cu kernels/cuda/op_timer.cu
@@ -31,8 +32,10 @@ $(libnlcuda_a_OBJECTS): $(top_srcdir)/kernels/cuda/cuda_common.cuh \
 	$(top_srcdir)/common/sampling.h $(top_srcdir)/common/limits.h $(top_srcdir)/common/mix64.h \
 	$(top_srcdir)/common/dtype.h $(top_srcdir)/common/status.h $(top_srcdir)/include/nanollm.h \
 	$(top_srcdir)/kernels/cuda/comm_ipc.h $(top_srcdir)/common/comm_area.h
-kernels/cuda/attention.o kernels/cuda/attention_decode.o kernels/cuda/attention_prefill.o: \
-	$(top_srcdir)/kernels/cuda/attention.cuh
+kernels/cuda/attention.o kernels/cuda/attention_decode.o kernels/cuda/attention_decode_mma.o \
+	kernels/cuda/attention_prefill.o: $(top_srcdir)/kernels/cuda/attention.cuh
+kernels/cuda/attention_decode.o kernels/cuda/attention_decode_mma.o: \
+	$(top_srcdir)/kernels/cuda/attention_decode.cuh
 kernels/cuda/sample.o: $(top_srcdir)/kernels/cuda/sample_block.cuh \
 	$(top_srcdir)/kernels/cuda/sample_head.cuh $(top_srcdir)/kernels/cuda/sample_radix.cuh
 endif

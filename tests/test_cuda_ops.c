@@ -949,6 +949,39 @@ START_TEST(test_attention_decode_graph_small)
 }
 END_TEST
 
+/* Batches past the tiny ones on the tensor-core kernel (head_dim 64 and
+ * 128, block sizes that are powers of two from 16): every group width a
+ * block serves (1, 2, 4, 8 and slices of 8), both caches, contexts ending
+ * inside a tile and at its edges, splits (few sequences of long contexts)
+ * and a block size without that kernel (24: the CUDA-core one). */
+START_TEST(test_attention_decode_mma)
+{
+    int q[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    int edges[] = {0, 15, 16, 17, 63, 64, 65, 200};
+    int longer[] = {8191, 4000, 1, 8000, 31, 1500, 2047, 33};
+    for (int fp8 = 0; fp8 < 2; fp8++) {
+        attn_kv_fp8 = fp8;
+        check_attention(8, q, edges, 8, 8, 128, 16, "decode mma, groups of 1");
+        check_attention(8, q, edges, 16, 8, 128, 16, "decode mma, groups of 2");
+        check_attention(8, q, edges, 32, 8, 128, 32, "decode mma, groups of 4");
+        check_attention(8, q, edges, 64, 8, 128, 16, "decode mma, groups of 8");
+        check_attention(8, q, edges, 16, 1, 128, 16, "decode mma, MQA slices");
+        check_attention(8, q, edges, 14, 2, 64, 16, "decode mma, partial slice");
+        check_attention(8, q, edges, 16, 2, 64, 64, "decode mma");
+        check_attention(8, q, longer, 16, 8, 128, 16, "decode mma, long split-K");
+        check_attention(8, q, longer, 32, 4, 64, 16, "decode mma, long split-K");
+        check_attention(8, q, edges, 16, 8, 128, 24, "decode, block size without mma");
+        attn_extra_blocks = 300;
+        attn_pad_from = 6;
+        int pad[] = {900, 17, 5000, 64, 31, 128, 0, 0};
+        check_attention(8, q, pad, 16, 8, 128, 16, "decode mma, graph maxima + padding");
+        attn_pad_from = -1;
+        attn_extra_blocks = 0;
+    }
+    attn_kv_fp8 = false;
+}
+END_TEST
+
 /* An e4m3 cache: the CPU and the GPU read the same bytes, through the
  * decode, prefill and generic kernels. */
 START_TEST(test_attention_fp8_kv)
@@ -1449,6 +1482,7 @@ int main(void)
     tcase_add_test(tc, test_attention_fp8_kv);
     tcase_add_test(tc, test_attention_prefill);
     tcase_add_test(tc, test_attention_decode);
+    tcase_add_test(tc, test_attention_decode_mma);
     tcase_add_test(tc, test_attention_decode_graph_small);
     tcase_add_test(tc, test_attention_decode_clusters);
     tcase_add_test(tc, test_attention_head_dim_refused);

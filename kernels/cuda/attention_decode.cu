@@ -31,38 +31,13 @@
  * other's shared memory, and the step loses the merge kernel, a dependent
  * step of its own on a one-token critical path.
  */
-#include <cooperative_groups.h>
-#include <math.h>
+#include "kernels/cuda/attention_decode.cuh"
 
-#include "kernels/cuda/attention.cuh"
-
-#define DEC_WARPS 4
 #define DEC_MIN_CHUNK 128    /* keys per split at least, and in batches of at */
 #define DEC_MIN_CHUNK_EARLY 64 /* most DEC_EARLY_SEQS (batch 1: 128 ~3% slower) */
 #define DEC_TARGET_WAVES 4   /* waves of resident blocks a split batch aims at */
 #define DEC_MAX_SPLITS 64
 #define DEC_EARLY_SEQS 4     /* batches this small take the early-load kernel */
-#define DEC_CLUSTER_MAX 16   /* splits merged inside one cluster at most    */
-
-struct dec_params : attn_args {
-    float *part_o;            /* [n_seqs * hq * n_splits, hd]                */
-    float *part_ml;           /* [n_seqs * hq * n_splits, 2]                 */
-    int n_slices;             /* blocks per kv head's group                  */
-    int block_shift;          /* log2 block_size, < 0: not a power of two    */
-    int n_splits;             /* blocks per (sequence, kv head, slice)      */
-    int min_chunk;            /* keys per split at least                     */
-    const int32_t *order;     /* [n_seqs] seqs in launch order, or NULL     */
-};
-
-/* Keys per split of a sequence of ctx keys: the context spread over the
- * splits, rounded to 64 keys, never under min_chunk.  The decode kernel
- * and the merge must agree on it. */
-static __device__ __forceinline__ int dec_chunk(int ctx, int n_splits, int min_chunk)
-{
-    int c = (ctx + n_splits - 1) / n_splits;
-    c = (c + 63) / 64 * 64;
-    return c > min_chunk ? c : min_chunk;
-}
 
 static __device__ __forceinline__ uint2 dec_load(const fp8 *p, uint2)
 {
@@ -122,103 +97,6 @@ template <typename KV, int G, bool EARLY>
 static __host__ __device__ constexpr int dec_min_blocks()
 {
     return sizeof(KV) != 1 || EARLY ? 0 : G <= 2 ? 5 : G == 4 ? 3 : 0;
-}
-
-/* The splits of one (sequence, kv head) as one cluster (gridDim.x blocks,
- * one a split).  The outputs of the kv head's query heads are shared out
- * in slices of `per`, one a block; each block pushes its split's partial
- * (o of each output, m and l of each head) into the shared memory of the
- * block that finishes it, so one cluster barrier hands everything over and
- * each block then merges its slice from its own memory (no block reads
- * another's, so none waits for the others to leave).  Empty splits push
- * m = -inf and weigh nothing.  Hopper only: dec_launch takes clusters
- * only there. */
-struct dec_cluster {
-    int n, per; /* blocks, outputs a block finishes */
-};
-
-static __device__ __forceinline__ dec_cluster dec_cluster_of(int nh, int hd)
-{
-    const int n = (int)gridDim.x;
-    return {n, (nh * hd + n - 1) / n};
-}
-
-/* Barrier phases of the cluster (PTX barrier.cluster): every block arrives
- * once at its start, and waits for that phase just before its first push,
- * so that no block writes into one that has not started. */
-static __device__ __forceinline__ void dec_cluster_arrive(bool release)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (release)
-        asm volatile("barrier.cluster.arrive.release;\n" ::: "memory");
-    else
-        asm volatile("barrier.cluster.arrive.relaxed;\n" ::: "memory");
-#else
-    __trap();
-#endif
-}
-
-static __device__ __forceinline__ void dec_cluster_wait(void)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("barrier.cluster.wait.acquire;\n" ::: "memory");
-#else
-    __trap();
-#endif
-}
-
-/* The address of `local`'s twin in the shared memory of block `rank` of
- * the cluster. */
-static __device__ __forceinline__ float *dec_cluster_at(float *local, int rank)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    return cooperative_groups::this_cluster().map_shared_rank(local, rank);
-#else
-    __trap();
-    return local;
-#endif
-}
-
-/* Block `split`'s partial of output idx (head gi, element d) to the block
- * that finishes it; the thread of each head's first element also sends
- * the head's m and l to every block. */
-template <int G, int HD>
-static __device__ __forceinline__ void dec_cluster_push(float *cl_o, float (*cl_ml)[G][2],
-                                                        dec_cluster c, int split, int idx, int gi,
-                                                        int d, float o, float m, float l)
-{
-    const int rank = idx / c.per;
-    dec_cluster_at(cl_o, rank)[split * c.per + idx - rank * c.per] = o;
-    if (d == 0)
-        for (int r = 0; r < c.n; r++) {
-            float *ml = dec_cluster_at(&cl_ml[split][gi][0], r);
-            ml[0] = m;
-            ml[1] = l;
-        }
-}
-
-/* After the barrier: this block's slice of outputs from every split's
- * partial, normalised and written. */
-template <int G, int HD>
-static __device__ void dec_cluster_finish(const dec_params &p, const float *cl_o,
-                                          float (*cl_ml)[G][2], dec_cluster c, int split, int nh,
-                                          int h0, int tok)
-{
-    const int first = split * c.per, last = min(nh * HD, first + c.per);
-    for (int idx = first + (int)threadIdx.x; idx < last; idx += blockDim.x) {
-        const int gi = idx / HD, d = idx % HD;
-        float mx = -INFINITY;
-        for (int s = 0; s < c.n; s++) mx = fmaxf(mx, cl_ml[s][gi][0]);
-        float sum_l = 0.0f, sum_o = 0.0f;
-        for (int s = 0; s < c.n; s++)
-            if (cl_ml[s][gi][0] != -INFINITY) {
-                const float w = exp2f(cl_ml[s][gi][0] - mx);
-                sum_l = fmaf(w, cl_ml[s][gi][1], sum_l);
-                sum_o = fmaf(w, cl_o[s * c.per + idx - first], sum_o);
-            }
-        const float inv = sum_l > 0.0f ? 1.0f / sum_l : 0.0f;
-        p.out[((size_t)tok * p.hq + h0 + gi) * HD + d] = __float2bfloat16(sum_o * inv);
-    }
 }
 
 /* EPL: elements of a row each lane loads (8 for bf16; 8 or 16 for fp8, whose
@@ -452,47 +330,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, dec_min_blocks<KV, G, EARLY>()
             sh_l[part][gi] = l[gi];
         }
     }
-    __syncthreads();
-
-    dec_cluster cl{};
-    if constexpr (CLUSTER) {
-        cl = dec_cluster_of(nh, HD);
-        dec_cluster_wait(); /* every block of the cluster has started */
-    }
-    for (int idx = threadIdx.x; idx < nh * HD; idx += blockDim.x) {
-        const int gi = idx / HD, d = idx % HD;
-        float mx = -INFINITY;
-#pragma unroll
-        for (int pp = 0; pp < PARTS; pp++) mx = fmaxf(mx, sh_m[pp][gi]);
-        float sum_l = 0.0f, sum_o = 0.0f;
-        if (mx != -INFINITY) {
-#pragma unroll
-            for (int pp = 0; pp < PARTS; pp++) {
-                const float w = exp2f(sh_m[pp][gi] - mx);
-                sum_l = fmaf(w, sh_l[pp][gi], sum_l);
-                sum_o = fmaf(w, sh_o[pp][gi][d], sum_o);
-            }
-        }
-        const int h = h0 + gi;
-        if constexpr (CLUSTER) {
-            dec_cluster_push<G, HD>(cl_o, cl_ml, cl, split, idx, gi, d, sum_o, mx, sum_l);
-        } else if (p.n_splits == 1) {
-            const float inv = sum_l > 0.0f ? 1.0f / sum_l : 0.0f;
-            p.out[((size_t)tok * p.hq + h) * HD + d] = __float2bfloat16(sum_o * inv);
-        } else {
-            const size_t row = ((size_t)seq * p.hq + h) * p.n_splits + split;
-            p.part_o[row * HD + d] = sum_o;
-            if (d == 0) {
-                p.part_ml[row * 2] = mx;
-                p.part_ml[row * 2 + 1] = sum_l;
-            }
-        }
-    }
-    if constexpr (CLUSTER) {
-        dec_cluster_arrive(true); /* the pushes, released */
-        dec_cluster_wait();
-        dec_cluster_finish<G, HD>(p, cl_o, cl_ml, cl, split, nh, h0, tok);
-    }
+    dec_finish<PARTS, G, HD, CLUSTER>(p, sh_o, sh_m, sh_l, cl_o, cl_ml, split, seq, tok, h0, nh);
 }
 
 /* One block per (sequence, query head): rescales the partials of the splits
@@ -524,8 +362,6 @@ __global__ void kernel_decode_merge(dec_params p, int hd)
         dst[d] = __float2bfloat16(acc * inv);
     }
 }
-
-typedef void (*dec_kernel)(dec_params);
 
 /* Splits the contexts only when the batch's blocks do not fill one wave of
  * resident blocks: then every block runs at once and the step lasts as long
@@ -610,16 +446,18 @@ static nl_status launch_decode(cuda_backend *be, dec_params *p, const nl_attn_ba
      * 32 KiB; otherwise 8 (an 8-byte load) with twice the loads in flight. */
     constexpr int PARTS16 = DEC_WARPS * 32 / pow2_ceil(HD / 16);
     constexpr bool WIDE = (size_t)PARTS16 * G * HD * sizeof(float) <= 32768;
+    /* Batches past the tiny ones take the tensor-core kernel where it has a form. */
+    const dec_kernel mma = dec_mma_kernel(HD, G, p->kv_fp8, p->block_shift);
     if (!p->kv_fp8)
-        return dec_launch(be, p, b, kernel_decode<HD, G, U_LATE, bf16, 8, false>,
+        return dec_launch(be, p, b, mma ? mma : kernel_decode<HD, G, U_LATE, bf16, 8, false>,
                           kernel_decode<HD, G, U_EARLY_BF16, bf16, 8, true>,
                           kernel_decode<HD, G, U_EARLY_BF16, bf16, 8, true, true>);
     if constexpr (WIDE)
-        return dec_launch(be, p, b, kernel_decode<HD, G, U_LATE, fp8, 16, false>,
+        return dec_launch(be, p, b, mma ? mma : kernel_decode<HD, G, U_LATE, fp8, 16, false>,
                           kernel_decode<HD, G, U, fp8, 16, true>,
                           kernel_decode<HD, G, U, fp8, 16, true, true>);
     else
-        return dec_launch(be, p, b, kernel_decode<HD, G, 2 * U, fp8, 8, false>,
+        return dec_launch(be, p, b, mma ? mma : kernel_decode<HD, G, 2 * U, fp8, 8, false>,
                           kernel_decode<HD, G, 2 * U, fp8, 8, true>,
                           kernel_decode<HD, G, 2 * U, fp8, 8, true, true>);
 }

@@ -1,0 +1,329 @@
+/* attention_decode_mma.cu — decode attention on tensor cores, for batches of
+ * more than a few sequences (the launcher's "late" kernel).
+ *
+ * The CUDA-core kernel (attention_decode.cu) spreads a key's row over a
+ * group of lanes, so each key costs its products, a shuffle reduction per
+ * query head and a softmax step: with an e4m3 cache, whose bytes halve, it
+ * is bound by instruction issue rather than by memory.  Here a warp takes
+ * 16 keys at a time and forms both products as m16n8k16 MMAs with fp32
+ * sums, query heads as the rows of A (rows past the block's heads are
+ * zero), as FlashAttention-2 does for a tile of queries:
+ *
+ * - q k^T: B is 8 keys' K rows.  Lane (g, t) = (lane / 4, lane % 4) holds
+ *   keys g and g + 8 of the tile over its K slice of HD / 4 elements, and
+ *   the q of head g over the same slice.  The sum over the head dimension
+ *   does not care about its order, so a lane's slice is simply what its
+ *   loads bring: pieces i * 4 + t of the row, whole rows a warp load.
+ * - p v: the sums of q k^T land where A wants p (head g, keys 2t, 2t + 1,
+ *   2t + 8, 2t + 9).  B wants each register to pair two keys of one
+ *   element, so lane (g, t) loads those four keys over its V slice of
+ *   HD / 8 elements (pieces i * 8 + g) and interleaves each pair (prmt).
+ *
+ * e4m3 K/V convert to fp16 pairs (exact) and meet q converted to fp16 (a
+ * bf16 q is exact in fp16 unless tiny) and p rounded to fp16; bf16 K/V
+ * meet q as loaded and p rounded to bf16.  The scale applies to the fp32
+ * scores.  A tile of 16 keys lies inside one cache block (block sizes are
+ * powers of two of at least 16, splits start at multiples of 64), so it
+ * costs one block-table read; keys of that block past the split's end are
+ * masked, and their V zeroed (the cache there may hold anything).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cuda/attention_decode.cuh"
+
+#define MMA_TILE 16 /* keys a warp takes at a time */
+
+/* What differs between the two caches: the 16-bit type of the MMA's inputs
+ * and how a cache element pair becomes one of its registers. */
+template <typename KV> struct mma_kv;
+
+template <> struct mma_kv<fp8> {
+    /* Two e4m3 (the low 16 bits) to an fp16 pair. */
+    static __device__ __forceinline__ uint32_t pair(uint32_t v)
+    {
+        const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(v & 0xffffu), __NV_E4M3);
+        return (uint32_t)h.x | (uint32_t)h.y << 16;
+    }
+    /* A bf16 pair of q to an fp16 pair. */
+    static __device__ __forceinline__ uint32_t q_pair(uint32_t v)
+    {
+        const float2 f = __bfloat1622float2(*(const __nv_bfloat162 *)&v);
+        const __half2 h = __floats2half2_rn(f.x, f.y);
+        return *(const uint32_t *)&h;
+    }
+    static __device__ __forceinline__ uint32_t p_pair(float lo, float hi)
+    {
+        const __half2 h = __floats2half2_rn(lo, hi);
+        return *(const uint32_t *)&h;
+    }
+    /* c += a b for the rows 0-7 of A (rows 8-15 zero); the sums of rows
+     * 8-15 are not kept, so they hold no registers. */
+    static __device__ __forceinline__ void mma(float &c0, float &c1, uint32_t a0, uint32_t a2,
+                                               uint32_t b0, uint32_t b1)
+    {
+        float d2 = 0.0f, d3 = 0.0f; /* rows 8-15: dead after the call */
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+            "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+            : "+f"(c0), "+f"(c1), "+f"(d2), "+f"(d3)
+            : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
+    }
+};
+
+template <> struct mma_kv<bf16> {
+    static __device__ __forceinline__ uint32_t q_pair(uint32_t v) { return v; }
+    static __device__ __forceinline__ uint32_t p_pair(float lo, float hi)
+    {
+        return attn_pack_bf16(lo, hi);
+    }
+    static __device__ __forceinline__ void mma(float &c0, float &c1, uint32_t a0, uint32_t a2,
+                                               uint32_t b0, uint32_t b1)
+    {
+        float d2 = 0.0f, d3 = 0.0f; /* rows 8-15: dead after the call */
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+            "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+            : "+f"(c0), "+f"(c1), "+f"(d2), "+f"(d3)
+            : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
+    }
+};
+
+/* BYTES (8 or 16) of a K/V row into w, past L1: each is read once. */
+template <int BYTES>
+static __device__ __forceinline__ void mma_load(const void *p, uint32_t *w)
+{
+    if constexpr (BYTES == 16) {
+        const uint4 v = load_stream16(p);
+        w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
+    } else {
+        static_assert(BYTES == 8, "8- or 16-byte pieces");
+        asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];\n"
+                     : "=r"(w[0]), "=r"(w[1])
+                     : "l"(p));
+    }
+}
+
+/* U: tiles a warp loads before it uses any (U * 64 K/V bytes a lane of an
+ * e4m3 cache at head_dim 128, twice that of bf16).  At head_dim 128 one
+ * tile takes 162 registers (e4m3) and two 189, without spills: three and
+ * two resident blocks an SM. */
+template <int HD, int G, typename KV, int U>
+__global__ void __launch_bounds__(DEC_WARPS * 32, U == 1 ? 3 : 2) kernel_decode_mma(dec_params p)
+{
+    typedef mma_kv<KV> kv;
+    constexpr int EL = (int)sizeof(KV);
+    constexpr int KE = HD / 4, KW = KE * EL / 4;          /* a lane's K slice: elements, words */
+    constexpr int KB = KE * EL < 16 ? KE * EL : 16, KP = KB / EL; /* a K load: bytes, elements */
+    constexpr int VE = HD / 8, VW = VE * EL / 4;          /* a lane's V slice */
+    constexpr int VB = VE * EL < 16 ? VE * EL : 16, VP = VB / EL;
+    constexpr int KC = HD / 16; /* k-steps of q k^T */
+    constexpr int NT = HD / 8;  /* n-tiles of p v   */
+    static_assert(HD == 64 || HD == 128, "head_dim 64 or 128");
+    static_assert(G <= 8, "a block's query heads fit the rows 0-7 of A");
+    __shared__ float sh_o[DEC_WARPS][G][HD];
+    __shared__ float sh_m[DEC_WARPS][G], sh_l[DEC_WARPS][G];
+
+    /* The step's inputs were uploaded before the kernels before this one
+     * ran, so they are read before pdl_wait. */
+    const int split = blockIdx.x, seq = p.order ? p.order[blockIdx.z] : blockIdx.z;
+    const int kvh = blockIdx.y / p.n_slices, slice = blockIdx.y % p.n_slices;
+    const int ctx = p.context_lens[seq];
+    const int chunk = dec_chunk(ctx, p.n_splits, p.min_chunk);
+    const int k_begin = split * chunk;
+    const int k_end = min(ctx, k_begin + chunk);
+    if (k_begin >= k_end) return;
+
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g = lane >> 2, t = lane & 3;
+    const int tok = p.cu_seqlens_q[seq];
+    const int h0 = kvh * p.group + slice * G; /* first query head served */
+    const int nh = min(G, p.group - slice * G);
+    const int32_t *table = p.block_tables + (size_t)seq * p.max_blocks_per_seq;
+    const size_t row_stride = (size_t)p.hk * HD;
+    const KV *k_head = (const KV *)p.k_cache + (size_t)kvh * HD;
+    const KV *v_head = (const KV *)p.v_cache + (size_t)kvh * HD;
+    pdl_wait();
+    pdl_release();
+
+    /* q of head g over this lane's K slice, as A's row g: k-step c takes
+     * slice elements 4c, 4c + 1 (register 0) and 4c + 2, 4c + 3 (register 2). */
+    uint32_t qa[KC][2];
+    {
+        uint32_t qw[KE / 2];
+        if (g < nh) {
+            const bf16 *q = p.qkv + (size_t)tok * (p.hq + 2 * p.hk) * HD + (size_t)(h0 + g) * HD;
+#pragma unroll
+            for (int i = 0; i < KE / KP; i++)
+#pragma unroll
+                for (int j = 0; j < KP / 8; j++)
+                    *(uint4 *)&qw[i * KP / 2 + j * 4] = *(const uint4 *)(q + (i * 4 + t) * KP + j * 8);
+        } else {
+#pragma unroll
+            for (int i = 0; i < KE / 2; i++) qw[i] = 0;
+        }
+#pragma unroll
+        for (int c = 0; c < KC; c++) {
+            qa[c][0] = kv::q_pair(qw[2 * c]);
+            qa[c][1] = kv::q_pair(qw[2 * c + 1]);
+        }
+    }
+
+    float o[NT][2];
+#pragma unroll
+    for (int n = 0; n < NT; n++) o[n][0] = o[n][1] = 0.0f;
+    float m = -INFINITY, l = 0.0f; /* head g's running maximum; this lane's part of its sum */
+
+    /* V rows a lane loads, as offsets in the tile: the key pairs of B's
+     * registers 0 and 1. */
+    auto v_key = [&](int r) { return 2 * t + (r & 1) + 8 * (r >> 1); };
+
+    for (int base = k_begin + warp * U * MMA_TILE; base < k_end; base += DEC_WARPS * U * MMA_TILE) {
+        uint32_t kr[U][2][KW], vr[U][4][VW];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int key0 = base + u * MMA_TILE;
+            if (key0 >= k_end) break;
+            const int bi = key0 >> p.block_shift, bo = key0 & (p.block_size - 1);
+            const size_t row0 = ((size_t)table[bi] * p.block_size + bo) * row_stride;
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+#pragma unroll
+                for (int i = 0; i < KE / KP; i++)
+                    mma_load<KB>(k_head + row0 + (g + 8 * h) * row_stride + (i * 4 + t) * KP,
+                                 &kr[u][h][i * KB / 4]);
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+#pragma unroll
+                for (int i = 0; i < VE / VP; i++)
+                    mma_load<VB>(v_head + row0 + v_key(r) * row_stride + (i * 8 + g) * VP,
+                                 &vr[u][r][i * VB / 4]);
+        }
+
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int key0 = base + u * MMA_TILE;
+            if (key0 >= k_end) break;
+
+            /* s[h][j]: head g against key 8h + 2t + j of the tile */
+            float s[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
+#pragma unroll
+            for (int c = 0; c < KC; c++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    uint32_t b0, b1;
+                    if constexpr (EL == 1) {
+                        b0 = mma_kv<fp8>::pair(kr[u][h][c]);
+                        b1 = mma_kv<fp8>::pair(kr[u][h][c] >> 16);
+                    } else {
+                        b0 = kr[u][h][2 * c];
+                        b1 = kr[u][h][2 * c + 1];
+                    }
+                    kv::mma(s[h][0], s[h][1], qa[c][0], qa[c][1], b0, b1);
+                }
+            float mx = -INFINITY;
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+#pragma unroll
+                for (int j = 0; j < 2; j++) {
+                    const bool in = key0 + 8 * h + 2 * t + j < k_end;
+                    s[h][j] = in ? s[h][j] * p.scale_log2 : -INFINITY;
+                    mx = fmaxf(mx, s[h][j]);
+                }
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float m_new = fmaxf(m, mx);
+            /* No visible key yet: keep everything at zero without NaNs. */
+            const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+            if (__any_sync(0xffffffffu, m_new != m)) {
+                const float alpha = exp2f(m - m_use);
+                l *= alpha;
+#pragma unroll
+                for (int n = 0; n < NT; n++) o[n][0] *= alpha, o[n][1] *= alpha;
+                m = m_new;
+            }
+            float pr[2][2];
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+#pragma unroll
+                for (int j = 0; j < 2; j++) {
+                    pr[h][j] = exp2f(s[h][j] - m_use);
+                    l += pr[h][j];
+                }
+            const uint32_t a0 = kv::p_pair(pr[0][0], pr[0][1]), a2 = kv::p_pair(pr[1][0], pr[1][1]);
+
+            if (key0 + MMA_TILE > k_end) /* the split's last tile: 0 * NaN is NaN */
+#pragma unroll
+                for (int r = 0; r < 4; r++)
+                    if (key0 + v_key(r) >= k_end)
+#pragma unroll
+                        for (int w = 0; w < VW; w++) vr[u][r][w] = 0;
+#pragma unroll
+            for (int n = 0; n < NT; n++) {
+                uint32_t b0, b1;
+                if constexpr (EL == 1) {
+                    /* bytes n % 4 of word n / 4 of the two keys of each register */
+                    const int w = n / 4, lo = (n & 2) ? 0x7362 : 0x5140, sh = (n & 1) * 16;
+                    b0 = mma_kv<fp8>::pair(__byte_perm(vr[u][0][w], vr[u][1][w], lo) >> sh);
+                    b1 = mma_kv<fp8>::pair(__byte_perm(vr[u][2][w], vr[u][3][w], lo) >> sh);
+                } else {
+                    const int w = n / 2, sel = (n & 1) ? 0x7632 : 0x5410;
+                    b0 = __byte_perm(vr[u][0][w], vr[u][1][w], sel);
+                    b1 = __byte_perm(vr[u][2][w], vr[u][3][w], sel);
+                }
+                kv::mma(o[n][0], o[n][1], a0, a2, b0, b1);
+            }
+        }
+    }
+
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    if (g < nh) {
+        /* o[n][j]: column 2t + j of n-tile n, element n of V lane 2t + j's slice */
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+#pragma unroll
+            for (int j = 0; j < 2; j++)
+                sh_o[warp][g][((n / VP) * 8 + 2 * t + j) * VP + n % VP] = o[n][j];
+        if (t == 0) {
+            sh_m[warp][g] = m;
+            sh_l[warp][g] = l;
+        }
+    }
+    dec_finish<DEC_WARPS, G, HD, false>(p, sh_o, sh_m, sh_l, nullptr, nullptr, split, seq, tok,
+                                        h0, nh);
+}
+
+/* NANOLLM_DEC_MMA (read once): 0 keeps every batch on the CUDA-core kernel;
+ * otherwise a mask: 1 the e4m3 cache, 2 the bf16 cache, 4 one tile a load
+ * round instead of two (default 5). */
+static int dec_mma_mode(void)
+{
+    static int cached = -1;
+    if (cached < 0) {
+        const char *v = getenv("NANOLLM_DEC_MMA");
+        cached = v && *v ? atoi(v) : 5;
+    }
+    return cached;
+}
+
+template <int HD, typename KV>
+static dec_kernel dec_mma_pick(int g, bool one_tile)
+{
+    switch (g) {
+    case 1: return one_tile ? kernel_decode_mma<HD, 1, KV, 1> : kernel_decode_mma<HD, 1, KV, 2>;
+    case 2: return one_tile ? kernel_decode_mma<HD, 2, KV, 1> : kernel_decode_mma<HD, 2, KV, 2>;
+    case 4: return one_tile ? kernel_decode_mma<HD, 4, KV, 1> : kernel_decode_mma<HD, 4, KV, 2>;
+    default: return one_tile ? kernel_decode_mma<HD, 8, KV, 1> : kernel_decode_mma<HD, 8, KV, 2>;
+    }
+}
+
+dec_kernel dec_mma_kernel(int hd, int g, bool kv_fp8, int block_shift)
+{
+    const int mode = dec_mma_mode();
+    if (!(mode & (kv_fp8 ? 1 : 2)) || block_shift < 4) return NULL;
+    const bool one = (mode & 4) != 0;
+    switch (hd) {
+    case 64: return kv_fp8 ? dec_mma_pick<64, fp8>(g, one) : dec_mma_pick<64, bf16>(g, one);
+    case 128: return kv_fp8 ? dec_mma_pick<128, fp8>(g, one) : dec_mma_pick<128, bf16>(g, one);
+    default: return NULL;
+    }
+}
