@@ -374,10 +374,10 @@ __global__ void kernel_decode_merge(dec_params p, int hd)
  * max_model_len); a small true maximum (eager steps) trims splits that
  * would find no keys. */
 static int dec_splits(const cuda_backend *be, const nl_attn_batch *b, const dec_params *p,
-                      dec_kernel k)
+                      dec_kernel k, size_t smem)
 {
     const int blocks = b->n_seqs * p->hk * p->n_slices;
-    const int resident = cuda_blocks_per_sm(k, DEC_WARPS * 32, 0) * be->num_sms;
+    const int resident = cuda_blocks_per_sm(k, DEC_WARPS * 32, smem) * be->num_sms;
     if (blocks >= resident) return 1;
     int n = (DEC_TARGET_WAVES * resident + blocks - 1) / blocks;
     const int most = (b->max_context_len + p->min_chunk - 1) / p->min_chunk;
@@ -398,12 +398,15 @@ static int dec_splits(const cuda_backend *be, const nl_attn_batch *b, const dec_
  * every split one (up to 65 sequences) to 21.5k.  When such a batch's
  * bound on its contexts needs no more splits than a cluster holds, the
  * early kernel's clustered form merges them itself. */
-static nl_status dec_launch(cuda_backend *be, dec_params *p, const nl_attn_batch *b,
+static nl_status dec_launch(cuda_backend *be, dec_params *p, const nl_attn_batch *b, int g,
                             dec_kernel late, dec_kernel early, dec_kernel clustered)
 {
     const bool tiny = b->n_seqs <= DEC_EARLY_SEQS;
     p->min_chunk = tiny ? DEC_MIN_CHUNK_EARLY : DEC_MIN_CHUNK;
-    p->n_splits = dec_splits(be, b, p, late);
+    /* Past the tiny batches the tensor-core kernel, where it has a form. */
+    const dec_mma mma = tiny ? dec_mma{} : dec_mma_kernel(p->hd, g, p->kv_fp8, p->block_shift);
+    if (mma.kernel) late = mma.kernel;
+    p->n_splits = dec_splits(be, b, p, late, mma.smem);
     if (tiny && p->n_splits > 1 && be->clusters &&
         p->n_splits <= cuda_cluster_max(clustered, DEC_WARPS * 32, 0)) {
         dim3 grid(p->n_splits, p->hk * p->n_slices, b->n_seqs);
@@ -417,7 +420,7 @@ static nl_status dec_launch(cuda_backend *be, dec_params *p, const nl_attn_batch
     /* Blocks start in index order, x fastest: a sequence's blocks are
      * adjacent and, with an order, the longest contexts start first. */
     dim3 grid(p->n_splits, p->hk * p->n_slices, b->n_seqs);
-    NL_CUDA_CHECK(cuda_launch(be, k, grid, DEC_WARPS * 32, 0, *p));
+    NL_CUDA_CHECK(cuda_launch(be, k, grid, DEC_WARPS * 32, tiny ? 0 : mma.smem, *p));
     if (p->n_splits > 1)
         NL_CUDA_CHECK(cuda_launch(be, kernel_decode_merge, b->n_seqs * p->hq, p->hd, 0, *p, p->hd));
     return NL_OK;
@@ -446,18 +449,16 @@ static nl_status launch_decode(cuda_backend *be, dec_params *p, const nl_attn_ba
      * 32 KiB; otherwise 8 (an 8-byte load) with twice the loads in flight. */
     constexpr int PARTS16 = DEC_WARPS * 32 / pow2_ceil(HD / 16);
     constexpr bool WIDE = (size_t)PARTS16 * G * HD * sizeof(float) <= 32768;
-    /* Batches past the tiny ones take the tensor-core kernel where it has a form. */
-    const dec_kernel mma = dec_mma_kernel(HD, G, p->kv_fp8, p->block_shift);
     if (!p->kv_fp8)
-        return dec_launch(be, p, b, mma ? mma : kernel_decode<HD, G, U_LATE, bf16, 8, false>,
+        return dec_launch(be, p, b, G, kernel_decode<HD, G, U_LATE, bf16, 8, false>,
                           kernel_decode<HD, G, U_EARLY_BF16, bf16, 8, true>,
                           kernel_decode<HD, G, U_EARLY_BF16, bf16, 8, true, true>);
     if constexpr (WIDE)
-        return dec_launch(be, p, b, mma ? mma : kernel_decode<HD, G, U_LATE, fp8, 16, false>,
+        return dec_launch(be, p, b, G, kernel_decode<HD, G, U_LATE, fp8, 16, false>,
                           kernel_decode<HD, G, U, fp8, 16, true>,
                           kernel_decode<HD, G, U, fp8, 16, true, true>);
     else
-        return dec_launch(be, p, b, mma ? mma : kernel_decode<HD, G, 2 * U, fp8, 8, false>,
+        return dec_launch(be, p, b, G, kernel_decode<HD, G, 2 * U, fp8, 8, false>,
                           kernel_decode<HD, G, 2 * U, fp8, 8, true>,
                           kernel_decode<HD, G, 2 * U, fp8, 8, true, true>);
 }

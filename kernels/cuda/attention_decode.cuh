@@ -190,9 +190,13 @@ static __device__ __forceinline__ void dec_finish(const dec_params &p, float (*s
 typedef void (*dec_kernel)(dec_params);
 
 /* The tensor-core decode kernel for batches of more than a few sequences
- * (attention_decode_mma.cu), or NULL where it has no form: head_dim other
- * than 64 or 128, a block size that is not a power of two of at least 16,
- * or NANOLLM_DEC_MMA=0. */
-dec_kernel dec_mma_kernel(int hd, int g, bool kv_fp8, int block_shift);
+ * (attention_decode_mma.cu) and the dynamic shared memory it is launched
+ * with; no kernel where it has no form: head_dim other than 128, a block
+ * size that is not a power of two of at least 16, or NANOLLM_DEC_MMA=0. */
+struct dec_mma {
+    dec_kernel kernel;
+    size_t smem;
+};
+dec_mma dec_mma_kernel(int hd, int g, bool kv_fp8, int block_shift);
 
 #endif

@@ -1,5 +1,5 @@
 /* attention_decode_mma.cu — decode attention on tensor cores, for batches of
- * more than a few sequences (the launcher's "late" kernel).
+ * more than a few sequences (the launcher's "late" kernel), head_dim 128.
  *
  * The CUDA-core kernel (attention_decode.cu) spreads a key's row over a
  * group of lanes, so each key costs its products, a shuffle reduction per
@@ -19,6 +19,8 @@
  *   element, so lane (g, t) loads those four keys over its V slice of
  *   HD / 8 elements (pieces i * 8 + g) and interleaves each pair (prmt).
  *
+ * Each warp streams its own tiles through a ring of shared memory.
+ *
  * e4m3 K/V convert to fp16 pairs (exact) and meet q converted to fp16 (a
  * bf16 q is exact in fp16 unless tiny) and p rounded to fp16; bf16 K/V
  * meet q as loaded and p rounded to bf16.  The scale applies to the fp32
@@ -33,6 +35,7 @@
 #include "kernels/cuda/attention_decode.cuh"
 
 #define MMA_TILE 16 /* keys a warp takes at a time */
+#define MMA_HD 128  /* the head_dim it is built for */
 
 /* What differs between the two caches: the 16-bit type of the MMA's inputs
  * and how a cache element pair becomes one of its registers. */
@@ -87,40 +90,51 @@ template <> struct mma_kv<bf16> {
     }
 };
 
-/* BYTES (8 or 16) of a K/V row into w, past L1: each is read once. */
-template <int BYTES>
-static __device__ __forceinline__ void mma_load(const void *p, uint32_t *w)
+/* Where piece p (16 bytes) of row r of a tile sits in shared memory: the
+ * rows' pieces are permuted so that each quarter-warp's 16-byte fragment
+ * reads below touch all 32 banks once.  K: lane (g, t) reads pieces
+ * 4i + t of rows g and g + 8, so odd rows swap their halves of 8 pieces;
+ * V: lanes read piece 8i + g of rows 2t + (0, 1, 8 or 9), so rows shift
+ * their pieces by 2t. */
+static __device__ __forceinline__ int mma_k_piece(int r, int p) { return p ^ ((r & 1) << 2); }
+static __device__ __forceinline__ int mma_v_piece(int r, int p) { return p ^ (((r >> 1) & 3) << 1); }
+
+template <typename KV, int STAGES>
+static __host__ __device__ constexpr size_t mma_smem_bytes()
 {
-    if constexpr (BYTES == 16) {
-        const uint4 v = load_stream16(p);
-        w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
-    } else {
-        static_assert(BYTES == 8, "8- or 16-byte pieces");
-        asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];\n"
-                     : "=r"(w[0]), "=r"(w[1])
-                     : "l"(p));
-    }
+    return (size_t)DEC_WARPS * STAGES * 2 * MMA_TILE * MMA_HD * sizeof(KV);
 }
 
-/* U: tiles a warp loads before it uses any (U * 64 K/V bytes a lane of an
- * e4m3 cache at head_dim 128, twice that of bf16).  At head_dim 128 one
- * tile takes 162 registers (e4m3) and two 189, without spills: three and
- * two resident blocks an SM. */
-template <int HD, int G, typename KV, int U>
-__global__ void __launch_bounds__(DEC_WARPS * 32, U == 1 ? 3 : 2) kernel_decode_mma(dec_params p)
+/* Resident blocks an SM the registers must allow: as many as the rings'
+ * shared memory does (227 KiB an SM). */
+template <typename KV, int STAGES>
+static __host__ __device__ constexpr int mma_min_blocks()
+{
+    return (int)(227 * 1024 / mma_smem_bytes<KV, STAGES>()) > 4 ? 4 : (int)(227 * 1024 / mma_smem_bytes<KV, STAGES>());
+}
+
+/* STAGES: tiles in a warp's ring of shared memory, all but one in flight
+ * while it multiplies the oldest.  Each warp streams its own tiles
+ * (cp.async, past L1) and syncs only with itself, so the ring holds the
+ * bytes in flight that registers could not (a ring of registers leaves a
+ * tile or two a warp in flight, too few to cover the memory's latency). */
+template <int G, typename KV, int STAGES>
+__global__ void __launch_bounds__(DEC_WARPS * 32, mma_min_blocks<KV, STAGES>()) kernel_decode_mma(dec_params p)
 {
     typedef mma_kv<KV> kv;
+    constexpr int HD = MMA_HD;
     constexpr int EL = (int)sizeof(KV);
-    constexpr int KE = HD / 4, KW = KE * EL / 4;          /* a lane's K slice: elements, words */
-    constexpr int KB = KE * EL < 16 ? KE * EL : 16, KP = KB / EL; /* a K load: bytes, elements */
-    constexpr int VE = HD / 8, VW = VE * EL / 4;          /* a lane's V slice */
-    constexpr int VB = VE * EL < 16 ? VE * EL : 16, VP = VB / EL;
+    constexpr int PR = HD * EL / 16;                /* 16-byte pieces a row: 8 or 16 */
+    constexpr int TP = MMA_TILE * PR;               /* pieces a K (or V) tile        */
+    constexpr int KE = HD / 4, KW = KE * EL / 4;    /* a lane's K slice: elements, words */
+    constexpr int KP = 16 / EL;                     /* elements a piece              */
+    constexpr int VE = HD / 8, VW = VE * EL / 4;    /* a lane's V slice              */
     constexpr int KC = HD / 16; /* k-steps of q k^T */
     constexpr int NT = HD / 8;  /* n-tiles of p v   */
-    static_assert(HD == 64 || HD == 128, "head_dim 64 or 128");
     static_assert(G <= 8, "a block's query heads fit the rows 0-7 of A");
-    __shared__ float sh_o[DEC_WARPS][G][HD];
-    __shared__ float sh_m[DEC_WARPS][G], sh_l[DEC_WARPS][G];
+    static_assert(sizeof(float) * DEC_WARPS * (G * HD + 2 * G) <= mma_smem_bytes<KV, STAGES>(),
+                  "the merge's states fit in the rings");
+    extern __shared__ uint4 mma_smem[];
 
     /* The step's inputs were uploaded before the kernels before this one
      * ran, so they are read before pdl_wait. */
@@ -141,8 +155,32 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, U == 1 ? 3 : 2) kernel_decode_
     const size_t row_stride = (size_t)p.hk * HD;
     const KV *k_head = (const KV *)p.k_cache + (size_t)kvh * HD;
     const KV *v_head = (const KV *)p.v_cache + (size_t)kvh * HD;
+    uint4 *ring = mma_smem + (size_t)warp * STAGES * 2 * TP;
+    /* this warp's tiles: j-th at k_begin + (warp + DEC_WARPS j) * MMA_TILE */
+    const int tiles = (k_end - k_begin + MMA_TILE - 1) / MMA_TILE;
+    const int mine = tiles > warp ? (tiles - warp + DEC_WARPS - 1) / DEC_WARPS : 0;
+    auto key0_of = [&](int j) { return k_begin + (warp + DEC_WARPS * j) * MMA_TILE; };
+    /* Tile j's K and V into stage j % STAGES; a commit group either way. */
+    auto issue = [&](int j) {
+        if (j < mine) {
+            const int key0 = key0_of(j);
+            const int bi = key0 >> p.block_shift, bo = key0 & (p.block_size - 1);
+            const size_t row0 = ((size_t)table[bi] * p.block_size + bo) * row_stride;
+            uint4 *kd = ring + (j % STAGES) * 2 * TP, *vd = kd + TP;
+#pragma unroll
+            for (int q = lane; q < TP; q += 32) {
+                const int r = q / PR, pc = q % PR;
+                const size_t src = row0 + r * row_stride + pc * KP;
+                attn_cp_async16(kd + r * PR + mma_k_piece(r, pc), k_head + src);
+                attn_cp_async16(vd + r * PR + mma_v_piece(r, pc), v_head + src);
+            }
+        }
+        attn_cp_async_commit();
+    };
     pdl_wait();
     pdl_release();
+#pragma unroll
+    for (int j = 0; j < STAGES - 1; j++) issue(j);
 
     /* q of head g over this lane's K slice, as A's row g: k-step c takes
      * slice elements 4c, 4c + 1 (register 0) and 4c + 2, 4c + 3 (register 2). */
@@ -172,117 +210,120 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, U == 1 ? 3 : 2) kernel_decode_
     for (int n = 0; n < NT; n++) o[n][0] = o[n][1] = 0.0f;
     float m = -INFINITY, l = 0.0f; /* head g's running maximum; this lane's part of its sum */
 
-    /* V rows a lane loads, as offsets in the tile: the key pairs of B's
+    /* V rows a lane reads, as offsets in the tile: the key pairs of B's
      * registers 0 and 1. */
     auto v_key = [&](int r) { return 2 * t + (r & 1) + 8 * (r >> 1); };
 
-    for (int base = k_begin + warp * U * MMA_TILE; base < k_end; base += DEC_WARPS * U * MMA_TILE) {
-        uint32_t kr[U][2][KW], vr[U][4][VW];
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int key0 = base + u * MMA_TILE;
-            if (key0 >= k_end) break;
-            const int bi = key0 >> p.block_shift, bo = key0 & (p.block_size - 1);
-            const size_t row0 = ((size_t)table[bi] * p.block_size + bo) * row_stride;
-#pragma unroll
-            for (int h = 0; h < 2; h++)
-#pragma unroll
-                for (int i = 0; i < KE / KP; i++)
-                    mma_load<KB>(k_head + row0 + (g + 8 * h) * row_stride + (i * 4 + t) * KP,
-                                 &kr[u][h][i * KB / 4]);
-#pragma unroll
-            for (int r = 0; r < 4; r++)
-#pragma unroll
-                for (int i = 0; i < VE / VP; i++)
-                    mma_load<VB>(v_head + row0 + v_key(r) * row_stride + (i * 8 + g) * VP,
-                                 &vr[u][r][i * VB / 4]);
-        }
+    for (int j = 0; j < mine; j++) {
+        issue(j + STAGES - 1);
+        attn_cp_async_wait<STAGES - 1>();
+        __syncwarp();
+        const uint4 *kd = ring + (j % STAGES) * 2 * TP, *vd = kd + TP;
+        const int key0 = key0_of(j);
 
+        uint32_t kr[2][KW];
 #pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int key0 = base + u * MMA_TILE;
-            if (key0 >= k_end) break;
-
-            /* s[h][j]: head g against key 8h + 2t + j of the tile */
-            float s[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
+        for (int h = 0; h < 2; h++)
 #pragma unroll
-            for (int c = 0; c < KC; c++)
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    uint32_t b0, b1;
-                    if constexpr (EL == 1) {
-                        b0 = mma_kv<fp8>::pair(kr[u][h][c]);
-                        b1 = mma_kv<fp8>::pair(kr[u][h][c] >> 16);
-                    } else {
-                        b0 = kr[u][h][2 * c];
-                        b1 = kr[u][h][2 * c + 1];
-                    }
-                    kv::mma(s[h][0], s[h][1], qa[c][0], qa[c][1], b0, b1);
-                }
-            float mx = -INFINITY;
-#pragma unroll
-            for (int h = 0; h < 2; h++)
-#pragma unroll
-                for (int j = 0; j < 2; j++) {
-                    const bool in = key0 + 8 * h + 2 * t + j < k_end;
-                    s[h][j] = in ? s[h][j] * p.scale_log2 : -INFINITY;
-                    mx = fmaxf(mx, s[h][j]);
-                }
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            const float m_new = fmaxf(m, mx);
-            /* No visible key yet: keep everything at zero without NaNs. */
-            const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-            if (__any_sync(0xffffffffu, m_new != m)) {
-                const float alpha = exp2f(m - m_use);
-                l *= alpha;
-#pragma unroll
-                for (int n = 0; n < NT; n++) o[n][0] *= alpha, o[n][1] *= alpha;
-                m = m_new;
+            for (int i = 0; i < PR / 4; i++) {
+                const int r = g + 8 * h;
+                *(uint4 *)&kr[h][4 * i] = kd[r * PR + mma_k_piece(r, 4 * i + t)];
             }
-            float pr[2][2];
+        /* s[h][j]: head g against key 8h + 2t + j of the tile */
+        float s[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
 #pragma unroll
-            for (int h = 0; h < 2; h++)
+        for (int c = 0; c < KC; c++)
 #pragma unroll
-                for (int j = 0; j < 2; j++) {
-                    pr[h][j] = exp2f(s[h][j] - m_use);
-                    l += pr[h][j];
-                }
-            const uint32_t a0 = kv::p_pair(pr[0][0], pr[0][1]), a2 = kv::p_pair(pr[1][0], pr[1][1]);
-
-            if (key0 + MMA_TILE > k_end) /* the split's last tile: 0 * NaN is NaN */
-#pragma unroll
-                for (int r = 0; r < 4; r++)
-                    if (key0 + v_key(r) >= k_end)
-#pragma unroll
-                        for (int w = 0; w < VW; w++) vr[u][r][w] = 0;
-#pragma unroll
-            for (int n = 0; n < NT; n++) {
+            for (int h = 0; h < 2; h++) {
                 uint32_t b0, b1;
                 if constexpr (EL == 1) {
-                    /* bytes n % 4 of word n / 4 of the two keys of each register */
-                    const int w = n / 4, lo = (n & 2) ? 0x7362 : 0x5140, sh = (n & 1) * 16;
-                    b0 = mma_kv<fp8>::pair(__byte_perm(vr[u][0][w], vr[u][1][w], lo) >> sh);
-                    b1 = mma_kv<fp8>::pair(__byte_perm(vr[u][2][w], vr[u][3][w], lo) >> sh);
+                    b0 = mma_kv<fp8>::pair(kr[h][c]);
+                    b1 = mma_kv<fp8>::pair(kr[h][c] >> 16);
                 } else {
-                    const int w = n / 2, sel = (n & 1) ? 0x7632 : 0x5410;
-                    b0 = __byte_perm(vr[u][0][w], vr[u][1][w], sel);
-                    b1 = __byte_perm(vr[u][2][w], vr[u][3][w], sel);
+                    b0 = kr[h][2 * c];
+                    b1 = kr[h][2 * c + 1];
                 }
-                kv::mma(o[n][0], o[n][1], a0, a2, b0, b1);
+                kv::mma(s[h][0], s[h][1], qa[c][0], qa[c][1], b0, b1);
             }
+        float mx = -INFINITY;
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                const bool in = key0 + 8 * h + 2 * t + i < k_end;
+                s[h][i] = in ? s[h][i] * p.scale_log2 : -INFINITY;
+                mx = fmaxf(mx, s[h][i]);
+            }
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float m_new = fmaxf(m, mx);
+        /* No visible key yet: keep everything at zero without NaNs. */
+        const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+        if (__any_sync(0xffffffffu, m_new != m)) {
+            const float alpha = exp2f(m - m_use);
+            l *= alpha;
+#pragma unroll
+            for (int n = 0; n < NT; n++) o[n][0] *= alpha, o[n][1] *= alpha;
+            m = m_new;
         }
+        float pr[2][2];
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                pr[h][i] = exp2f(s[h][i] - m_use);
+                l += pr[h][i];
+            }
+        const uint32_t a0 = kv::p_pair(pr[0][0], pr[0][1]), a2 = kv::p_pair(pr[1][0], pr[1][1]);
+
+        uint32_t vr[4][VW];
+#pragma unroll
+        for (int r4 = 0; r4 < 4; r4++)
+#pragma unroll
+            for (int i = 0; i < PR / 8; i++) {
+                const int r = v_key(r4);
+                *(uint4 *)&vr[r4][4 * i] = vd[r * PR + mma_v_piece(r, 8 * i + g)];
+            }
+        if (key0 + MMA_TILE > k_end) /* the split's last tile: 0 * NaN is NaN */
+#pragma unroll
+            for (int r4 = 0; r4 < 4; r4++)
+                if (key0 + v_key(r4) >= k_end)
+#pragma unroll
+                    for (int w = 0; w < VW; w++) vr[r4][w] = 0;
+#pragma unroll
+        for (int n = 0; n < NT; n++) {
+            uint32_t b0, b1;
+            if constexpr (EL == 1) {
+                /* byte n % 4 of word n / 4 of the two keys of each register */
+                const int w = n / 4, sel = (n & 2) ? 0x7362 : 0x5140, sh = (n & 1) * 16;
+                b0 = mma_kv<fp8>::pair(__byte_perm(vr[0][w], vr[1][w], sel) >> sh);
+                b1 = mma_kv<fp8>::pair(__byte_perm(vr[2][w], vr[3][w], sel) >> sh);
+            } else {
+                const int w = n / 2, sel = (n & 1) ? 0x7632 : 0x5410;
+                b0 = __byte_perm(vr[0][w], vr[1][w], sel);
+                b1 = __byte_perm(vr[2][w], vr[3][w], sel);
+            }
+            kv::mma(o[n][0], o[n][1], a0, a2, b0, b1);
+        }
+        __syncwarp(); /* every lane has read the stage before it is refilled */
     }
 
     l += __shfl_xor_sync(0xffffffffu, l, 1);
     l += __shfl_xor_sync(0xffffffffu, l, 2);
+    /* The rings are free once every warp is past its loop (the groups
+     * issued past a warp's last tile were empty). */
+    __syncthreads();
+    float(*sh_o)[G][HD] = (float(*)[G][HD])mma_smem;
+    float(*sh_m)[G] = (float(*)[G])(sh_o + DEC_WARPS);
+    float(*sh_l)[G] = sh_m + DEC_WARPS;
     if (g < nh) {
-        /* o[n][j]: column 2t + j of n-tile n, element n of V lane 2t + j's slice */
+        /* o[n][i]: column 2t + i of n-tile n, element n of V lane 2t + i's
+         * slice, whose pieces are 8k + (2t + i) */
 #pragma unroll
         for (int n = 0; n < NT; n++)
 #pragma unroll
-            for (int j = 0; j < 2; j++)
-                sh_o[warp][g][((n / VP) * 8 + 2 * t + j) * VP + n % VP] = o[n][j];
+            for (int i = 0; i < 2; i++)
+                sh_o[warp][g][((n / KP) * 8 + 2 * t + i) * KP + n % KP] = o[n][i];
         if (t == 0) {
             sh_m[warp][g] = m;
             sh_l[warp][g] = l;
@@ -293,37 +334,47 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, U == 1 ? 3 : 2) kernel_decode_
 }
 
 /* NANOLLM_DEC_MMA (read once): 0 keeps every batch on the CUDA-core kernel;
- * otherwise a mask: 1 the e4m3 cache, 2 the bf16 cache, 4 one tile a load
- * round instead of two (default 5). */
+ * otherwise a mask: 1 the e4m3 cache, 2 the bf16 cache, 4 a ring of one
+ * tile fewer (default 1). */
 static int dec_mma_mode(void)
 {
     static int cached = -1;
     if (cached < 0) {
         const char *v = getenv("NANOLLM_DEC_MMA");
-        cached = v && *v ? atoi(v) : 5;
+        cached = v && *v ? atoi(v) : 1;
     }
     return cached;
 }
 
-template <int HD, typename KV>
-static dec_kernel dec_mma_pick(int g, bool one_tile)
+template <typename KV, int STAGES>
+static dec_mma dec_mma_of(int g)
 {
+    dec_kernel k;
     switch (g) {
-    case 1: return one_tile ? kernel_decode_mma<HD, 1, KV, 1> : kernel_decode_mma<HD, 1, KV, 2>;
-    case 2: return one_tile ? kernel_decode_mma<HD, 2, KV, 1> : kernel_decode_mma<HD, 2, KV, 2>;
-    case 4: return one_tile ? kernel_decode_mma<HD, 4, KV, 1> : kernel_decode_mma<HD, 4, KV, 2>;
-    default: return one_tile ? kernel_decode_mma<HD, 8, KV, 1> : kernel_decode_mma<HD, 8, KV, 2>;
+    case 1: k = kernel_decode_mma<1, KV, STAGES>; break;
+    case 2: k = kernel_decode_mma<2, KV, STAGES>; break;
+    case 4: k = kernel_decode_mma<4, KV, STAGES>; break;
+    default: k = kernel_decode_mma<8, KV, STAGES>; break;
     }
+    const size_t smem = mma_smem_bytes<KV, STAGES>();
+    /* past 48 KiB a kernel must ask for its shared memory, once */
+    static bool asked[9];
+    if (!asked[g]) {
+        if (cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) !=
+            cudaSuccess) {
+            cudaGetLastError();
+            return dec_mma{};
+        }
+        asked[g] = true;
+    }
+    return dec_mma{k, smem};
 }
 
-dec_kernel dec_mma_kernel(int hd, int g, bool kv_fp8, int block_shift)
+dec_mma dec_mma_kernel(int hd, int g, bool kv_fp8, int block_shift)
 {
     const int mode = dec_mma_mode();
-    if (!(mode & (kv_fp8 ? 1 : 2)) || block_shift < 4) return NULL;
-    const bool one = (mode & 4) != 0;
-    switch (hd) {
-    case 64: return kv_fp8 ? dec_mma_pick<64, fp8>(g, one) : dec_mma_pick<64, bf16>(g, one);
-    case 128: return kv_fp8 ? dec_mma_pick<128, fp8>(g, one) : dec_mma_pick<128, bf16>(g, one);
-    default: return NULL;
-    }
+    if (!(mode & (kv_fp8 ? 1 : 2)) || block_shift < 4 || hd != MMA_HD) return dec_mma{};
+    const bool fewer = (mode & 4) != 0;
+    if (kv_fp8) return fewer ? dec_mma_of<fp8, 3>(g) : dec_mma_of<fp8, 4>(g);
+    return fewer ? dec_mma_of<bf16, 2>(g) : dec_mma_of<bf16, 3>(g);
 }
