@@ -949,11 +949,12 @@ START_TEST(test_attention_decode_graph_small)
 }
 END_TEST
 
-/* Batches past the tiny ones on the tensor-core kernel (head_dim 64 and
- * 128, block sizes that are powers of two from 16): every group width a
- * block serves (1, 2, 4, 8 and slices of 8), both caches, contexts ending
- * inside a tile and at its edges, splits (few sequences of long contexts)
- * and a block size without that kernel (24: the CUDA-core one). */
+/* Batches past the tiny ones on the tensor-core kernel (head_dim 128,
+ * block sizes that are powers of two from 16): every group width a block
+ * serves (1, 2, 4, 8 and slices of 8), both caches, contexts ending inside
+ * a tile and at its edges, splits (few sequences of long contexts), graph
+ * maxima with padding rows; and beside it the shapes it leaves to the
+ * CUDA-core kernel (head_dim 64, block size 24). */
 START_TEST(test_attention_decode_mma)
 {
     int q[8] = {1, 1, 1, 1, 1, 1, 1, 1};

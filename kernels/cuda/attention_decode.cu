@@ -397,7 +397,9 @@ static int dec_splits(const cuda_backend *be, const nl_attn_batch *b, const dec_
  * decode step nano-vllm's workload fell from 23.5k to 15.0k tok/s, in
  * every split one (up to 65 sequences) to 21.5k.  When such a batch's
  * bound on its contexts needs no more splits than a cluster holds, the
- * early kernel's clustered form merges them itself. */
+ * early kernel's clustered form merges them itself.  Larger batches take
+ * the tensor-core kernel where it has a form (dec_mma_kernel; g: the query
+ * heads a block serves), `late` elsewhere. */
 static nl_status dec_launch(cuda_backend *be, dec_params *p, const nl_attn_batch *b, int g,
                             dec_kernel late, dec_kernel early, dec_kernel clustered)
 {
@@ -420,7 +422,7 @@ static nl_status dec_launch(cuda_backend *be, dec_params *p, const nl_attn_batch
     /* Blocks start in index order, x fastest: a sequence's blocks are
      * adjacent and, with an order, the longest contexts start first. */
     dim3 grid(p->n_splits, p->hk * p->n_slices, b->n_seqs);
-    NL_CUDA_CHECK(cuda_launch(be, k, grid, DEC_WARPS * 32, tiny ? 0 : mma.smem, *p));
+    NL_CUDA_CHECK(cuda_launch(be, k, grid, DEC_WARPS * 32, mma.smem, *p));
     if (p->n_splits > 1)
         NL_CUDA_CHECK(cuda_launch(be, kernel_decode_merge, b->n_seqs * p->hq, p->hd, 0, *p, p->hd));
     return NL_OK;
