@@ -4,10 +4,12 @@
  * a warm-up, timed around a stream synchronisation, with the bytes or flops
  * it moved, so it can be set against the GPU's ceilings.
  *
- * Usage: bench_cuda_ops [iterations] [attention|decode|graph|gemv|plans|sample]
+ * Usage: bench_cuda_ops [iterations] [attention|decode|stride|graph|gemv|plans|sample]
  * (prints a Markdown table; "attention" or "sample" times only those shapes,
  * "plans" a GEMM shape's first call (its cuBLASLt plan) against a repeat,
  * "decode" the decode attention of the throughput benchmark's batch sizes,
+ * "stride" the same bytes of decode attention with a kv head's rows 1 KB
+ * (8 kv heads) and 128 bytes (1 kv head, 8 times the sequences) apart,
  * "graph" only decode attention at small batches under a CUDA graph's host
  * maximum, "gemv" the batch-1 linear shapes).
  * NL_ATTN_GENERIC=1 in the environment times the backend's generic attention
@@ -289,6 +291,19 @@ int main(int argc, char **argv)
             bench_first_call("0.6B o_proj", sizes[i], 1024, 2048);
             bench_first_call("0.6B gate_up", sizes[i], 6144, 1024);
             bench_first_call("0.6B down", sizes[i], 1024, 3072);
+        }
+        nl_backend_destroy(be);
+        return 0;
+    }
+    if (argc > 2 && strcmp(argv[2], "stride") == 0) {
+        /* the cache is [block, slot, kv head, dim]: with one kv head a
+         * block's rows are contiguous, with 8 they are 8 heads apart */
+        nl_dtype kv[] = {NL_DTYPE_F8_E4M3, NL_DTYPE_BF16};
+        for (int i = 0; i < 2; i++) {
+            bench_decode_kv(256, 1000, 16, 8, 128, 16, 0, kv[i]);
+            bench_decode_kv(2048, 1000, 2, 1, 128, 16, 0, kv[i]);
+            bench_decode_kv(64, 1000, 16, 8, 128, 16, 0, kv[i]);
+            bench_decode_kv(512, 1000, 2, 1, 128, 16, 0, kv[i]);
         }
         nl_backend_destroy(be);
         return 0;
