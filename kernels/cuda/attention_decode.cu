@@ -124,14 +124,9 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, dec_min_blocks<KV, G, EARLY>()
     __shared__ float cl_ml[CLUSTER ? DEC_CLUSTER_MAX : 1][G][2];
     if constexpr (CLUSTER) dec_cluster_arrive(false);
 
-    /* The step's inputs (orders, contexts, tables) were uploaded before the
-     * kernels before this one ran, so they are read before pdl_wait. */
-    const int split = blockIdx.x, seq = p.order ? p.order[blockIdx.z] : blockIdx.z;
-    const int kvh = blockIdx.y / p.n_slices, slice = blockIdx.y % p.n_slices;
-    const int ctx = p.context_lens[seq];
-    const int chunk = dec_chunk(ctx, p.n_splits, p.min_chunk);
-    const int k_begin = split * chunk;
-    const int k_end = min(ctx, k_begin + chunk);
+    const dec_share d = dec_share_of(p);
+    const int split = d.split, seq = d.seq, kvh = d.kvh, slice = d.slice;
+    const int ctx = d.ctx, k_begin = d.k_begin, k_end = d.k_end;
     if (k_begin >= k_end && !CLUSTER) return;
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;

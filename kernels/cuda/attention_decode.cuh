@@ -36,6 +36,29 @@ static __device__ __forceinline__ int dec_chunk(int ctx, int n_splits, int min_c
     return c > min_chunk ? c : min_chunk;
 }
 
+/* A block's share of the step: (split, sequence (through the launch order), kv head,
+ * slice of its query heads) from its index, and the keys [k_begin, k_end)
+ * of that split of the sequence's context (none when k_begin >= k_end).
+ * The step's inputs (orders, contexts) were uploaded before the kernels
+ * before this one ran, so a block reads them before pdl_wait. */
+struct dec_share {
+    int split, seq, kvh, slice, ctx, k_begin, k_end;
+};
+
+static __device__ __forceinline__ dec_share dec_share_of(const dec_params &p)
+{
+    dec_share d;
+    d.split = blockIdx.x;
+    d.seq = p.order ? p.order[blockIdx.z] : blockIdx.z;
+    d.kvh = blockIdx.y / p.n_slices;
+    d.slice = blockIdx.y % p.n_slices;
+    d.ctx = p.context_lens[d.seq];
+    const int chunk = dec_chunk(d.ctx, p.n_splits, p.min_chunk);
+    d.k_begin = d.split * chunk;
+    d.k_end = min(d.ctx, d.k_begin + chunk);
+    return d;
+}
+
 /* The splits of one (sequence, kv head) as one cluster (gridDim.x blocks,
  * one a split).  The outputs of the kv head's query heads are shared out
  * in slices of `per`, one a block; each block pushes its split's partial
