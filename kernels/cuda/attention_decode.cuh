@@ -36,11 +36,12 @@ static __device__ __forceinline__ int dec_chunk(int ctx, int n_splits, int min_c
     return c > min_chunk ? c : min_chunk;
 }
 
-/* A block's share of the step: (split, sequence (through the launch order), kv head,
- * slice of its query heads) from its index, and the keys [k_begin, k_end)
- * of that split of the sequence's context (none when k_begin >= k_end).
- * The step's inputs (orders, contexts) were uploaded before the kernels
- * before this one ran, so a block reads them before pdl_wait. */
+/* A block's share of the step from its index: split, sequence (through
+ * the launch order), kv head and slice of its query heads, and the keys
+ * [k_begin, k_end) of that split of the sequence's context (none when
+ * k_begin >= k_end).  The step's inputs (orders, contexts) were uploaded
+ * before the kernels before this one ran, so a block reads them before
+ * pdl_wait. */
 struct dec_share {
     int split, seq, kvh, slice, ctx, k_begin, k_end;
 };
