@@ -30,6 +30,10 @@
  * as one thread-block cluster instead: the splits merge through each
  * other's shared memory, and the step loses the merge kernel, a dependent
  * step of its own on a one-token critical path.
+ *
+ * Larger batches at head_dim 128 (block sizes powers of two from 16) take
+ * the tensor-core kernel of attention_decode_mma.cu instead of this file's
+ * batch kernel; the splits, their order and the merge are the same.
  */
 #include "kernels/cuda/attention_decode.cuh"
 
