@@ -327,6 +327,30 @@ START_TEST(test_integer_power)
 }
 END_TEST
 
+/* An empty string or list repeated any number of times is empty, at once
+ * (as in Python); a huge count once ran that many empty iterations. */
+START_TEST(test_empty_repetition)
+{
+    static const char *const cases[][2] = {
+        {"{{ '' * 100000000000 }}|", "|"},
+        {"{{ ([] * 9223372036854775807) | length }}", "0"},
+        {"{{ 4744500044 * '' ~ 'x' }}", "x"},
+        {"{{ ('ab' * 0) ~ ('ab' * -5) ~ ('ab' * 2) }}", "abab"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        chat_template *t = create(cases[i][0]);
+        char *out = NULL;
+        time_t start = time(NULL);
+        nl_status st = render_json(t, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}]}", &out, NULL);
+        ck_assert_int_le(time(NULL) - start, 2);
+        ck_assert_msg(st == NL_OK, "%s: %s", cases[i][0], nl_last_error());
+        ck_assert_str_eq(out, cases[i][1]);
+        free(out);
+        chat_template_destroy(t);
+    }
+}
+END_TEST
+
 /* Loading: the config's string, a named list's "default", else
  * chat_template.jinja; special tokens as strings or {"content"} objects. */
 START_TEST(test_load_from_directory)
@@ -479,6 +503,7 @@ int main(void)
     tcase_add_test(tc, test_errors_name_line_and_construct);
     tcase_add_test(tc, test_limits);
     tcase_add_test(tc, test_integer_power);
+    tcase_add_test(tc, test_empty_repetition);
     tcase_add_test(tc, test_load_from_directory);
     tcase_add_test(tc, test_command);
     suite_add_tcase(s, tc);

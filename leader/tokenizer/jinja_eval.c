@@ -89,7 +89,10 @@ static double fval(const jv *v)
 
 static jv repeat(jctx *c, const jnode *n, jv seq, int64_t times)
 {
-    if (times < 0) times = 0;
+    /* an empty sequence repeated any number of times is empty: no limit
+     * bounds its loop, so it takes none */
+    const bool empty = seq.kind == JV_STR ? seq.u.s->len == 0 : seq.u.l->n == 0;
+    if (times < 0 || empty) times = 0;
     if (seq.kind == JV_STR) {
         if (seq.u.s->len && (uint64_t)times > JINJA_MAX_OUTPUT / seq.u.s->len)
             jinja_fail(c, n->line, "string repetition passes the limit of %u MiB", JINJA_MAX_OUTPUT >> 20);
