@@ -31,14 +31,7 @@
 #include "bench/probe_check.h"
 #include "kernels/cuda/cuda_common.cuh"
 
-#define LT(call)                                                                             \
-    do {                                                                                     \
-        cublasStatus_t s_ = (call);                                                          \
-        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                   \
-            fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cublasLtGetStatusString(s_)); \
-            exit(1);                                                                         \
-        }                                                                                    \
-    } while (0)
+#define LT(call) PROBE_CHECK(call, cublasStatus_t, CUBLAS_STATUS_SUCCESS, cublasLtGetStatusString)
 
 #define WORKSPACE (32u << 20) /* the engine's */
 #define REPLAYS 8

@@ -62,16 +62,10 @@ template <> struct mma_kv<fp8> {
         const __half2 h = __floats2half2_rn(lo, hi);
         return *(const uint32_t *)&h;
     }
-    /* c += a b for the rows 0-7 of A (rows 8-15 zero); the sums of rows
-     * 8-15 are not kept, so they hold no registers. */
-    static __device__ __forceinline__ void mma(float &c0, float &c1, uint32_t a0, uint32_t a2,
-                                               uint32_t b0, uint32_t b1)
+    static __device__ __forceinline__ void mma(float c[4], const uint32_t a[4], uint32_t b0,
+                                               uint32_t b1)
     {
-        float d2 = 0.0f, d3 = 0.0f; /* rows 8-15: dead after the call */
-        asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-            "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-            : "+f"(c0), "+f"(c1), "+f"(d2), "+f"(d3)
-            : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
+        attn_mma_f16(c, a, b0, b1);
     }
 };
 
@@ -81,16 +75,25 @@ template <> struct mma_kv<bf16> {
     {
         return attn_pack_bf16(lo, hi);
     }
-    static __device__ __forceinline__ void mma(float &c0, float &c1, uint32_t a0, uint32_t a2,
-                                               uint32_t b0, uint32_t b1)
+    static __device__ __forceinline__ void mma(float c[4], const uint32_t a[4], uint32_t b0,
+                                               uint32_t b1)
     {
-        float d2 = 0.0f, d3 = 0.0f; /* rows 8-15: dead after the call */
-        asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-            "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-            : "+f"(c0), "+f"(c1), "+f"(d2), "+f"(d3)
-            : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
+        attn_mma_bf16(c, a, b0, b1);
     }
 };
+
+/* c0, c1 += a b over the rows 0-7 of A, whose rows 8-15 are zero; the
+ * sums of rows 8-15 are not kept, so they hold no registers. */
+template <typename KV>
+static __device__ __forceinline__ void mma_rows0(float &c0, float &c1, uint32_t a0, uint32_t a2,
+                                                 uint32_t b0, uint32_t b1)
+{
+    float c[4] = {c0, c1, 0.0f, 0.0f};
+    const uint32_t a[4] = {a0, 0u, a2, 0u};
+    mma_kv<KV>::mma(c, a, b0, b1);
+    c0 = c[0];
+    c1 = c[1];
+}
 
 /* Where piece p (16 bytes) of row r of a tile sits in shared memory: the
  * rows' pieces are permuted so that each quarter-warp's 16-byte fragment
@@ -239,7 +242,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, mma_min_blocks<KV, STAGES>()) 
                     b0 = kr[h][2 * c];
                     b1 = kr[h][2 * c + 1];
                 }
-                kv::mma(s[h][0], s[h][1], qa[c][0], qa[c][1], b0, b1);
+                mma_rows0<KV>(s[h][0], s[h][1], qa[c][0], qa[c][1], b0, b1);
             }
         float mx = -INFINITY;
 #pragma unroll
@@ -299,7 +302,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, mma_min_blocks<KV, STAGES>()) 
                 b0 = __byte_perm(vr[0][w], vr[1][w], sel);
                 b1 = __byte_perm(vr[2][w], vr[3][w], sel);
             }
-            kv::mma(o[n][0], o[n][1], a0, a2, b0, b1);
+            mma_rows0<KV>(o[n][0], o[n][1], a0, a2, b0, b1);
         }
         __syncwarp(); /* every lane has read the stage before it is refilled */
     }
