@@ -842,6 +842,26 @@ START_TEST(test_attention_prefill)
 }
 END_TEST
 
+/* Prompts past one 64-row block take the kernel whose warps hold two
+ * m-tiles (128 rows a block, head_dim up to 128): rows at the edges of its
+ * blocks, warps and m-tiles, a chunk on a long prefix, both caches. */
+START_TEST(test_attention_prefill_wide)
+{
+    int q[] = {128, 129, 255, 65, 1}, pre[] = {0, 1000, 7, 64, 300};
+    /* hq, hk, head_dim, block size: groups of 2 and 4 (two heads a block),
+     * 7, 5 and 3 (one) */
+    static const int shapes[][4] = {{16, 8, 128, 16}, {32, 8, 128, 32}, {14, 2, 64, 16},
+                                    {4, 2, 32, 16},   {10, 2, 80, 16},  {12, 4, 96, 16}};
+    for (int fp8 = 0; fp8 < 2; fp8++) {
+        attn_kv_fp8 = fp8;
+        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+            check_attention(5, q, pre, shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3],
+                            "prefill two m-tiles");
+    }
+    attn_kv_fp8 = false;
+}
+END_TEST
+
 START_TEST(test_attention_decode)
 {
     int q[8] = {1, 1, 1, 1, 1, 1, 1, 1};
@@ -1482,6 +1502,7 @@ int main(void)
     tcase_add_test(tc, test_store_kv_fp8);
     tcase_add_test(tc, test_attention_fp8_kv);
     tcase_add_test(tc, test_attention_prefill);
+    tcase_add_test(tc, test_attention_prefill_wide);
     tcase_add_test(tc, test_attention_decode);
     tcase_add_test(tc, test_attention_decode_mma);
     tcase_add_test(tc, test_attention_decode_graph_small);
