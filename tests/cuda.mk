@@ -28,10 +28,12 @@ endif
 # them): what wrapping a decode graph in a step costs on the device's
 # queue, what a persistent kernel's grid barriers cost with the weights
 # streaming under them, whether a stream through shared memory that
-# runs ahead of the barriers hides them, and how fast cuBLASLt's own
-# configurations run a decode batch's projections.
+# runs ahead of the barriers hides them, how fast cuBLASLt's own
+# configurations run a decode batch's projections, and whether its kernels
+# wait behind a programmatic graph edge.
 if HAVE_CUDA
-check_PROGRAMS += bench/gap_probe bench/barrier_probe bench/ring_probe bench/gemm_probe
+check_PROGRAMS += bench/gap_probe bench/barrier_probe bench/ring_probe bench/gemm_probe \
+	bench/pdl_probe
 bench_gap_probe_SOURCES = bench/gap_probe.cu bench/probe_check.h
 bench_gap_probe_LDADD = $(CUDA_LIBS) -lstdc++ -lm
 bench_barrier_probe_SOURCES = bench/barrier_probe.cu bench/probe_barrier.cuh bench/probe_check.h
@@ -40,6 +42,9 @@ bench_ring_probe_SOURCES = bench/ring_probe.cu bench/probe_barrier.cuh bench/pro
 bench_ring_probe_LDADD = $(CUDA_LIBS) -lstdc++ -lm
 bench_gemm_probe_SOURCES = bench/gemm_probe.cu bench/probe_check.h
 bench_gemm_probe_LDADD = libnlkernels.la libnlcuda.a libnlcommon.la $(OPENBLAS_LIBS) $(CUDA_LIBS) \
+	-lstdc++ -lm -lpthread
+bench_pdl_probe_SOURCES = bench/pdl_probe.cu bench/probe_check.h
+bench_pdl_probe_LDADD = libnlkernels.la libnlcuda.a libnlcommon.la $(OPENBLAS_LIBS) $(CUDA_LIBS) \
 	-lstdc++ -lm -lpthread
 endif
 
