@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "bench/probe_check.h"
+#include "bench/probe_fill.cuh"
 #include "kernels/cuda/cuda_common.cuh"
 
 #define LT(call) PROBE_CHECK(call, cublasStatus_t, CUBLAS_STATUS_SUCCESS, cublasLtGetStatusString)
@@ -66,18 +67,6 @@ typedef struct {
     cudaStream_t stream;
 } problem;
 
-static __global__ void fill(__nv_bfloat16 *p, size_t count, uint32_t seed)
-{
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count;
-         i += (size_t)gridDim.x * blockDim.x) {
-        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
-        h ^= h >> 15;
-        h *= 2246822519u;
-        h ^= h >> 13;
-        p[i] = __float2bfloat16(((float)(h & 0xffff) / 65536.0f - 0.5f) * 0.1f);
-    }
-}
-
 static void problem_open(problem *p, cublasLtHandle_t lt, int m, int n, int k, size_t l2)
 {
     memset(p, 0, sizeof *p);
@@ -93,8 +82,8 @@ static void problem_open(problem *p, cublasLtHandle_t lt, int m, int n, int k, s
     CHECK(cudaMalloc(&p->out, (size_t)n * m * 2));
     CHECK(cudaMalloc(&p->workspace, WORKSPACE));
     CHECK(cudaStreamCreateWithFlags(&p->stream, cudaStreamNonBlocking));
-    fill<<<1024, 256, 0, p->stream>>>(p->w, (size_t)m * k * p->copies, 1);
-    fill<<<256, 256, 0, p->stream>>>(p->x, (size_t)n * k, 2);
+    probe_fill<<<1024, 256, 0, p->stream>>>(p->w, (size_t)m * k * p->copies, 1);
+    probe_fill<<<256, 256, 0, p->stream>>>(p->x, (size_t)n * k, 2);
     CHECK(cudaStreamSynchronize(p->stream));
     if (cuda_gemm_plan_describe(&p->plan, m, n, k, CUDA_R_16BF, false) != NL_OK) {
         fprintf(stderr, "gemm_probe: %s\n", nl_last_error());

@@ -34,6 +34,7 @@
 #include <string.h>
 
 #include "bench/probe_check.h"
+#include "bench/probe_fill.cuh"
 #include "kernels/cuda/cuda_common.cuh"
 
 #define LT(call) PROBE_CHECK(call, cublasStatus_t, CUBLAS_STATUS_SUCCESS, cublasLtGetStatusString)
@@ -52,18 +53,6 @@ typedef struct {
 static const shape SHAPES[] = {{"qkv", 4096, 1024}, {"o", 1024, 2048},
                                {"gate_up", 6144, 1024}, {"down", 1024, 3072}};
 #define N_SHAPES 4
-
-static __global__ void fill(__nv_bfloat16 *p, size_t count, uint32_t seed)
-{
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count;
-         i += (size_t)gridDim.x * blockDim.x) {
-        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
-        h ^= h >> 15;
-        h *= 2246822519u;
-        h ^= h >> 13;
-        p[i] = __float2bfloat16(((float)(h & 0xffff) / 65536.0f - 0.5f) * 0.1f);
-    }
-}
 
 static __global__ void zero(__nv_bfloat16 *p, size_t count)
 {
@@ -170,15 +159,7 @@ static int edges_programmatic(cudaGraph_t g, bool names)
         if (tf != cudaGraphNodeTypeKernel || tt != cudaGraphNodeTypeKernel ||
             data[i].type != cudaGraphDependencyTypeDefault)
             continue;
-        if (names) {
-            cudaKernelNodeParams kp;
-            const char *name = "?";
-            if (cudaGraphKernelNodeGetParams(to[i], &kp) == cudaSuccess &&
-                cudaFuncGetName(&name, kp.func) != cudaSuccess)
-                name = "?";
-            cudaGetLastError();
-            printf("    edge into %s\n", name);
-        }
+        if (names) printf("    edge %zu made programmatic\n", i);
         CHECK(cudaGraphRemoveDependencies(g, &from[i], &to[i], &data[i], 1));
         cudaGraphEdgeData e = {};
         e.type = cudaGraphDependencyTypeProgrammatic;
@@ -216,8 +197,8 @@ static void check_waits(ctx *c, const shape *s, int n, long long spin_cycles)
     CHECK(cudaMalloc(&src, (size_t)n * s->k * 2));
     CHECK(cudaMalloc(&ref, (size_t)n * s->m * 2));
     CHECK(cudaMalloc(&out, (size_t)n * s->m * 2));
-    fill<<<512, 256, 0, c->stream>>>(w, (size_t)s->m * s->k, 1);
-    fill<<<512, 256, 0, c->stream>>>(src, (size_t)n * s->k, 2);
+    probe_fill<<<512, 256, 0, c->stream>>>(w, (size_t)s->m * s->k, 1);
+    probe_fill<<<512, 256, 0, c->stream>>>(src, (size_t)n * s->k, 2);
     gemm(c, &p, w, src, ref);
     CHECK(cudaStreamSynchronize(c->stream));
 
@@ -264,8 +245,8 @@ static void time_chain(ctx *c, int n)
         CHECK(cudaMalloc(&w[i], (size_t)s->m * s->k * 2 * LAYERS));
         CHECK(cudaMalloc(&in[i], (size_t)n * s->k * 2));
         CHECK(cudaMalloc(&out[i], (size_t)n * s->m * 2));
-        fill<<<1024, 256, 0, c->stream>>>(w[i], (size_t)s->m * s->k * LAYERS, 10 + i);
-        fill<<<256, 256, 0, c->stream>>>(out[i], (size_t)n * s->m, 20 + i);
+        probe_fill<<<1024, 256, 0, c->stream>>>(w[i], (size_t)s->m * s->k * LAYERS, 10 + i);
+        probe_fill<<<256, 256, 0, c->stream>>>(out[i], (size_t)n * s->m, 20 + i);
     }
     CHECK(cudaStreamSynchronize(c->stream));
     __nv_bfloat16 *result[2];
@@ -285,7 +266,7 @@ static void time_chain(ctx *c, int n)
         const int changed = mode ? edges_programmatic(g, false) : 0;
         CHECK(cudaGraphInstantiate(&exec, g, 0));
         for (int i = 0; i < N_SHAPES; i++)
-            fill<<<256, 256, 0, c->stream>>>(out[i], (size_t)n * SHAPES[i].m, 20 + i);
+            probe_fill<<<256, 256, 0, c->stream>>>(out[i], (size_t)n * SHAPES[i].m, 20 + i);
         CHECK(cudaGraphLaunch(exec, c->stream));
         CHECK(cudaStreamSynchronize(c->stream));
         CHECK(cudaMalloc(&result[mode], (size_t)n * SHAPES[N_SHAPES - 1].m * 2));
