@@ -42,8 +42,9 @@ static __host__ __device__ constexpr int pf_bq()
 
 /* Keys per tile for a head_dim.  At two m-tiles a warp, 64-key tiles
  * leave a few of the scores' registers to spill (96 bytes a thread at
- * head_dim 128), and still run ~5% faster than 32-key tiles, which halve
- * the tiles' barriers and row-maximum reductions. */
+ * head_dim 128), and still ran 2-5% faster than 32-key tiles at head_dim
+ * 128 and 13% at 80 (2% slower at 96, on an H100): half the tiles'
+ * barriers and row-maximum reductions. */
 template <int HD>
 static __host__ __device__ constexpr int pf_bk()
 {
