@@ -26,8 +26,6 @@
  */
 #include <math.h>
 
-#include <stdlib.h>
-#include <string.h>
 
 #include "kernels/cuda/attention.cuh"
 
@@ -339,17 +337,6 @@ static bool has_fast_kernel(int hd)
     return hd == 32 || hd == 64 || hd == 80 || hd == 96 || hd == 128 || hd == 256;
 }
 
-/* NL_ATTN_GENERIC=1 selects the generic kernel (read once). */
-static bool use_generic(void)
-{
-    static int cached = -1;
-    if (cached < 0) {
-        const char *v = getenv("NL_ATTN_GENERIC");
-        cached = v && strcmp(v, "0") != 0 && v[0] != '\0';
-    }
-    return cached != 0;
-}
-
 nl_status cuda_attention(nl_backend *backend, void *out, const void *qkv, const void *k_cache,
                          const void *v_cache, const nl_attn_batch *b, int32_t hq, int32_t hk,
                          int32_t hd, float scale, nl_dtype kv_dtype)
@@ -383,7 +370,7 @@ nl_status cuda_attention(nl_backend *backend, void *out, const void *qkv, const 
     a.block_size = b->block_size;
     a.max_blocks_per_seq = b->max_blocks_per_seq;
     a.scale_log2 = scale * NL_LOG2E;
-    if (use_generic() || !has_fast_kernel(hd)) {
+    if (be->attn_generic || !has_fast_kernel(hd)) {
         if (a.group > ATTN_WARPS * 8)
             return nl_error(NL_ERR_UNSUPPORTED, "cuda: attention group of %d query heads per kv "
                             "head (at most %d)", a.group, ATTN_WARPS * 8);

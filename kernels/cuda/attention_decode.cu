@@ -405,7 +405,8 @@ static nl_status dec_launch(cuda_backend *be, dec_params *p, const nl_attn_batch
     const bool tiny = b->n_seqs <= DEC_EARLY_SEQS;
     p->min_chunk = tiny ? DEC_MIN_CHUNK_EARLY : DEC_MIN_CHUNK;
     /* Past the tiny batches the tensor-core kernel, where it has a form. */
-    const dec_mma mma = tiny ? dec_mma{} : dec_mma_kernel(p->hd, g, p->kv_fp8, p->block_shift);
+    const dec_mma mma = tiny || !be->dec_mma ? dec_mma{}
+                                             : dec_mma_kernel(p->hd, g, p->kv_fp8, p->block_shift);
     if (mma.kernel) late = mma.kernel;
     p->n_splits = dec_splits(be, b, p, late, mma.smem);
     if (tiny && p->n_splits > 1 && be->clusters &&

@@ -215,8 +215,8 @@ typedef void (*dec_kernel)(dec_params);
 
 /* The tensor-core decode kernel for batches of more than a few sequences
  * (attention_decode_mma.cu) and the dynamic shared memory it is launched
- * with; no kernel where it has no form: head_dim other than 128, a block
- * size that is not a power of two of at least 16, or NANOLLM_DEC_MMA=0. */
+ * with; no kernel where it has no form: head_dim other than 128 or a block
+ * size that is not a power of two of at least 16. */
 struct dec_mma {
     dec_kernel kernel;
     size_t smem;

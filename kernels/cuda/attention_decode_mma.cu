@@ -31,8 +31,6 @@
  * costs one block-table read; keys of that block past the split's end are
  * masked, and their V zeroed (the cache there may hold anything).
  */
-#include <stdlib.h>
-#include <string.h>
 
 #include "kernels/cuda/attention_decode.cuh"
 
@@ -332,18 +330,6 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, mma_min_blocks<KV, STAGES>()) 
                                         h0, nh);
 }
 
-/* NANOLLM_DEC_MMA=0 keeps every batch on the CUDA-core kernel (read once;
- * for A/B runs). */
-static bool dec_mma_enabled(void)
-{
-    static int cached = -1;
-    if (cached < 0) {
-        const char *v = getenv("NANOLLM_DEC_MMA");
-        cached = !(v && strcmp(v, "0") == 0);
-    }
-    return cached != 0;
-}
-
 template <typename KV, int STAGES>
 static dec_mma dec_mma_of(int g)
 {
@@ -374,6 +360,6 @@ static dec_mma dec_mma_of(int g)
  * 208.5 us; bf16 at 128 sequences equal, the bench +0.1%). */
 dec_mma dec_mma_kernel(int hd, int g, bool kv_fp8, int block_shift)
 {
-    if (!dec_mma_enabled() || block_shift < 4 || hd != MMA_HD) return dec_mma{};
+    if (block_shift < 4 || hd != MMA_HD) return dec_mma{};
     return kv_fp8 ? dec_mma_of<fp8, 4>(g) : dec_mma_of<bf16, 3>(g);
 }

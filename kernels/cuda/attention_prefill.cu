@@ -23,8 +23,6 @@
  * same K/V tiles, which then mostly come from L2.
  */
 #include <math.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "kernels/cuda/attention.cuh"
 
@@ -351,18 +349,6 @@ static nl_status launch_prefill_tiles(cuda_backend *be, const pf_params *p, int 
                      : launch_prefill_kv<HD, bf16, MT, P>(be, p, n_seqs, max_q_len);
 }
 
-/* NANOLLM_PREFILL_MT=1 (read once, for A/B runs) keeps every prefill on
- * one m-tile a warp. */
-static bool prefill_one_mtile(void)
-{
-    static int cached = -1;
-    if (cached < 0) {
-        const char *v = getenv("NANOLLM_PREFILL_MT");
-        cached = v && strcmp(v, "1") == 0;
-    }
-    return cached;
-}
-
 /* Two m-tiles a warp where the registers allow them (head_dim up to 128:
  * 256's sums alone would take them all).  A block's 128 rows are 64
  * tokens of two query heads of one kv head where the group is even, so
@@ -374,7 +360,7 @@ static nl_status launch_prefill(cuda_backend *be, const pf_params *p, int n_seqs
 {
     if constexpr (HD <= 128) {
         const bool pair = p->group % 2 == 0;
-        if ((pair || max_q_len > pf_bq<1>()) && !prefill_one_mtile())
+        if ((pair || max_q_len > pf_bq<1>()) && be->prefill_wide)
             return pair ? launch_prefill_tiles<HD, 2, 2>(be, p, n_seqs, max_q_len)
                         : launch_prefill_tiles<HD, 2, 1>(be, p, n_seqs, max_q_len);
     }

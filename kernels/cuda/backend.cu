@@ -456,6 +456,13 @@ int cuda_cluster_max_of(const void *kernel, int threads, size_t smem)
     return remembered(ask_cluster_max, kernel, threads, smem);
 }
 
+/* Whether environment variable name is set to value. */
+static bool env_is(const char *name, const char *value)
+{
+    const char *v = getenv(name);
+    return v && strcmp(v, value) == 0;
+}
+
 static nl_status backend_init(cuda_backend *be)
 {
     NL_CUDA_CHECK(cudaSetDevice(be->device));
@@ -464,10 +471,13 @@ static nl_status backend_init(cuda_backend *be)
     NL_CUDA_CHECK(cudaStreamCreateWithFlags(&be->stream, cudaStreamNonBlocking));
     int major = 0;
     NL_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, be->device));
-    const char *pdl = getenv("NANOLLM_PDL");
-    be->pdl = major >= 9 && !(pdl && strcmp(pdl, "0") == 0);
-    const char *clusters = getenv("NANOLLM_CLUSTERS");
-    be->clusters = major >= 9 && !(clusters && strcmp(clusters, "0") == 0);
+    be->pdl = major >= 9 && !env_is("NANOLLM_PDL", "0");
+    be->clusters = major >= 9 && !env_is("NANOLLM_CLUSTERS", "0");
+    be->gemv = !env_is("NANOLLM_GEMV", "0");
+    be->dec_mma = !env_is("NANOLLM_DEC_MMA", "0");
+    be->prefill_wide = !env_is("NANOLLM_PREFILL_MT", "1");
+    const char *generic = getenv("NL_ATTN_GENERIC");
+    be->attn_generic = generic && generic[0] != '\0' && strcmp(generic, "0") != 0;
     NL_CUBLAS_CHECK(cublasLtCreate(&be->lt));
     be->workspace_bytes = WORKSPACE_BYTES;
     NL_CUDA_CHECK(cudaMalloc(&be->workspace, be->workspace_bytes));

@@ -169,9 +169,20 @@ typedef struct cuda_backend {
     nl_backend base;
     int device;
     int num_sms;
-    bool pdl;                  /* programmatic dependent launch (cuda_launch) */
+    /* Kernel choices, read from the environment once at creation (the
+     * switches are for A/B runs; README, "Environment"). */
+    bool pdl;                  /* programmatic dependent launch (cuda_launch); */
+                               /* NANOLLM_PDL=0: never                     */
     bool clusters;             /* kernels may launch in thread-block clusters; */
-                               /* NANOLLM_CLUSTERS=0: never (A/B runs)     */
+                               /* NANOLLM_CLUSTERS=0: never                */
+    bool gemv;                 /* one-token linears on the GEMV (gemv.cu); */
+                               /* NANOLLM_GEMV=0: cuBLASLt                 */
+    bool dec_mma;              /* decode attention on tensor cores where it */
+                               /* has a form; NANOLLM_DEC_MMA=0: never     */
+    bool prefill_wide;         /* prefill attention at 128 rows a block;   */
+                               /* NANOLLM_PREFILL_MT=1: 64                 */
+    bool attn_generic;         /* NL_ATTN_GENERIC=1: the reference kernel  */
+                               /* for every attention call                 */
     cudaStream_t stream;       /* every op is enqueued here, nothing else */
     cublasLtHandle_t lt;
     void *workspace;           /* cuBLASLt workspace, fixed at creation    */
@@ -297,7 +308,7 @@ nl_status cuda_silu_mul(nl_backend *b, void *out, const void *gate_up, int32_t n
 nl_status cuda_add(nl_backend *b, void *residual, const void *x, size_t count);
 
 /* The one-token GEMV (gemv.cu).  cuda_gemv_fits: whether it takes x @ w^T
- * for n tokens.  cuda_gemv: out[w.rows] (fp32 or bf16) = x @ w^T + bias,
+ * for n tokens (never with be->gemv off).  cuda_gemv: out[w.rows] (fp32 or bf16) = x @ w^T + bias,
  * with the steps it can fuse: norm_w given, x is a residual stream that it
  * normalises first (w.cols <= CUDA_GEMV_NORM_MAX_COLS); the epilogue
  * GEMV_SILU_MUL (w holds gate then up rows; out[w.rows / 2]) or GEMV_ADD
@@ -307,7 +318,7 @@ enum { GEMV_STORE, GEMV_SILU_MUL, GEMV_ADD };
  * kernel's own few bytes) must stay within the 48 KiB a launch gets without
  * opting in: 16,384 columns take 32 KiB. */
 #define CUDA_GEMV_NORM_MAX_COLS 16384
-bool cuda_gemv_fits(const void *x, const nl_weight *w, int32_t n);
+bool cuda_gemv_fits(const cuda_backend *be, const void *x, const nl_weight *w, int32_t n);
 nl_status cuda_gemv(cuda_backend *be, void *out, bool out_f32, int epilogue, const void *x,
                     const nl_weight *w, const nl_weight *bias, const nl_weight *norm_w, float eps);
 nl_status cuda_take_ids(nl_backend *b, int32_t *ids, const int32_t *src, const int32_t *pairs, int32_t n);

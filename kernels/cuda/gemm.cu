@@ -193,7 +193,7 @@ static nl_status cuda_gemm(cuda_backend *be, void *out, cudaDataType_t out_type,
 {
     if (n <= 0) return NL_OK;
     NL_TRY(check_bias(w, bias));
-    if (cuda_gemv_fits(x, w, n))
+    if (cuda_gemv_fits(be, x, w, n))
         return cuda_gemv(be, out, out_type == CUDA_R_32F, GEMV_STORE, x, w, bias, NULL, 0.0f);
     const bool has_bias = bias != NULL;
     cuda_gemm_plan *p = plan_find(be, w->rows, n, w->cols, out_type, has_bias);
@@ -235,13 +235,13 @@ nl_status cuda_norm_linear(nl_backend *b, void *out, void *xn, void *work, const
     if (n <= 0) return NL_OK;
     const int epilogue = silu_mul ? GEMV_SILU_MUL : GEMV_STORE;
     /* one token whose residual is complete: the GEMV normalises it itself */
-    if (!x && cuda_gemv_fits(residual, w, n) && ((uintptr_t)norm_w->data & 15) == 0 &&
+    if (!x && cuda_gemv_fits(be, residual, w, n) && ((uintptr_t)norm_w->data & 15) == 0 &&
         w->cols <= CUDA_GEMV_NORM_MAX_COLS)
         return cuda_gemv(be, out, false, epilogue, residual, w, bias, norm_w, eps);
     NL_TRY(cuda_rmsnorm(b, xn, x ? x : residual, x ? residual : NULL, norm_w, n, (int32_t)w->cols,
                         eps));
     if (!silu_mul) return cuda_gemm(be, out, CUDA_R_16BF, xn, w, bias, n);
-    if (cuda_gemv_fits(xn, w, n)) return cuda_gemv(be, out, false, epilogue, xn, w, bias, NULL, 0.0f);
+    if (cuda_gemv_fits(be, xn, w, n)) return cuda_gemv(be, out, false, epilogue, xn, w, bias, NULL, 0.0f);
     NL_TRY(cuda_gemm(be, work, CUDA_R_16BF, xn, w, bias, n));
     return cuda_silu_mul(b, out, work, n, (int32_t)(w->rows / 2));
 }
@@ -252,7 +252,7 @@ nl_status cuda_linear_add(nl_backend *b, void *residual, void *work, const void 
     cuda_backend *be = cuda_be(b);
     NL_TRY(check_bias(w, bias));
     if (n <= 0) return NL_OK;
-    if (cuda_gemv_fits(x, w, n))
+    if (cuda_gemv_fits(be, x, w, n))
         return cuda_gemv(be, residual, false, GEMV_ADD, x, w, bias, NULL, 0.0f);
     NL_TRY(cuda_gemm(be, work, CUDA_R_16BF, x, w, bias, n));
     return cuda_add(b, residual, work, (size_t)n * (size_t)w->rows);
@@ -318,7 +318,7 @@ static bool warm_wanted(cuda_backend *be, const nl_linear_shape *shapes, int i)
 {
     const nl_linear_shape *sh = &shapes[i];
     const cudaDataType_t t = sh->out_f32 ? CUDA_R_32F : CUDA_R_16BF;
-    if (sh->n <= 0 || cuda_gemv_fits(NULL, sh->w, sh->n)) return false;
+    if (sh->n <= 0 || cuda_gemv_fits(be, NULL, sh->w, sh->n)) return false;
     if (plan_find(be, sh->w->rows, sh->n, sh->w->cols, t, sh->bias != NULL)) return false;
     for (int j = 0; j < i; j++) /* the same plan listed twice */
         if (shapes[j].w->rows == sh->w->rows && shapes[j].w->cols == sh->w->cols &&

@@ -34,8 +34,6 @@
  *     the product rounded to bf16 first, as the residual add of the RMSNorm
  *     kernel would.
  */
-#include <stdlib.h>
-#include <string.h>
 
 #include "kernels/cuda/cuda_common.cuh"
 
@@ -280,17 +278,6 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
     }
 }
 
-/* NANOLLM_GEMV=0 turns the GEMV path off (read once). */
-static bool gemv_enabled(void)
-{
-    static int cached = -1;
-    if (cached < 0) {
-        const char *v = getenv("NANOLLM_GEMV");
-        cached = !(v && strcmp(v, "0") == 0);
-    }
-    return cached != 0;
-}
-
 /* Rows at least this long take the loop that reloads each piece once it
  * is used (kernel_gemv's ROLL).  It holds half the weight registers (0.6B's
  * gate_up 92 -> 64, the others 38-50), so more warps stream at once, but
@@ -300,9 +287,9 @@ static bool gemv_enabled(void)
  * (k 1,024 and 3,072: rows of one to six rounds) from 1,268 to 1,236. */
 #define GEMV_ROLL_MIN_COLS 4096
 
-bool cuda_gemv_fits(const void *x, const nl_weight *w, int32_t n)
+bool cuda_gemv_fits(const cuda_backend *be, const void *x, const nl_weight *w, int32_t n)
 {
-    return n == 1 && gemv_enabled() && w->cols % 8 == 0 && w->rows <= INT32_MAX &&
+    return n == 1 && be->gemv && w->cols % 8 == 0 && w->rows <= INT32_MAX &&
            ((uintptr_t)x & 15) == 0 && ((uintptr_t)w->data & 15) == 0;
 }
 
