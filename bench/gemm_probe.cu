@@ -29,7 +29,7 @@
 #include <string.h>
 
 #include "bench/probe_check.h"
-#include "bench/probe_fill.cuh"
+#include "bench/probe_gemm.cuh"
 #include "kernels/cuda/cuda_common.cuh"
 
 #define LT(call) PROBE_CHECK(call, cublasStatus_t, CUBLAS_STATUS_SUCCESS, cublasLtGetStatusString)
@@ -134,21 +134,11 @@ static double time_algo(problem *p, const cublasLtMatmulAlgo_t *algo)
         return -1;
     }
     CHECK(cudaGraphInstantiate(&exec, graph, 0));
-    cudaEvent_t t0, t1;
-    CHECK(cudaEventCreate(&t0));
-    CHECK(cudaEventCreate(&t1));
     CHECK(cudaGraphLaunch(exec, p->stream));
-    CHECK(cudaEventRecord(t0, p->stream));
-    for (int r = 0; r < REPLAYS; r++) CHECK(cudaGraphLaunch(exec, p->stream));
-    CHECK(cudaEventRecord(t1, p->stream));
-    CHECK(cudaEventSynchronize(t1));
-    float ms;
-    CHECK(cudaEventElapsedTime(&ms, t0, t1));
-    cudaEventDestroy(t0);
-    cudaEventDestroy(t1);
+    const double us = probe_time_replays(exec, p->stream, REPLAYS);
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);
-    return ms * 1000.0 / (REPLAYS * p->copies);
+    return us / p->copies;
 }
 
 static void set_config(candidate *c)

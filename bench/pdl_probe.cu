@@ -34,7 +34,7 @@
 #include <string.h>
 
 #include "bench/probe_check.h"
-#include "bench/probe_fill.cuh"
+#include "bench/probe_gemm.cuh"
 #include "kernels/cuda/cuda_common.cuh"
 
 #define LT(call) PROBE_CHECK(call, cublasStatus_t, CUBLAS_STATUS_SUCCESS, cublasLtGetStatusString)
@@ -272,19 +272,8 @@ static void time_chain(ctx *c, int n)
         CHECK(cudaMalloc(&result[mode], (size_t)n * SHAPES[N_SHAPES - 1].m * 2));
         CHECK(cudaMemcpy(result[mode], out[N_SHAPES - 1], (size_t)n * SHAPES[N_SHAPES - 1].m * 2,
                          cudaMemcpyDeviceToDevice));
-        cudaEvent_t t0, t1;
-        CHECK(cudaEventCreate(&t0));
-        CHECK(cudaEventCreate(&t1));
-        CHECK(cudaEventRecord(t0, c->stream));
-        for (int r = 0; r < REPLAYS; r++) CHECK(cudaGraphLaunch(exec, c->stream));
-        CHECK(cudaEventRecord(t1, c->stream));
-        CHECK(cudaEventSynchronize(t1));
-        float ms;
-        CHECK(cudaEventElapsedTime(&ms, t0, t1));
-        us[mode] = ms * 1000.0f / REPLAYS;
+        us[mode] = probe_time_replays(exec, c->stream, REPLAYS);
         if (mode) printf("  n %3d: %d edges made programmatic\n", n, changed);
-        cudaEventDestroy(t0);
-        cudaEventDestroy(t1);
         cudaGraphExecDestroy(exec);
         cudaGraphDestroy(g);
     }

@@ -40,10 +40,10 @@ bench_barrier_probe_SOURCES = bench/barrier_probe.cu bench/probe_barrier.cuh ben
 bench_barrier_probe_LDADD = $(CUDA_LIBS) -lstdc++ -lm
 bench_ring_probe_SOURCES = bench/ring_probe.cu bench/probe_barrier.cuh bench/probe_check.h
 bench_ring_probe_LDADD = $(CUDA_LIBS) -lstdc++ -lm
-bench_gemm_probe_SOURCES = bench/gemm_probe.cu bench/probe_check.h bench/probe_fill.cuh
+bench_gemm_probe_SOURCES = bench/gemm_probe.cu bench/probe_check.h bench/probe_gemm.cuh
 bench_gemm_probe_LDADD = libnlkernels.la libnlcuda.a libnlcommon.la $(OPENBLAS_LIBS) $(CUDA_LIBS) \
 	-lstdc++ -lm -lpthread
-bench_pdl_probe_SOURCES = bench/pdl_probe.cu bench/probe_check.h bench/probe_fill.cuh
+bench_pdl_probe_SOURCES = bench/pdl_probe.cu bench/probe_check.h bench/probe_gemm.cuh
 bench_pdl_probe_LDADD = libnlkernels.la libnlcuda.a libnlcommon.la $(OPENBLAS_LIBS) $(CUDA_LIBS) \
 	-lstdc++ -lm -lpthread
 endif
