@@ -12,10 +12,10 @@
  *
  * Check, a shape and token count at a time: a graph of [zero x] ->
  * [one block that releases its dependents at once, spins SPIN_US, then
- * copies x from its source] -> [the GEMM reading x], the last edge made
- * programmatic.  A GEMM that waits produces the plain run's output bit for
- * bit; one that does not reads zeros.  The kernels of the GEMM node are
- * named (cudaFuncGetName).
+ * copies x from its source] -> [the GEMM reading x], the ordinary edges
+ * between kernels made programmatic (the one into the GEMM, and any
+ * between its own kernels).  A GEMM that waits produces the plain run's
+ * output bit for bit; one that does not reads zeros.
  *
  * Time: a decode layer's chain, 28 times: [our kernel -> qkv GEMM -> our
  * kernel -> o GEMM -> our kernel -> gate_up GEMM -> our kernel -> down
@@ -54,13 +54,6 @@ static const shape SHAPES[] = {{"qkv", 4096, 1024}, {"o", 1024, 2048},
                                {"gate_up", 6144, 1024}, {"down", 1024, 3072}};
 #define N_SHAPES 4
 
-static __global__ void zero(__nv_bfloat16 *p, size_t count)
-{
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count;
-         i += (size_t)gridDim.x * blockDim.x)
-        p[i] = __float2bfloat16(0.0f);
-}
-
 /* One block: lets its dependents start, then copies src into x late. */
 static __global__ void late_copy(__nv_bfloat16 *x, const __nv_bfloat16 *src, size_t count,
                                  long long spin_cycles)
@@ -95,32 +88,17 @@ typedef struct {
 
 static void plan_for(ctx *c, cuda_gemm_plan *p, int m, int n, int k)
 {
-    if (cuda_gemm_plan_describe(p, m, n, k, CUDA_R_16BF, false) != NL_OK) {
+    if (cuda_gemm_plan_build(p, c->lt, WORKSPACE, m, n, k, CUDA_R_16BF, false) != NL_OK) {
         fprintf(stderr, "pdl_probe: %s\n", nl_last_error());
         exit(1);
     }
-    cublasLtMatmulPreference_t pref;
-    LT(cublasLtMatmulPreferenceCreate(&pref));
-    size_t ws = WORKSPACE;
-    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
-                                            sizeof ws));
-    cublasLtMatmulHeuristicResult_t res;
-    int found = 0;
-    LT(cublasLtMatmulAlgoGetHeuristic(c->lt, p->desc, p->a, p->b, p->c, p->c, pref, 1, &res,
-                                      &found));
-    cublasLtMatmulPreferenceDestroy(pref);
-    if (!found) {
-        fprintf(stderr, "pdl_probe: no algorithm for %d x %d x %d\n", m, n, k);
-        exit(1);
-    }
-    p->algo = res.algo;
 }
 
 static void gemm(ctx *c, const cuda_gemm_plan *p, const __nv_bfloat16 *w, const __nv_bfloat16 *x,
                  __nv_bfloat16 *out)
 {
-    const float one = 1.0f, zero_f = 0.0f;
-    LT(cublasLtMatmul(c->lt, p->desc, &one, w, p->a, x, p->b, &zero_f, out, p->c, out, p->c,
+    const float one = 1.0f, zero = 0.0f;
+    LT(cublasLtMatmul(c->lt, p->desc, &one, w, p->a, x, p->b, &zero, out, p->c, out, p->c,
                       &p->algo, c->workspace, WORKSPACE, c->stream));
 }
 
@@ -143,7 +121,7 @@ static void launch_pdl(ctx *c, void (*k)(__nv_bfloat16 *, const __nv_bfloat16 *,
 /* Every ordinary edge between two kernel nodes made programmatic; returns
  * how many.  In these graphs those are exactly the edges into cuBLASLt's
  * kernels (ours are captured with programmatic edges already). */
-static int edges_programmatic(cudaGraph_t g, bool names)
+static int edges_programmatic(cudaGraph_t g)
 {
     size_t n = 0;
     CHECK(cudaGraphGetEdges(g, NULL, NULL, NULL, &n));
@@ -159,7 +137,6 @@ static int edges_programmatic(cudaGraph_t g, bool names)
         if (tf != cudaGraphNodeTypeKernel || tt != cudaGraphNodeTypeKernel ||
             data[i].type != cudaGraphDependencyTypeDefault)
             continue;
-        if (names) printf("    edge %zu made programmatic\n", i);
         CHECK(cudaGraphRemoveDependencies(g, &from[i], &to[i], &data[i], 1));
         cudaGraphEdgeData e = {};
         e.type = cudaGraphDependencyTypeProgrammatic;
@@ -205,13 +182,13 @@ static void check_waits(ctx *c, const shape *s, int n, long long spin_cycles)
     cudaGraph_t g;
     cudaGraphExec_t exec;
     CHECK(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal));
-    zero<<<512, 256, 0, c->stream>>>(x, (size_t)n * s->k);
-    zero<<<512, 256, 0, c->stream>>>(out, (size_t)n * s->m);
+    CHECK(cudaMemsetAsync(x, 0, (size_t)n * s->k * 2, c->stream));
+    CHECK(cudaMemsetAsync(out, 0, (size_t)n * s->m * 2, c->stream));
     late_copy<<<1, 1024, 0, c->stream>>>(x, src, (size_t)n * s->k, spin_cycles);
     gemm(c, &p, w, x, out);
     CHECK(cudaStreamEndCapture(c->stream, &g));
     printf("  %-8s n %3d:\n", s->name, n);
-    const int changed = edges_programmatic(g, true);
+    const int changed = edges_programmatic(g);
     CHECK(cudaGraphInstantiate(&exec, g, 0));
     int good = 0;
     for (int r = 0; r < 5; r++) {
@@ -263,7 +240,7 @@ static void time_chain(ctx *c, int n)
                 gemm(c, &p[i], w[i] + (size_t)l * s->m * s->k, in[i], out[i]);
             }
         CHECK(cudaStreamEndCapture(c->stream, &g));
-        const int changed = mode ? edges_programmatic(g, false) : 0;
+        const int changed = mode ? edges_programmatic(g) : 0;
         CHECK(cudaGraphInstantiate(&exec, g, 0));
         for (int i = 0; i < N_SHAPES; i++)
             probe_fill<<<256, 256, 0, c->stream>>>(out[i], (size_t)n * SHAPES[i].m, 20 + i);

@@ -842,9 +842,10 @@ START_TEST(test_attention_prefill)
 }
 END_TEST
 
-/* Prompts past one 64-row block take the kernel whose warps hold two
- * m-tiles (128 rows a block, head_dim up to 128): rows at the edges of its
- * blocks, warps and m-tiles, a chunk on a long prefix, both caches. */
+/* The prefill kernel whose warps hold two m-tiles (128 rows a block,
+ * head_dim up to 128: two heads' 64 tokens where the group is even, else
+ * 128 tokens of one head once a prompt passes 64): rows at the edges of
+ * its blocks, warps and m-tiles, a chunk on a long prefix, both caches. */
 START_TEST(test_attention_prefill_wide)
 {
     int q[] = {128, 129, 255, 65, 1}, pre[] = {0, 1000, 7, 64, 300};

@@ -26,7 +26,6 @@
  */
 #include <math.h>
 
-
 #include "kernels/cuda/attention.cuh"
 
 #define ATTN_WARPS 4

@@ -65,10 +65,9 @@ static __device__ __forceinline__ void pf_ldsm_x2(uint32_t r[2], const bf16 *p)
 }
 
 /* MT: 16-row m-tiles a warp; P: query heads a block (P divides the
- * group).  With two m-tiles each K or V fragment read
- * from shared memory feeds twice the MMAs, and the query fragments come
- * from shared memory at each k-step (their registers hold the second
- * m-tile's sums). */
+ * group).  With two m-tiles each K or V fragment read from shared memory
+ * feeds twice the MMAs, and the query fragments come from shared memory at
+ * each k-step (their registers hold the second m-tile's sums). */
 template <int HD, typename KV, int MT, int P>
 __global__ void __launch_bounds__(PF_WARPS * 32) kernel_prefill(pf_params p)
 {
@@ -353,8 +352,8 @@ static nl_status launch_prefill_tiles(cuda_backend *be, const pf_params *p, int 
  * 256's sums alone would take them all).  A block's 128 rows are 64
  * tokens of two query heads of one kv head where the group is even, so
  * that each K/V tile brought from L2 meets both (measured 1.5-6% faster
- * than 128 tokens of one head), else 128 tokens of one
- * head where the prompts fill more than 64. */
+ * than 128 tokens of one head), else 128 tokens of one head where the
+ * prompts fill more than 64. */
 template <int HD>
 static nl_status launch_prefill(cuda_backend *be, const pf_params *p, int n_seqs, int max_q_len)
 {

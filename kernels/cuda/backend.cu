@@ -463,6 +463,13 @@ static bool env_is(const char *name, const char *value)
     return v && strcmp(v, value) == 0;
 }
 
+/* Whether environment variable name is set to anything but "" or "0". */
+static bool env_on(const char *name)
+{
+    const char *v = getenv(name);
+    return v && v[0] != '\0' && strcmp(v, "0") != 0;
+}
+
 static nl_status backend_init(cuda_backend *be)
 {
     NL_CUDA_CHECK(cudaSetDevice(be->device));
@@ -476,8 +483,7 @@ static nl_status backend_init(cuda_backend *be)
     be->gemv = !env_is("NANOLLM_GEMV", "0");
     be->dec_mma = !env_is("NANOLLM_DEC_MMA", "0");
     be->prefill_wide = !env_is("NANOLLM_PREFILL_MT", "1");
-    const char *generic = getenv("NL_ATTN_GENERIC");
-    be->attn_generic = generic && generic[0] != '\0' && strcmp(generic, "0") != 0;
+    be->attn_generic = env_on("NL_ATTN_GENERIC");
     NL_CUBLAS_CHECK(cublasLtCreate(&be->lt));
     be->workspace_bytes = WORKSPACE_BYTES;
     NL_CUDA_CHECK(cudaMalloc(&be->workspace, be->workspace_bytes));

@@ -162,6 +162,11 @@ typedef struct cuda_gemm_plan {
 nl_status cuda_gemm_plan_describe(cuda_gemm_plan *p, int64_t m, int64_t n, int64_t k,
                                   cudaDataType_t out_type, bool bias);
 void cuda_gemm_plan_release(cuda_gemm_plan *p);
+/* p described, with the algorithm cuBLASLt's heuristic picks for a
+ * workspace of workspace_bytes (the engine's plans; bench/pdl_probe's). */
+nl_status cuda_gemm_plan_build(cuda_gemm_plan *p, cublasLtHandle_t lt, size_t workspace_bytes,
+                               int64_t m, int64_t n, int64_t k, cudaDataType_t out_type,
+                               bool bias);
 
 typedef struct cuda_gemm_warm cuda_gemm_warm;
 
@@ -308,8 +313,8 @@ nl_status cuda_silu_mul(nl_backend *b, void *out, const void *gate_up, int32_t n
 nl_status cuda_add(nl_backend *b, void *residual, const void *x, size_t count);
 
 /* The one-token GEMV (gemv.cu).  cuda_gemv_fits: whether it takes x @ w^T
- * for n tokens (never with be->gemv off).  cuda_gemv: out[w.rows] (fp32 or bf16) = x @ w^T + bias,
- * with the steps it can fuse: norm_w given, x is a residual stream that it
+ * for n tokens (never with be->gemv off).  cuda_gemv: out[w.rows] (fp32 or
+ * bf16) = x @ w^T + bias, with the steps it can fuse: norm_w given, x is a residual stream that it
  * normalises first (w.cols <= CUDA_GEMV_NORM_MAX_COLS); the epilogue
  * GEMV_SILU_MUL (w holds gate then up rows; out[w.rows / 2]) or GEMV_ADD
  * (out is a residual stream the product is added into). */

@@ -64,20 +64,20 @@ nl_status cuda_gemm_plan_describe(cuda_gemm_plan *p, int64_t m, int64_t n, int64
     return NL_OK;
 }
 
-/* p described for its shape, with the algorithm cuBLASLt's heuristic picks. */
-static nl_status plan_build(cuda_backend *be, cuda_gemm_plan *p, int64_t m, int64_t n, int64_t k,
-                            cudaDataType_t out_type, bool bias)
+nl_status cuda_gemm_plan_build(cuda_gemm_plan *p, cublasLtHandle_t lt, size_t workspace_bytes,
+                               int64_t m, int64_t n, int64_t k, cudaDataType_t out_type,
+                               bool bias)
 {
     NL_TRY(cuda_gemm_plan_describe(p, m, n, k, out_type, bias));
     cublasLtMatmulPreference_t pref;
     NL_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    size_t ws = be->workspace_bytes;
+    size_t ws = workspace_bytes;
     cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(
         pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
     cublasLtMatmulHeuristicResult_t res;
     int found = 0;
     if (st == CUBLAS_STATUS_SUCCESS)
-        st = cublasLtMatmulAlgoGetHeuristic(be->lt, p->desc, p->a, p->b, p->c, p->c, pref, 1,
+        st = cublasLtMatmulAlgoGetHeuristic(lt, p->desc, p->a, p->b, p->c, p->c, pref, 1,
                                             &res, &found);
     cublasLtMatmulPreferenceDestroy(pref);
     if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
@@ -124,7 +124,7 @@ static nl_status plan_get(cuda_backend *be, int64_t m, int64_t n, int64_t k,
     *out = plan_find(be, m, n, k, out_type, bias);
     if (*out) return NL_OK;
     cuda_gemm_plan *p = plan_slot(be);
-    NL_TRY(plan_build(be, p, m, n, k, out_type, bias));
+    NL_TRY(cuda_gemm_plan_build(p, be->lt, be->workspace_bytes, m, n, k, out_type, bias));
     *out = p;
     return NL_OK;
 }
@@ -302,7 +302,7 @@ static void *warm_lane_run(void *arg)
         const nl_linear_shape *sh = &g->shapes[i];
         cuda_gemm_plan *p = &g->plans[i];
         /* a failure is the op's to report when it runs */
-        if (plan_build(be, p, sh->w->rows, sh->n, sh->w->cols,
+        if (cuda_gemm_plan_build(p, be->lt, be->workspace_bytes, sh->w->rows, sh->n, sh->w->cols,
                        sh->out_f32 ? CUDA_R_32F : CUDA_R_16BF, sh->bias != NULL) == NL_OK &&
             plan_run(be, p, sh->w, sh->bias, g->x, g->out, ln->workspace, ln->stream) != NL_OK)
             cuda_gemm_plan_release(p);
